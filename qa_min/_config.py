@@ -1,0 +1,164 @@
+"""Resolving a client's configuration: explicit argument, then environment, then default.
+
+Everything here runs once per ``Client``. The result is a ``Target``: where to connect, what to
+put on the request line, and the fixed header block every request carries.
+"""
+
+from __future__ import annotations
+
+from urllib.parse import unquote, urlsplit
+
+from ._errors import InvalidBaseUrl, InvalidOption
+from ._version import __version__
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+    from typing import Optional
+
+PUBLIC_BASE_URL = "https://api.qa-service.com"
+"""The address of the public service; a key is required there."""
+
+DEFAULT_MODEL = "judge-latest"
+"""The latest alias of the primary model family."""
+
+USER_AGENT = f"qa_min/{__version__}"
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def from_env(name: str, env: Mapping[str, str]) -> Optional[str]:
+    """An environment value, or None when unset, empty or only whitespace."""
+    value = env.get(name)
+    if value is None or not value.strip():
+        return None
+    return value.strip()
+
+
+class Origin:
+    """A parsed http(s) URL: scheme, host, port, path prefix."""
+
+    __slots__ = ("_auth", "host", "path", "port", "scheme")
+
+    def __init__(self, url: object, what: str = "base_url") -> None:
+        error = InvalidBaseUrl if what == "base_url" else InvalidOption
+        if not isinstance(url, str) or any(ch.isspace() or ord(ch) < 32 for ch in url):
+            raise error(f"{what} must be an http(s) URL without spaces, got {url!r}")
+        try:
+            parts = urlsplit(url)
+            port = parts.port
+        except ValueError as exc:
+            raise error(f"{what} is not a valid URL ({exc}): {url!r}") from None
+        scheme = parts.scheme.lower()
+        if scheme not in _DEFAULT_PORTS or not parts.hostname:
+            raise error(f"{what} must be an http or https URL with a host, got {url!r}")
+        if parts.query or parts.fragment:
+            raise error(f"{what} must not have a query or fragment, got {url!r}")
+        self.scheme = scheme
+        self.host = parts.hostname.lower()
+        self.port = port if port is not None else _DEFAULT_PORTS[scheme]
+        self.path = parts.path.rstrip("/")
+        if what == "base_url" and (parts.username is not None or parts.password is not None):
+            raise error("base_url must not carry credentials; pass api_key instead")
+        self._auth = (parts.username, parts.password)
+
+    @property
+    def netloc(self) -> str:
+        """host[:port] as the Host header wants it: no default port, IPv6 in brackets."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return host if self.port == _DEFAULT_PORTS[self.scheme] else f"{host}:{self.port}"
+
+    def url(self) -> str:
+        return f"{self.scheme}://{self.netloc}{self.path}"
+
+    def basic_auth(self) -> Optional[str]:
+        """A Basic credential from the URL's user:password, for a proxy."""
+        user, password = self._auth
+        if user is None:
+            return None
+        import base64
+
+        raw = f"{unquote(user)}:{unquote(password or '')}".encode()
+        return "Basic " + base64.b64encode(raw).decode("ascii")
+
+
+def resolve_api_key(api_key: Optional[str], env: Mapping[str, str]) -> Optional[str]:
+    if api_key is None:
+        return from_env("SERVICE_API_KEY", env)
+    if not isinstance(api_key, str) or not api_key.strip():
+        raise InvalidOption("api_key must be a non-empty string (or None to read SERVICE_API_KEY)")
+    return api_key
+
+
+def resolve_base_url(base_url: Optional[str], env: Mapping[str, str]) -> Origin:
+    url = base_url if base_url is not None else from_env("SERVICE_BASE_URL", env)
+    return Origin(url if url is not None else PUBLIC_BASE_URL)
+
+
+def is_public(origin: Origin) -> bool:
+    return origin.url() == Origin(PUBLIC_BASE_URL).url()
+
+
+def resolve_model(model: Optional[str], env: Mapping[str, str]) -> str:
+    if model is None:
+        return from_env("SERVICE_DEFAULT_MODEL", env) or DEFAULT_MODEL
+    return check_model(model)
+
+
+def check_model(model: object) -> str:
+    if not isinstance(model, str) or not model.strip():
+        from ._errors import InvalidModel
+
+        raise InvalidModel(f"model must be a non-empty string, got {model!r}")
+    return model
+
+
+def _check_header(name: object, value: object) -> tuple[str, str]:
+    if not isinstance(name, str) or not isinstance(value, str):
+        raise InvalidOption(f"a header is a (name, value) pair of strings, got {(name, value)!r}")
+    if not name or any(ch in name for ch in " \t\r\n:\0") or any(ch in value for ch in "\r\n\0"):
+        raise InvalidOption(f"header {name!r} has a character HTTP does not allow")
+    try:
+        value.encode("latin-1")
+    except UnicodeEncodeError:
+        raise InvalidOption(f"header {name!r} has a value outside latin-1") from None
+    return name, value
+
+
+def header_block(api_key: Optional[str], extra: Sequence[tuple[str, str]]) -> bytes:
+    """The headers every request carries, ``Host`` and per-request ones excepted."""
+    lines = [("Accept", "application/json"), ("User-Agent", USER_AGENT)]
+    if api_key is not None:
+        lines.append(_check_header("Authorization", f"Bearer {api_key}"))
+    if isinstance(extra, (str, bytes)) or not hasattr(extra, "__iter__"):
+        raise InvalidOption(f"extra_headers must be a sequence of (name, value) pairs, got {extra!r}")
+    for pair in extra:
+        if not isinstance(pair, (tuple, list)) or len(pair) != 2:
+            raise InvalidOption(f"extra_headers items are (name, value) pairs, got {pair!r}")
+        lines.append(_check_header(*pair))
+    return "".join(f"{k}: {v}\r\n" for k, v in lines).encode("latin-1")
+
+
+def env_proxy(origin: Origin, env: Mapping[str, str]) -> Optional[str]:
+    """The proxy the environment names for ``origin``, by the standard library's rules."""
+    if not any(key.lower().endswith("_proxy") for key in env):
+        return None  # keeps the heavy urllib.request import off the common path
+    import urllib.request
+
+    proxies = urllib.request.getproxies_environment()
+    proxy = proxies.get(origin.scheme) or proxies.get("all")
+    if not proxy:
+        return None
+    # Not in typeshed, but public and documented in urllib.request since Python 3.2.
+    bypass = getattr(urllib.request, "proxy_bypass_environment")  # noqa: B009
+    if bypass(origin.host, proxies):
+        return None
+    return proxy
+
+
+def parse_proxy(url: str) -> Origin:
+    if isinstance(url, str) and "://" not in url:
+        url = "http://" + url
+    proxy = Origin(url, "proxy")
+    if proxy.scheme != "http":
+        raise InvalidOption(f"only http:// proxies are supported, got {url!r}")
+    return proxy

@@ -1,0 +1,237 @@
+"""One keep-alive connection and one HTTP exchange over it.
+
+Requests are written as bytes the client prepared once (the header block is fixed per client),
+so ``http.client`` is used only to parse responses, through ``HTTPResponse`` over a reader of
+our own. That reader enforces the call's deadline on every ``recv`` and counts the bytes
+received, which tells a stale keep-alive connection (nothing came back) from a dropped response.
+
+States of a ``Connection``::
+
+    open_connection() ──> busy ──exchange ok, reusable──> idle (in the pool) ──checkout──> busy
+                           │                                  │
+                           └─error, cancel, not reusable──────┴─peer closed / too old──> closed
+
+Cancellation from another thread calls ``abort()``, which shuts the socket down: a blocked
+``recv``/``send`` returns at once, and the connection is never pooled again.
+"""
+
+from __future__ import annotations
+
+import errno
+import io
+import os
+import select
+import socket
+import time
+from http.client import HTTPResponse
+
+from ._errors import InvalidResponse
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import ssl
+    from http.client import HTTPMessage
+    from typing import Callable, Optional
+
+_CONNECT_SLICE = 0.05  # how often a connect in progress looks at its cancel token, in seconds
+_IN_PROGRESS = {
+    errno.EINPROGRESS,
+    errno.EWOULDBLOCK,
+    errno.EAGAIN,
+    getattr(errno, "WSAEWOULDBLOCK", errno.EWOULDBLOCK),
+}
+_poll = getattr(select, "poll", None)
+
+if hasattr(time, "CLOCK_BOOTTIME"):
+
+    def idle_clock() -> float:
+        """Seconds on a clock that keeps running while the process or machine is suspended."""
+        # A Lambda frozen for minutes must find its idle connections old, not fresh.
+        return time.clock_gettime(time.CLOCK_BOOTTIME)
+else:  # pragma: no cover - macOS and Windows
+    idle_clock = time.monotonic
+
+
+class Expired(Exception):
+    """The call's deadline passed during network I/O."""
+
+
+class Stopped(Exception):
+    """The call was cancelled while connecting."""
+
+
+def _wait(sock: socket.socket, for_write: bool, timeout: float) -> bool:
+    """True when ``sock`` is writable (or readable), False after ``timeout`` seconds."""
+    if _poll is not None:
+        poller = _poll()
+        poller.register(sock, select.POLLOUT if for_write else select.POLLIN)
+        return bool(poller.poll(max(0.0, timeout) * 1000.0))
+    want = ([], [sock], [sock]) if for_write else ([sock], [], [])  # pragma: no cover
+    return any(select.select(*want, max(0.0, timeout)))  # pragma: no cover
+
+
+def _remaining(deadline: Optional[float]) -> Optional[float]:
+    if deadline is None:
+        return None
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise Expired
+    return left
+
+
+def _tune(sock: socket.socket) -> None:
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    # Keep-alive probes notice a peer that vanished (a NAT that forgot us, a dead host) during
+    # a long wait, instead of hanging until the kernel's retransmission gives up (~15 min).
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    for name, value in (("TCP_KEEPIDLE", 30), ("TCP_KEEPINTVL", 10), ("TCP_KEEPCNT", 3)):
+        option = getattr(socket, name, None)
+        if option is not None:
+            sock.setsockopt(socket.IPPROTO_TCP, option, value)
+
+
+def connect_tcp(
+    host: str, port: int, deadline: Optional[float], stopped: Callable[[], bool]
+) -> socket.socket:
+    """A connected, tuned, blocking TCP socket; raises ``OSError``, ``Expired`` or ``Stopped``."""
+    last: Optional[OSError] = None
+    for family, kind, proto, _, address in socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM):
+        sock = socket.socket(family, kind, proto)
+        try:
+            # Non-blocking, so that a connect stuck on a full accept backlog or a black-holed
+            # address still looks at its cancel token and deadline.
+            sock.setblocking(False)
+            code = sock.connect_ex(address)
+            while code in _IN_PROGRESS:
+                if stopped():
+                    raise Stopped
+                left = _remaining(deadline)
+                if _wait(sock, True, _CONNECT_SLICE if left is None else min(left, _CONNECT_SLICE)):
+                    code = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+            if code:
+                raise OSError(code, os.strerror(code))
+            sock.setblocking(True)
+            _tune(sock)
+            return sock
+        except OSError as exc:
+            sock.close()
+            last = exc
+        except BaseException:
+            sock.close()
+            raise
+    raise last if last is not None else OSError(f"no address found for {host}")
+
+
+class _Reader(io.RawIOBase):
+    """The socket as a raw stream for ``HTTPResponse``: deadline per recv, bytes counted."""
+
+    def __init__(self, conn: Connection) -> None:
+        self._conn = conn
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: memoryview) -> int:  # type: ignore[override]
+        conn = self._conn
+        if conn.deadline is not None:
+            conn.sock.settimeout(_remaining(conn.deadline))
+        count = conn.sock.recv_into(buffer)
+        conn.received += count
+        return count
+
+
+class Connection:
+    """A socket to one origin (or a proxy), used by one request at a time."""
+
+    __slots__ = ("deadline", "idle_since", "key", "received", "sock")
+
+    def __init__(self, sock: socket.socket, key: tuple[object, ...]) -> None:
+        self.sock = sock
+        self.key = key
+        self.deadline: Optional[float] = None
+        self.received = 0
+        self.idle_since = 0.0
+
+    def makefile(self, mode: str) -> io.BufferedReader:
+        # HTTPResponse calls sock.makefile("rb"); this object stands in for the socket.
+        return io.BufferedReader(_Reader(self))
+
+    def peer_closed(self) -> bool:
+        """True if the server closed (or wrote to) this idle connection: it must not be reused."""
+        # An idle HTTP connection has nothing to read; readable means EOF, RST or garbage.
+        try:
+            return _wait(self.sock, False, 0.0)
+        except (OSError, ValueError):
+            return True
+
+    def abort(self) -> None:
+        """Shut the socket down from any thread, waking a blocked send or recv."""
+        try:
+            # The plain socket's shutdown, not SSLSocket's, which would unset its SSL object
+            # under the feet of the thread reading from it.
+            socket.socket.shutdown(self.sock, socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+    def close(self) -> None:
+        try:
+            self.sock.close()
+        except OSError:  # pragma: no cover - close() of a broken SSL socket
+            pass
+
+    def exchange(
+        self, request: bytes, method: str, deadline: Optional[float], max_body: int
+    ) -> tuple[int, HTTPMessage, bytes, bool]:
+        """Send ``request`` and read one response: (status, headers, body, reusable).
+
+        Raises ``OSError``/``http.client.HTTPException`` from the network, ``Expired`` when the
+        deadline passes, and ``InvalidResponse`` when the body is over ``max_body`` bytes.
+        """
+        self.deadline = deadline
+        self.received = 0
+        self.sock.settimeout(_remaining(deadline))
+        self.sock.sendall(request)
+        response = HTTPResponse(self, method=method)  # type: ignore[arg-type]
+        try:
+            response.begin()
+            length = response.length
+            if length is not None and length > max_body:
+                raise InvalidResponse(f"the response body has {length} bytes, over the {max_body}-byte limit")
+            if length is not None:
+                body = response.read()
+            else:
+                body = response.read(max_body + 1)
+                if len(body) > max_body:
+                    raise InvalidResponse(f"the response body is over the {max_body}-byte limit")
+            # Reusable only when fully read and the server keeps the connection open.
+            reusable = response.isclosed() and not response.will_close
+        finally:
+            response.close()
+        return response.status, response.msg, body, reusable
+
+
+def wrap_tls(
+    sock: socket.socket, context: ssl.SSLContext, host: str, deadline: Optional[float]
+) -> socket.socket:
+    """TLS over ``sock``, the certificate checked against ``host``."""
+    sock.settimeout(_remaining(deadline))
+    return context.wrap_socket(sock, server_hostname=host)
+
+
+def open_tunnel(conn: Connection, target: str, headers: bytes, deadline: Optional[float]) -> None:
+    """Ask the HTTP proxy behind ``conn`` for a CONNECT tunnel to ``target`` ("host:port")."""
+    request = b"CONNECT %s HTTP/1.1\r\nHost: %s\r\n%s\r\n" % (
+        target.encode("ascii"),
+        target.encode("ascii"),
+        headers,
+    )
+    conn.deadline = deadline
+    conn.sock.settimeout(_remaining(deadline))
+    conn.sock.sendall(request)
+    response = HTTPResponse(conn, method="CONNECT")  # type: ignore[arg-type]
+    try:
+        response.begin()
+        if response.status != 200:
+            raise OSError(f"the proxy refused the tunnel to {target}: HTTP {response.status}")
+    finally:
+        response.close()

@@ -1,0 +1,220 @@
+"""The exceptions qa_min raises, and the Diagnostics a call fills.
+
+Every exception is a ``QAError``::
+
+    QAError
+    ├── APIStatusError                 .status: the HTTP status
+    │   ├── BadRequest                 400
+    │   ├── Unauthorized               401
+    │   ├── PermissionDenied           403
+    │   ├── NotFound                   404
+    │   ├── RequestTimeout             408, after retries
+    │   ├── UnprocessableEntity        422
+    │   ├── ServiceBusy
+    │   │   ├── RateLimited            429, after retries
+    │   │   └── Overloaded             529, after retries
+    │   ├── ServerError                other 5xx, after retries
+    │   └── UnexpectedStatus           any other non-2xx status, 3xx included
+    ├── ConnectionFailed               could not connect, or the connection dropped
+    ├── InvalidResponse                a body or an answer of the wrong shape
+    ├── Canceled                       cancelled from outside, or the call's timeout expired
+    ├── ClientClosed                   a call started after ``close()``
+    ├── ConfigurationError (ValueError)
+    │   ├── InvalidBaseUrl
+    │   └── MissingApiKey
+    └── ValidationError (ValueError)   the request is wrong; nothing was sent
+        ├── NoQuestions
+        ├── DuplicateQuestionName
+        ├── InvalidName
+        ├── InvalidState
+        ├── InvalidQuestion
+        ├── InvalidModel
+        └── InvalidOption
+
+Each instance carries ``.diagnostics``. Messages name the status and a short detail, never the
+API key.
+"""
+
+from __future__ import annotations
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Optional
+
+
+class Diagnostics:
+    """What a call did; pass one as ``diagnostics=`` to see it, on success and on failure.
+
+    Attributes:
+        status: The last HTTP status received, or None if no response arrived.
+        body: The last non-2xx response body as text, or None.
+        attempts: HTTP attempts made, the first one included.
+        transport_error: The exception behind a ``ConnectionFailed``, or None.
+    """
+
+    __slots__ = ("attempts", "body", "status", "transport_error")
+
+    def __init__(self) -> None:
+        self.status: Optional[int] = None
+        self.body: Optional[str] = None
+        self.attempts = 0
+        self.transport_error: Optional[BaseException] = None
+
+    def __repr__(self) -> str:
+        body = self.body if self.body is None or len(self.body) <= 80 else self.body[:77] + "..."
+        return (
+            f"Diagnostics(status={self.status!r}, attempts={self.attempts!r}, "
+            f"body={body!r}, transport_error={self.transport_error!r})"
+        )
+
+
+class QAError(Exception):
+    """Base of every exception qa_min raises."""
+
+    diagnostics: Diagnostics
+
+    def __init__(self, message: str, diagnostics: Optional[Diagnostics] = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.diagnostics = diagnostics if diagnostics is not None else Diagnostics()
+
+
+class APIStatusError(QAError):
+    """The service answered with a non-2xx HTTP status.
+
+    Attributes:
+        status: The HTTP status code.
+    """
+
+    def __init__(self, message: str, diagnostics: Optional[Diagnostics] = None, *, status: int) -> None:
+        super().__init__(message, diagnostics)
+        self.status = status
+
+
+class BadRequest(APIStatusError):
+    """HTTP 400."""
+
+
+class Unauthorized(APIStatusError):
+    """HTTP 401: the API key is missing, wrong or revoked."""
+
+
+class PermissionDenied(APIStatusError):
+    """HTTP 403."""
+
+
+class NotFound(APIStatusError):
+    """HTTP 404, for example a model the account cannot use."""
+
+
+class RequestTimeout(APIStatusError):
+    """HTTP 408, raised after retries are exhausted."""
+
+
+class UnprocessableEntity(APIStatusError):
+    """HTTP 422: the service refused the request body."""
+
+
+class ServiceBusy(APIStatusError):
+    """Base of RateLimited and Overloaded, so callers can handle "busy" in one place."""
+
+
+class RateLimited(ServiceBusy):
+    """HTTP 429, raised after retries are exhausted."""
+
+
+class Overloaded(ServiceBusy):
+    """HTTP 529, raised after retries are exhausted."""
+
+
+class ServerError(APIStatusError):
+    """A 5xx status other than 529, raised after retries are exhausted."""
+
+
+class UnexpectedStatus(APIStatusError):
+    """Any other non-2xx status; 3xx included, since redirects are never followed."""
+
+
+class ConnectionFailed(QAError):
+    """The service could not be reached or the connection dropped, after retries.
+
+    ``diagnostics.transport_error`` holds the underlying exception.
+    """
+
+    retryable = True  # False for failures another attempt cannot fix (an untrusted certificate)
+
+
+class InvalidResponse(QAError):
+    """A 2xx body that is not the expected shape, or an answer that does not fit its question."""
+
+
+class Canceled(QAError):
+    """The call was cancelled from outside, or its ``timeout`` expired."""
+
+
+class ClientClosed(QAError):
+    """The client was closed before this call started."""
+
+
+class ConfigurationError(QAError, ValueError):
+    """The client's configuration cannot work."""
+
+
+class InvalidBaseUrl(ConfigurationError):
+    """``base_url`` is not an http(s) URL with a host."""
+
+
+class MissingApiKey(ConfigurationError):
+    """No API key was given or found for the public service address."""
+
+
+class ValidationError(QAError, ValueError):
+    """The request is invalid; it was refused before any byte was sent."""
+
+
+class NoQuestions(ValidationError):
+    """A request has no questions."""
+
+
+class DuplicateQuestionName(ValidationError):
+    """Two questions of one request share a name."""
+
+
+class InvalidName(ValidationError):
+    """A question name is empty or not a string."""
+
+
+class InvalidState(ValidationError):
+    """The state is empty or not a string."""
+
+
+class InvalidQuestion(ValidationError):
+    """A question's criteria are malformed: an empty text, too few options or levels, ..."""
+
+
+class InvalidModel(ValidationError):
+    """A model name is empty or not a string."""
+
+
+class InvalidOption(ValidationError):
+    """A per-call or client option has the wrong type or value."""
+
+
+_STATUS_ERRORS: dict[int, type[APIStatusError]] = {
+    400: BadRequest,
+    401: Unauthorized,
+    403: PermissionDenied,
+    404: NotFound,
+    408: RequestTimeout,
+    422: UnprocessableEntity,
+    429: RateLimited,
+    529: Overloaded,
+}
+
+
+def status_error_class(status: int) -> type[APIStatusError]:
+    """The exception class SPEC.md assigns to a non-2xx status."""
+    cls = _STATUS_ERRORS.get(status)
+    if cls is not None:
+        return cls
+    return ServerError if 500 <= status <= 599 else UnexpectedStatus

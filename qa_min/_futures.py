@@ -1,0 +1,110 @@
+"""``Call`` and the client's executor, loaded on the first ``submit`` (not at import).
+
+A ``Call`` is a ``concurrent.futures.Future`` with one difference the spec asks for: ``cancel()``
+also stops a call that is already running. It cancels the call's own ``CancelToken``, which
+shuts its socket down or wakes its backoff sleep, and the call resolves with ``Canceled``. The
+stdlib CANCELLED state is never used, so ``result()`` raises ``Canceled``, a ``QAError``, in every
+case, and ``cancelled()`` stays False.
+"""
+
+from __future__ import annotations
+
+import _thread
+import os
+from concurrent.futures import Future, ThreadPoolExecutor
+
+from ._cancel import CancelToken
+from ._errors import Canceled, InvalidOption
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from typing import Any, Callable, TypeVar
+
+    R = TypeVar("R")
+else:
+    R = None
+
+
+class Call(Future[R]):
+    """A call running on the client's executor, returned by ``client.submit``.
+
+    ``cancel()`` aborts it whether it is waiting for a thread or already running, and returns
+    True unless the call had already finished; ``result()`` then raises ``Canceled``.
+    ``asyncio.wrap_future(call)`` makes it awaitable, and cancelling the awaiting task cancels it.
+    """
+
+    def __init__(self, token: CancelToken) -> None:
+        super().__init__()
+        self._token = token
+        self._claimed = False
+        self._claim = _thread.allocate_lock()
+
+    def cancel(self) -> bool:
+        """Abort the call; False if it had already finished."""
+        with self._claim:
+            if self.done():
+                return False
+            never_started = not self._claimed
+            self._claimed = True
+        self._token.cancel()
+        if never_started:
+            self.set_running_or_notify_cancel()
+            self.set_exception(Canceled("the call was cancelled before it started"))
+        return True
+
+    def _run(self, fn: Callable[..., R], args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> None:
+        with self._claim:
+            if self._claimed:
+                return
+            self._claimed = True
+        self.set_running_or_notify_cancel()
+        try:
+            result = fn(*args, **kwargs)
+        except BaseException as exc:
+            self.set_exception(exc)
+        else:
+            if self._token.cancelled:
+                # cancel() said it aborted the call: keep its word even if the answer won the race.
+                self.set_exception(Canceled("the call was cancelled"))
+            else:
+                self.set_result(result)
+
+
+class Executor:
+    """The client's worker threads and the calls they owe, so ``close()`` can end them all."""
+
+    def __init__(self, max_workers: int) -> None:
+        self.pid = os.getpid()
+        self._threads = ThreadPoolExecutor(max_workers, thread_name_prefix="qa_min")
+        self._calls: set[Call[Any]] = set()
+        self._lock = _thread.allocate_lock()
+
+    def submit(self, fn: Callable[..., R], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Call[R]:
+        outer = kwargs.get("cancel")
+        if outer is not None and not isinstance(outer, CancelToken):
+            raise InvalidOption(f"cancel must be a CancelToken, got {outer!r}")
+        token = CancelToken()
+        if outer is not None and not outer._add_hook(token.cancel):
+            token.cancel()
+        call: Call[R] = Call(token)
+        with self._lock:
+            self._calls.add(call)
+
+        def finished(done: Future[R]) -> None:
+            with self._lock:
+                self._calls.discard(call)
+            if outer is not None:
+                outer._remove_hook(token.cancel)
+
+        call.add_done_callback(finished)
+        self._threads.submit(call._run, fn, args, {**kwargs, "cancel": token})
+        return call
+
+    def shutdown(self) -> None:
+        """Cancel every unfinished call and wait for the worker threads to end."""
+        with self._lock:
+            calls = list(self._calls)
+        for call in calls:
+            call.cancel()
+        self._threads.shutdown(wait=True)

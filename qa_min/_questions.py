@@ -1,0 +1,458 @@
+"""Questions, their wire form, and the checks on the answers that come back.
+
+Two ways to ask, one machinery:
+
+* A ``Questions`` subclass declares its questions as class attributes. Each attribute is a
+  descriptor whose ``__get__`` is typed, so ``answers.toxic`` is a ``bool`` to mypy, and whose
+  value at run time sits in the instance ``__dict__`` (plain attribute speed).
+* ``Request`` / ``NamedQuestion`` build the same thing at run time.
+
+Both compile, once, to a ``_Spec``: the JSON of the ``questions`` object (encoded once, since
+the hot path only splices it into each body) and one decoder per question. A decoder returns
+the Python answer or raises ``_Mismatch``; the client turns that into ``InvalidResponse``.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+from types import MappingProxyType
+
+from ._errors import (
+    DuplicateQuestionName,
+    InvalidName,
+    InvalidQuestion,
+    InvalidState,
+    NoQuestions,
+)
+from ._typing import Generic, overload
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping, Sequence
+    from typing import Any, Callable, Optional, TypeVar, Union
+
+    _T = TypeVar("_T")
+    _E = TypeVar("_E", bound=enum.Enum)
+    _QuestionT = TypeVar("_QuestionT", bound="_Question[Any]")
+    Decoder = Callable[[object], Any]
+else:
+    _T = _E = None
+
+_encode_str = json.encoder.encode_basestring_ascii
+
+
+class _Mismatch(Exception):
+    """An answer that does not fit its question; the message says how."""
+
+
+def _text(value: object, what: str) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise InvalidQuestion(f"{what} must be a non-empty string, got {value!r}")
+    return value
+
+
+def _enum_texts(options: type[enum.Enum], what: str) -> list[tuple[str, str]]:
+    members = list(options)
+    if len(members) < 2:
+        raise InvalidQuestion(f"{what} needs at least 2 members, {options.__name__} has {len(members)}")
+    return [(m.name, _text(m.value, f"the value of {options.__name__}.{m.name}")) for m in members]
+
+
+class _Question(Generic[_T]):
+    """Base of the three question kinds; a descriptor when used in a ``Questions`` class."""
+
+    __slots__ = ("criteria",)
+
+    criteria: object  # the wire form of the criteria: a dict or a list
+
+    def decode(self, value: object) -> _T:
+        raise NotImplementedError
+
+    @overload
+    def __get__(self: _QuestionT, obj: None, owner: object) -> _QuestionT: ...
+
+    @overload
+    def __get__(self, obj: Questions, owner: object) -> _T: ...
+
+    def __get__(self, obj: object, owner: object) -> object:
+        # Reached only for class access or a Questions instance built without this answer:
+        # answers live in the instance __dict__, which wins over a non-data descriptor.
+        if obj is None:
+            return self
+        raise AttributeError("this answer is not set")
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.criteria!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self) and other.criteria == self.criteria
+
+    def __hash__(self) -> int:
+        return hash((type(self), json.dumps(self.criteria, sort_keys=True)))
+
+
+class YesNo(_Question[bool]):
+    """A yes/no question: ``YesNo(yes_text, no_text)``; its answer is a ``bool``."""
+
+    __slots__ = ()
+
+    def __init__(self, yes: str, no: str) -> None:
+        self.criteria = {"true": _text(yes, "the yes text"), "false": _text(no, "the no text")}
+
+    def decode(self, value: object) -> bool:
+        if value is True or value is False:
+            return value
+        raise _Mismatch(f"expected true or false, got {_short(value)}")
+
+
+class Choice(_Question[_T]):
+    """One option out of several: ``Choice({"key": "description", ...})`` or ``Choice(AnEnum)``.
+
+    With a dict the answer is the option key (``str``); with an Enum it is the member whose
+    name the service sent, and the members' values are the descriptions.
+    """
+
+    __slots__ = ("_options",)
+
+    @overload
+    def __init__(self: Choice[str], options: Mapping[str, str]) -> None: ...
+
+    @overload
+    def __init__(self: Choice[_E], options: type[_E]) -> None: ...
+
+    def __init__(self, options: Union[Mapping[str, str], type[enum.Enum]]) -> None:
+        if isinstance(options, type) and issubclass(options, enum.Enum):
+            pairs = _enum_texts(options, "a choice")
+            self._options: Mapping[str, object] = {m.name: m for m in options}
+        elif hasattr(options, "items") and not isinstance(options, type):
+            pairs = [
+                (_text(k, "an option key"), _text(v, f"the text of option {k!r}")) for k, v in options.items()
+            ]
+            if len(pairs) < 2:
+                raise InvalidQuestion(f"a choice needs at least 2 options, got {len(pairs)}")
+            self._options = {k: k for k, _ in pairs}
+        else:
+            raise InvalidQuestion(f"a choice takes a dict or an Enum class, got {options!r}")
+        self.criteria = dict(pairs)
+
+    def decode(self, value: object) -> _T:
+        if type(value) is str:
+            found = self._options.get(value, _Mismatch)
+            if found is not _Mismatch:
+                return found  # type: ignore[return-value]
+        raise _Mismatch(f"expected one of {sorted(self._options)}, got {_short(value)}")
+
+
+class Score(_Question[_T]):
+    """A level on a scale: ``Score(["poor", "fair", "good"])`` or ``Score(AnEnum)``.
+
+    With a list the answer is the 0-based level (``int``); with an Enum it is the member at that
+    position, the members' values being the level texts in order.
+    """
+
+    __slots__ = ("_levels",)
+
+    @overload
+    def __init__(self: Score[int], levels: Sequence[str]) -> None: ...
+
+    @overload
+    def __init__(self: Score[_E], levels: type[_E]) -> None: ...
+
+    def __init__(self, levels: Union[Sequence[str], type[enum.Enum]]) -> None:
+        if isinstance(levels, type) and issubclass(levels, enum.Enum):
+            texts = [text for _, text in _enum_texts(levels, "a score")]
+            self._levels: Sequence[object] = tuple(levels)
+        elif isinstance(levels, (list, tuple)):
+            texts = [_text(t, f"level {i}") for i, t in enumerate(levels)]
+            if len(texts) < 2:
+                raise InvalidQuestion(f"a score needs at least 2 levels, got {len(texts)}")
+            self._levels = range(len(texts))
+        else:
+            raise InvalidQuestion(f"a score takes a list of level texts or an Enum class, got {levels!r}")
+        self.criteria = texts
+
+    def decode(self, value: object) -> _T:
+        if type(value) is int and 0 <= value < len(self._levels):
+            return self._levels[value]  # type: ignore[return-value]
+        raise _Mismatch(f"expected a level from 0 to {len(self._levels) - 1}, got {_short(value)}")
+
+
+def _short(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+class _Spec:
+    """A compiled question set: the encoded ``questions`` JSON and one decoder per id."""
+
+    __slots__ = ("decoders", "questions_json")
+
+    def __init__(self, pairs: Iterable[tuple[str, _Question[Any]]]) -> None:
+        items = list(pairs)
+        if not items:
+            raise NoQuestions("a request needs at least one question")
+        wire: dict[str, object] = {}
+        for name, question in items:
+            if not isinstance(name, str) or not name.strip():
+                raise InvalidName(f"a question name must be a non-empty string, got {name!r}")
+            if not isinstance(question, _Question):
+                raise InvalidQuestion(f"question {name!r} must be a YesNo, Choice or Score, got {question!r}")
+            if name in wire:
+                raise DuplicateQuestionName(f"two questions are named {name!r}")
+            wire[name] = {"criteria": question.criteria}
+        self.questions_json = json.dumps(wire, separators=(",", ":")).encode()
+        self.decoders: tuple[tuple[str, Decoder], ...] = tuple(
+            (name, question.decode) for name, question in items
+        )
+
+    def body(self, state: object, model: str) -> bytes:
+        """The JSON request body; ``state`` is checked here, the one per-call input."""
+        if type(state) is not str or not state or state.isspace():
+            raise InvalidState(f"state must be a non-empty string, got {_short(state)}")
+        return b"".join(
+            (
+                b'{"state":',
+                _encode_str(state).encode(),
+                b',"questions":',
+                self.questions_json,
+                b',"model":',
+                _encode_str(model).encode(),
+                b"}",
+            )
+        )
+
+    def decode(self, answers: object) -> dict[str, object]:
+        """Decoded answers by id; raises ``_Mismatch`` naming the first bad one."""
+        if type(answers) is not dict:
+            raise _Mismatch(f'"answers" must be an object, got {_short(answers)}')
+        out = {}
+        for name, decode in self.decoders:
+            try:
+                value = answers[name]
+            except KeyError:
+                raise _Mismatch(f"no answer for question {name!r}") from None
+            try:
+                out[name] = decode(value)
+            except _Mismatch as exc:
+                raise _Mismatch(f"answer to {name!r}: {exc}") from None
+        return out
+
+
+class Questions:
+    """Base class of a typed question set.
+
+    Subclass it and declare questions as class attributes::
+
+        class Review(qa.Questions):
+            toxic = qa.YesNo("The text insults someone", "The text insults no one")
+            quality = qa.Score(["poor", "fair", "good"])
+
+    ``client.ask(state, Review).answers`` is then a ``Review`` instance whose attributes are the
+    answers, typed for mypy. Instances are read-only; ``Review(toxic=True, quality=2)`` builds
+    one by hand, for example as a canned answer in a test.
+    """
+
+    __slots__ = ("__dict__",)
+    _qa_fields: tuple[tuple[str, _Question[Any]], ...] = ()
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        fields = dict(cls._qa_fields)
+        for name, value in vars(cls).items():
+            if isinstance(value, _Question):
+                fields[name] = value
+        cls._qa_fields = tuple(fields.items())
+
+    @classmethod
+    def _qa_spec(cls) -> _Spec:
+        # Looked up in the class's own __dict__: a subclass must not reuse its base's spec.
+        spec: Optional[_Spec] = cls.__dict__.get("_qa_compiled")
+        if spec is None:
+            spec = _Spec(cls._qa_fields)
+            setattr(cls, "_qa_compiled", spec)  # noqa: B010
+        return spec
+
+    @classmethod
+    def _qa_from(cls, answers: dict[str, object]) -> Any:
+        obj = object.__new__(cls)
+        obj.__dict__.update(answers)
+        return obj
+
+    def __init__(self, **answers: object) -> None:
+        names = {name for name, _ in self._qa_fields}
+        if set(answers) != names:
+            raise InvalidName(
+                f"{type(self).__name__} takes exactly the answers {sorted(names)}, got {sorted(answers)}"
+            )
+        self.__dict__.update(answers)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"{type(self).__name__} answers are read-only")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"{type(self).__name__} answers are read-only")
+
+    def __repr__(self) -> str:
+        inner = ", ".join(f"{k}={v!r}" for k, v in self.__dict__.items())
+        return f"{type(self).__name__}({inner})"
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self) and other.__dict__ == self.__dict__
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+class NamedQuestion:
+    """A question with its id, for ``Request``: ``NamedQuestion("lang", Choice({...}))``."""
+
+    __slots__ = ("name", "question")
+
+    def __init__(self, name: str, question: _Question[Any]) -> None:
+        self.name = name
+        self.question = question
+
+    def __iter__(self) -> Any:
+        return iter((self.name, self.question))
+
+    def __repr__(self) -> str:
+        return f"NamedQuestion({self.name!r}, {self.question!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            isinstance(other, NamedQuestion) and other.name == self.name and other.question == self.question
+        )
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+class Request:
+    """A question set built at run time, for ``client.core``.
+
+    Args:
+        state: The text to judge.
+        questions: The questions, each a ``NamedQuestion`` (or a ``(name, question)`` pair).
+        model: A model for this request, overriding the client's; None uses the client's.
+
+    Raises:
+        ValidationError: A subclass naming what is wrong (``NoQuestions``,
+            ``DuplicateQuestionName``, ``InvalidName``, ``InvalidQuestion``, ``InvalidState``).
+    """
+
+    __slots__ = ("_spec", "model", "questions", "state")
+
+    def __init__(
+        self,
+        state: str,
+        questions: Sequence[NamedQuestion],
+        model: Optional[str] = None,
+    ) -> None:
+        if isinstance(questions, (str, bytes)) or not hasattr(questions, "__iter__"):
+            raise InvalidQuestion(f"questions must be a sequence of NamedQuestion, got {questions!r}")
+        named = []
+        for item in questions:
+            try:
+                name, question = item
+            except (TypeError, ValueError):
+                raise InvalidQuestion(f"expected a NamedQuestion, got {_short(item)}") from None
+            named.append(NamedQuestion(name, question))
+        self._spec = _Spec((q.name, q.question) for q in named)
+        self._spec.body(state, "")  # validates the state now rather than at send time
+        self.state = state
+        self.questions = tuple(named)
+        self.model = model
+
+    def __repr__(self) -> str:
+        questions = list(self.questions)
+        return f"Request(state={_short(self.state)}, questions={questions!r}, model={self.model!r})"
+
+
+class AskResponse(Generic[_T]):
+    """The result of ``client.ask``.
+
+    Attributes:
+        answers: An instance of the ``Questions`` class asked, its attributes the answers.
+        usage: The usage object the service sent (read-only; empty when absent).
+    """
+
+    __slots__ = ("answers", "usage")
+
+    def __init__(self, answers: _T, usage: Mapping[str, Any]) -> None:
+        self.answers = answers
+        self.usage = usage
+
+    def __repr__(self) -> str:
+        return f"AskResponse(answers={self.answers!r}, usage={dict(self.usage)!r})"
+
+
+class CoreResponse:
+    """The result of ``client.core``.
+
+    Attributes:
+        answers: A read-only mapping of question id to answer (``bool``, ``str`` or Enum
+            member, ``int`` or Enum member).
+        usage: The usage object the service sent (read-only; empty when absent).
+    """
+
+    __slots__ = ("answers", "usage")
+
+    def __init__(self, answers: Mapping[str, Any], usage: Mapping[str, Any]) -> None:
+        self.answers = answers
+        self.usage = usage
+
+    def get(self, question_id: str, default: Any = None) -> Any:
+        """The answer to one question, or ``default`` if no question had that id."""
+        return self.answers.get(question_id, default)
+
+    def __repr__(self) -> str:
+        return f"CoreResponse(answers={dict(self.answers)!r}, usage={dict(self.usage)!r})"
+
+
+class Model:
+    """One model the account can use.
+
+    Attributes:
+        name: The model id to pass as ``model=``.
+        info: Every field the service sent for it, ``name`` included (read-only).
+    """
+
+    __slots__ = ("info", "name")
+
+    def __init__(self, name: str, info: Mapping[str, Any]) -> None:
+        self.name = name
+        self.info = info
+
+    def __repr__(self) -> str:
+        return f"Model(name={self.name!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Model) and (other.name, other.info) == (self.name, self.info)
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+class ModelList:
+    """The result of ``client.list_models``.
+
+    Attributes:
+        models: The models, in the order the service listed them.
+    """
+
+    __slots__ = ("models",)
+
+    def __init__(self, models: Sequence[Model]) -> None:
+        self.models = tuple(models)
+
+    def __iter__(self) -> Any:
+        return iter(self.models)
+
+    def __len__(self) -> int:
+        return len(self.models)
+
+    def __repr__(self) -> str:
+        return f"ModelList({[m.name for m in self.models]!r})"
+
+
+def readonly(mapping: dict[str, Any]) -> Mapping[str, Any]:
+    """A read-only view, so answers handed to the caller cannot be changed under them."""
+    return MappingProxyType(mapping)

@@ -1,0 +1,727 @@
+"""A deterministic, scriptable fake of the question-answering service, for tests.
+
+`FakeService` is a real HTTP/1.1 server (``http.server`` based, keep-alive, JSON bodies with
+``Content-Length``) that runs in background daemon threads on an ephemeral port. It speaks the
+service's wire protocol, so any client, this library's included, can be pointed at
+``FakeService.url``. It checks requests the way the real service does:
+
+* With ``api_key`` set, a request whose ``Authorization`` header is not exactly
+  ``Bearer <api_key>`` gets 401.
+* A malformed ``/v1/core`` body gets 422 (not JSON, not an object, ``state`` not a non-empty
+  string, ``questions`` not a non-empty object, a question without valid criteria, ``model``
+  missing or not a string).
+* A model that is neither listed nor versioned (``judge-2.1``, ``judge-mini-1.0.3``: a family name,
+  a dash and a dotted version number) gets 404.
+* An unknown path gets 404 and a wrong method on a known path 405.
+
+Every error body is ``{"detail": "<what is wrong>"}``.
+
+Deterministic answers:
+    For question ``id`` asked about ``state`` with ``model``, let
+    ``h = hashlib.sha256(f"{model}\\0{state}\\0{id}".encode()).digest()[0]`` (an int 0-255):
+
+    * yes/no (criteria ``{"true": ..., "false": ...}``) answers ``h % 2 == 0``;
+    * choice (criteria ``{option: description, ...}``) answers the option at index ``h % n``,
+      options counted in the order they were sent;
+    * score (criteria ``[level 0, level 1, ...]``) answers the integer ``h % n``.
+
+    `expected_answer` computes the same value. `FakeService.set_answers` replaces the answer of
+    chosen ids with a raw wire value, sent unvalidated so that tests can make the service
+    misbehave. ``usage`` is ``{"input_tokens": <words in state>, "output_tokens": <questions>}``
+    and ``model`` echoes the model asked for.
+
+Scripting:
+    `FakeService.script` queues `Step` objects; each incoming request, on any path, takes the next
+    one, and requests arriving while the queue is empty are served normally. Steps are built by
+    `reply` (a canned response), `delay` (serve normally, late), `hang` (never answer until
+    `FakeService.release` or `FakeService.close`), `drop` (close without a response), `reset`
+    (close with a TCP reset) and `truncate` (a 200 whose body stops short of its
+    ``Content-Length``). Every request, scripted or not, is recorded first, in
+    `FakeService.requests`.
+
+Example:
+    ::
+
+        from qa_min.testing import FakeService, reply
+
+        with FakeService(api_key="sk-test") as svc:
+            svc.script(reply(503, {"detail": "busy"}))   # the first request fails...
+            client = make_client(base_url=svc.url, api_key="sk-test")
+            ...                                           # ...the retry is answered by the rules
+            assert len(svc.requests) == 2
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import http.server
+import json
+import re
+import selectors
+import socket
+import socketserver
+import struct
+import sys
+import threading
+from collections import deque
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final, Literal, cast
+
+__all__ = [
+    "DEFAULT_MODELS",
+    "FakeService",
+    "RecordedRequest",
+    "Step",
+    "delay",
+    "drop",
+    "expected_answer",
+    "hang",
+    "reply",
+    "reset",
+    "truncate",
+]
+
+DEFAULT_MODELS: Final[tuple[str, ...]] = (
+    "judge-latest",
+    "judge-mini-latest",
+    "judge-2.1",
+    "judge-mini-1.3",
+)
+"""Model names `FakeService` lists on ``GET /v1/models`` unless told otherwise."""
+
+# fullmatch, not `$`: `$` would also accept a trailing newline.
+_VERSIONED: Final = re.compile(r"([a-z][a-z0-9-]*?)-\d+(?:\.\d+)+")
+# Bounds every join so that a bug in a handler cannot hang the test run that owns the fake.
+_JOIN_TIMEOUT: Final = 10.0
+_TRUNCATED_BODY: Final = b'{"answers": {}, "usage": {"input_tokens": 0, "output_tokens": 0}}'
+_JSON: Final = ("Content-Type", "application/json")
+
+_HeaderPairs = tuple[tuple[str, str], ...]
+_Reply = tuple[int, object, _HeaderPairs]
+_Kind = Literal["reply", "delay", "hang", "drop", "reset", "truncate"]
+_ConnState = Literal["idle", "busy", "writing"]
+_Parsed = tuple[str, str, dict[str, tuple[str, tuple[str, ...]]]]
+
+
+class _Headers(Mapping[str, str]):
+    """Read-only header mapping; names are stored lowercased and looked up in any case."""
+
+    __slots__ = ("_items",)
+
+    def __init__(self, pairs: Iterable[tuple[str, str]]) -> None:
+        items: dict[str, str] = {}
+        for name, value in pairs:
+            key = name.lower()
+            # Repeated headers fold into one value, as RFC 9110 section 5.3 allows.
+            items[key] = f"{items[key]}, {value}" if key in items else value
+        self._items = items
+
+    def __getitem__(self, name: str) -> str:
+        return self._items[name.lower()]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __repr__(self) -> str:
+        return f"Headers({self._items!r})"
+
+
+@dataclass(frozen=True)
+class RecordedRequest:
+    """One request as the fake received it.
+
+    Attributes:
+        method: The HTTP method, e.g. ``"POST"``.
+        path: The request target as sent, prefix and query string included.
+        headers: The request headers; names are lowercased and lookups ignore case.
+        body: The raw request body (empty when there was none).
+    """
+
+    method: str
+    path: str
+    headers: Mapping[str, str]
+    body: bytes
+
+    def json(self) -> Any:
+        """Return the body parsed as JSON; raises ``ValueError`` when it is not JSON."""
+        return json.loads(self.body)
+
+
+@dataclass(frozen=True)
+class Step:
+    """One scripted behaviour; build it with `reply`, `delay`, `hang`, `drop`, `reset` or
+    `truncate` rather than directly."""
+
+    kind: _Kind
+    status: int = 200
+    body: bytes = b""
+    headers: _HeaderPairs = ()
+    seconds: float = 0.0
+
+
+def reply(status: int, body: bytes | str | object = None, *, headers: Sequence[tuple[str, str]] = ()) -> Step:
+    """Answer the request with a canned response instead of the normal one.
+
+    Args:
+        status: The HTTP status, 200-599.
+        body: ``bytes`` or ``str`` are sent as is (``str`` UTF-8 encoded) as ``text/plain``;
+            ``None`` sends an empty body; anything else is sent JSON-encoded as
+            ``application/json``.
+        headers: Extra response headers. A ``Content-Type`` here replaces the default one; a
+            ``Content-Length`` is ignored because the fake always sends the correct one.
+
+    Raises:
+        ValueError: ``status`` is outside 200-599.
+        TypeError: ``body`` cannot be encoded as JSON.
+    """
+    if not 200 <= status <= 599:
+        # A 1xx would make http.client wait for a final response that never comes.
+        raise ValueError(f"status must be within 200-599, not {status}")
+    content_type: str | None = "text/plain; charset=utf-8"
+    if body is None:
+        data, content_type = b"", None
+    elif isinstance(body, bytes):
+        data = body
+    elif isinstance(body, str):
+        data = body.encode()
+    else:
+        data, content_type = json.dumps(body).encode(), "application/json"
+    names = {name.lower() for name, _ in headers}
+    kept = tuple((name, value) for name, value in headers if name.lower() != "content-length")
+    if content_type is not None and "content-type" not in names:
+        kept += (("Content-Type", content_type),)
+    return Step("reply", status=status, body=data, headers=kept)
+
+
+def delay(seconds: float) -> Step:
+    """Wait ``seconds``, then serve the request normally; `FakeService.close` cuts the wait short
+    and drops the connection instead.
+
+    Raises:
+        ValueError: ``seconds`` is negative.
+    """
+    if seconds < 0:
+        raise ValueError(f"seconds must not be negative, not {seconds}")
+    return Step("delay", seconds=seconds)
+
+
+def hang() -> Step:
+    """Read the request and never answer it; after `FakeService.release` or
+    `FakeService.close` the connection is closed without a response."""
+    return Step("hang")
+
+
+def drop() -> Step:
+    """Read the request, then close the connection without sending a byte
+    (``http.client`` raises ``RemoteDisconnected``)."""
+    return Step("drop")
+
+
+def reset() -> Step:
+    """Read the request, then abort the connection with a TCP reset (``SO_LINGER`` 0), so the
+    client sees ``ConnectionResetError``."""
+    return Step("reset")
+
+
+def truncate() -> Step:
+    """Send a 200 whose headers announce a JSON body of N bytes, send only part of it and close
+    (``http.client`` raises ``IncompleteRead``)."""
+    return Step("truncate")
+
+
+def expected_answer(model: str, state: str, question_id: str, criteria: object) -> object:
+    """Return the answer the fake gives by its rules (overrides aside).
+
+    Raises:
+        ValueError: ``criteria`` is not valid yes/no, choice or score criteria.
+    """
+    classified = _classify(criteria)
+    if classified is None:
+        raise ValueError(f"invalid criteria: {criteria!r}")
+    return _answer(model, state, question_id, *classified)
+
+
+def _classify(criteria: object) -> tuple[str, tuple[str, ...]] | None:
+    """Return ``(kind, option keys or levels)`` for valid criteria, else None."""
+    if (
+        isinstance(criteria, list)
+        and len(criteria) >= 2
+        and all(isinstance(level, str) for level in criteria)
+    ):
+        return "score", tuple(criteria)
+    if (
+        isinstance(criteria, dict)
+        and len(criteria) >= 2
+        and all(isinstance(key, str) and isinstance(text, str) for key, text in criteria.items())
+    ):
+        return ("yesno" if set(criteria) == {"true", "false"} else "choice"), tuple(criteria)
+    return None
+
+
+def _answer(model: str, state: str, question_id: str, kind: str, options: tuple[str, ...]) -> object:
+    # surrogatepass: JSON may carry lone surrogates, which plain UTF-8 encoding rejects.
+    key = f"{model}\0{state}\0{question_id}".encode("utf-8", "surrogatepass")
+    h = hashlib.sha256(key).digest()[0]
+    if kind == "yesno":
+        return h % 2 == 0
+    if kind == "choice":
+        return options[h % len(options)]
+    return h % len(options)
+
+
+def _parse_core(doc: object) -> _Parsed | str:
+    """Return ``(state, model, {id: (kind, options)})``, or the 422 detail."""
+    if not isinstance(doc, dict):
+        return "request body must be a JSON object"
+    state = doc.get("state")
+    if not isinstance(state, str) or not state:
+        return "'state' must be a non-empty string"
+    questions = doc.get("questions")
+    if not isinstance(questions, dict) or not questions:
+        return "'questions' must be a non-empty object"
+    parsed: dict[str, tuple[str, tuple[str, ...]]] = {}
+    for question_id, question in questions.items():
+        criteria = question.get("criteria") if isinstance(question, dict) else None
+        classified = _classify(criteria)
+        if classified is None:
+            return f"question {question_id!r} has no valid 'criteria'"
+        parsed[question_id] = classified
+    model = doc.get("model")
+    if not isinstance(model, str):
+        return "'model' must be a string"
+    return state, model, parsed
+
+
+def _family(model: str) -> str:
+    if model.endswith("-latest"):
+        return model[: -len("-latest")]
+    versioned = _VERSIONED.fullmatch(model)
+    return versioned.group(1) if versioned else model
+
+
+def _json_bytes(payload: object) -> bytes:
+    return json.dumps(payload).encode()
+
+
+def _shutdown(sock: socket.socket) -> None:
+    # The peer, or reset(), may have closed the socket already; that is the goal anyway.
+    with contextlib.suppress(OSError):
+        sock.shutdown(socket.SHUT_RDWR)
+
+
+@dataclass(eq=False)
+class _Conn:
+    sock: socket.socket
+    thread: threading.Thread
+    state: _ConnState = "idle"
+
+
+@dataclass(frozen=True)
+class _Running:
+    server: _Server
+    accept_thread: threading.Thread
+    wake_r: socket.socket
+    wake_w: socket.socket
+
+
+class _Server(socketserver.TCPServer):
+    """Accepts connections for a `FakeService`; one tracked daemon thread per connection."""
+
+    allow_reuse_address = True
+    # Tests open many connections at once; the default backlog of 5 would refuse some.
+    request_queue_size = 128
+
+    def __init__(self, service: FakeService, address: tuple[str, int]) -> None:
+        self.service = service
+        super().__init__(address, _Handler)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        thread = threading.Thread(
+            target=self._serve_connection,
+            args=(request, client_address),
+            name=f"qa_min-fake-conn-{client_address}",
+            daemon=True,
+        )
+        self.service._track(request, thread)
+
+    def _serve_connection(self, request: socket.socket, client_address: Any) -> None:
+        try:
+            self.finish_request(request, client_address)
+        except Exception:
+            self.handle_error(request, client_address)
+        finally:
+            self.service._untrack(request)
+            self.shutdown_request(request)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # Clients vanish mid-request and close() shuts sockets under live handlers: both are
+        # normal for this server and not worth a traceback.
+        if not isinstance(sys.exc_info()[1], OSError):  # pragma: no cover - a bug in the fake
+            super().handle_error(request, client_address)
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "qa_min-fake/1"
+    # Headers and body go out in two writes; Nagle plus delayed ACKs would stall the second.
+    disable_nagle_algorithm = True
+
+    @property
+    def _svc(self) -> FakeService:
+        return cast(_Server, self.server).service
+
+    def version_string(self) -> str:
+        return self.server_version
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """Stay silent: a test run has no use for one stderr line per request."""
+
+    def parse_request(self) -> bool:
+        self._svc._set_state(self.request, "busy")
+        return super().parse_request()
+
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        # Protocol errors leave the byte stream in an unknown state: never keep it alive.
+        detail = message or self.responses.get(code, ("Error",))[0]
+        self._send(code, _json_bytes({"detail": detail}), (_JSON, ("Connection", "close")))
+
+    def _dispatch(self) -> None:
+        if "Transfer-Encoding" in self.headers:
+            self.send_error(501, "request bodies must be sent with Content-Length")
+            return
+        try:
+            length = int(self.headers.get("Content-Length", "0"))
+        except ValueError:
+            length = -1
+        if length < 0:
+            self.send_error(400, "invalid Content-Length")
+            return
+        body = self.rfile.read(length)
+        headers = _Headers((name, str(value)) for name, value in self.headers.items())
+        recorded = RecordedRequest(self.command, self.path, headers, body)
+        step, generation = self._svc._record(recorded)
+        if step is None:
+            self._serve(recorded)
+        else:
+            self._play(step, recorded, generation)
+
+    do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = do_HEAD = do_OPTIONS = _dispatch
+
+    def _serve(self, recorded: RecordedRequest) -> None:
+        status, payload, headers = self._svc._respond(recorded)
+        self._send(status, _json_bytes(payload), (_JSON, *headers))
+
+    def _play(self, step: Step, recorded: RecordedRequest, generation: int) -> None:
+        if step.kind == "reply":
+            self._send(step.status, step.body, step.headers)
+            return
+        if step.kind == "delay":
+            if not self._svc._sleep(step.seconds):
+                self._serve(recorded)
+                return
+        elif step.kind == "hang":
+            self._svc._hold(generation)
+        elif step.kind == "reset":
+            self._abort()
+        elif step.kind == "truncate":
+            self._truncate()
+        # Every other outcome ends the exchange without a complete response.
+        self.close_connection = True
+
+    def _send(self, status: int, body: bytes, headers: Iterable[tuple[str, str]]) -> None:
+        self.send_response(status)
+        for name, value in headers:
+            self.send_header(name, value)
+        self.send_header("Content-Length", str(len(body)))
+        # "writing" lets close_idle_connections() wait for a response a client may already hold.
+        self._svc._set_state(self.request, "writing")
+        try:
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(body)
+        finally:
+            self._svc._set_state(self.request, "idle")
+
+    def _abort(self) -> None:
+        linger = struct.pack("hh" if sys.platform == "win32" else "ii", 1, 0)
+        self.request.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, linger)
+        # The buffered reader holds a reference that would postpone the real close, and the
+        # shutdown() that normally follows a handler would send a FIN ahead of the reset.
+        self.rfile.close()
+        self.request.close()
+
+    def _truncate(self) -> None:
+        self.send_response(200)
+        self.send_header(*_JSON)
+        self.send_header("Content-Length", str(len(_TRUNCATED_BODY)))
+        self.end_headers()
+        self.wfile.write(_TRUNCATED_BODY[: len(_TRUNCATED_BODY) // 2])
+
+
+class FakeService:
+    """An in-process fake of the service, served over real HTTP on ``host`` and a free port.
+
+    Use it as a context manager (or call `start` and `close`). All methods are thread-safe.
+
+    Args:
+        api_key: When set, requests must carry ``Authorization: Bearer <api_key>``.
+        models: The model names listed by ``GET /v1/models`` and accepted by ``/v1/core``
+            (versioned names are accepted whether listed or not).
+        prefix: A path prefix the service lives under, e.g. ``"/api"``.
+        host: The address to listen on.
+        port: The port to listen on; 0 picks a free one.
+    """
+
+    def __init__(
+        self,
+        *,
+        api_key: str | None = None,
+        models: Sequence[str] = DEFAULT_MODELS,
+        prefix: str = "",
+        host: str = "127.0.0.1",
+        port: int = 0,
+    ) -> None:
+        if isinstance(models, str):
+            raise TypeError("models must be a sequence of names, not a str")
+        self._api_key = api_key
+        self._models = tuple(models)
+        stripped = prefix.strip("/")
+        self._prefix = f"/{stripped}" if stripped else ""
+        self._address = (host, port)
+        self._url: str | None = None
+        # One condition guards all mutable state below and wakes every kind of waiter.
+        self._cond = threading.Condition()
+        self._closed = False
+        self._running: _Running | None = None
+        self._requests: list[RecordedRequest] = []
+        self._steps: deque[Step] = deque()
+        self._overrides: dict[str, object] = {}
+        self._release_generation = 0
+        self._connections = 0
+        self._conns: dict[socket.socket, _Conn] = {}
+        self._threads: list[threading.Thread] = []
+
+    @property
+    def url(self) -> str:
+        """The base URL, ``http://<host>:<port><prefix>``; it stays readable after `close`.
+
+        Raises:
+            RuntimeError: The service was never started.
+        """
+        if self._url is None:
+            raise RuntimeError("FakeService.url is known only after start()")
+        return self._url
+
+    @property
+    def requests(self) -> list[RecordedRequest]:
+        """A snapshot of every request received so far, in arrival order."""
+        with self._cond:
+            return list(self._requests)
+
+    @property
+    def connections(self) -> int:
+        """How many TCP connections the service has accepted so far."""
+        with self._cond:
+            return self._connections
+
+    def start(self) -> FakeService:
+        """Bind, start serving from a background daemon thread, and return ``self``.
+
+        Raises:
+            RuntimeError: The service was already started or closed.
+        """
+        with self._cond:
+            if self._running is not None or self._closed:
+                raise RuntimeError("a FakeService can be started only once")
+            server = _Server(self, self._address)
+            server.socket.setblocking(False)
+            wake_r, wake_w = socket.socketpair()
+            thread = threading.Thread(
+                target=self._accept_loop,
+                args=(server, wake_r),
+                name="qa_min-fake-accept",
+                daemon=True,
+            )
+            self._running = _Running(server, thread, wake_r, wake_w)
+            self._url = f"http://{self._address[0]}:{server.socket.getsockname()[1]}{self._prefix}"
+        thread.start()
+        return self
+
+    def close(self) -> None:
+        """Stop serving and end every connection, hung or idle, joining all threads; idempotent."""
+        with self._cond:
+            if self._closed:
+                return
+            self._closed = True
+            self._cond.notify_all()  # wakes hang() and delay() steps
+            running = self._running
+        if running is None:
+            return
+        running.wake_w.send(b"\0")
+        running.accept_thread.join(_JOIN_TIMEOUT)
+        running.server.server_close()
+        with self._cond:
+            for conn in self._conns.values():
+                _shutdown(conn.sock)
+            threads = list(self._threads)
+        for thread in threads:
+            thread.join(_JOIN_TIMEOUT)
+        running.wake_r.close()
+        running.wake_w.close()
+
+    def __enter__(self) -> FakeService:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def set_answers(self, answers: Mapping[str, object]) -> None:
+        """Make the listed question ids answer these raw wire values from now on.
+
+        The values are sent as given, unchecked against the question, so a test can make the
+        service answer with a wrong type or an unknown option. Ids not listed here follow the
+        deterministic rules; only ids a request asks about are answered. Each call replaces the
+        previous overrides; ``set_answers({})`` clears them.
+
+        Raises:
+            TypeError: A value cannot be encoded as JSON.
+        """
+        overrides = dict(answers)
+        json.dumps(overrides)  # fail here, in the test, rather than inside a handler thread
+        with self._cond:
+            self._overrides = overrides
+
+    def script(self, *steps: Step) -> None:
+        """Queue ``steps``; each following request, on any path, consumes one in order."""
+        with self._cond:
+            self._steps.extend(steps)
+
+    def wait_for_requests(self, n: int, timeout: float = 5.0) -> bool:
+        """Block until at least ``n`` requests were recorded; return False on timeout."""
+        with self._cond:
+            return self._cond.wait_for(lambda: len(self._requests) >= n, timeout)
+
+    def release(self) -> None:
+        """Wake every request held by a `hang` step so far; each one's connection is closed.
+
+        A request counts as held from the moment it is recorded, so
+        ``wait_for_requests(n)`` followed by ``release()`` cannot miss it.
+        """
+        with self._cond:
+            self._release_generation += 1
+            self._cond.notify_all()
+
+    def close_idle_connections(self) -> None:
+        """Close, server side, every keep-alive connection waiting for its next request.
+
+        This is what a server's keep-alive timeout does; a client that sends its next request
+        on such a connection finds it closed. Returns once those connections are gone.
+        """
+        with self._cond:
+            # A client may already hold a response whose handler has not yet turned idle.
+            self._cond.wait_for(
+                lambda: all(conn.state != "writing" for conn in self._conns.values()),
+                _JOIN_TIMEOUT,
+            )
+            idle = [conn for conn in self._conns.values() if conn.state == "idle"]
+            for conn in idle:
+                _shutdown(conn.sock)
+        for conn in idle:
+            conn.thread.join(_JOIN_TIMEOUT)
+
+    # Below: called from the server's threads.
+
+    def _accept_loop(self, server: _Server, wake: socket.socket) -> None:
+        with selectors.DefaultSelector() as selector:
+            selector.register(server.socket, selectors.EVENT_READ)
+            selector.register(wake, selectors.EVENT_READ)
+            while True:
+                ready = [key.fileobj for key, _ in selector.select()]
+                if wake in ready:
+                    return
+                try:
+                    request, client_address = server.get_request()
+                except OSError:  # pragma: no cover - the client gave up before accept()
+                    continue
+                server.process_request(request, client_address)
+
+    def _track(self, sock: socket.socket, thread: threading.Thread) -> None:
+        with self._cond:
+            self._connections += 1
+            self._conns[sock] = _Conn(sock, thread)
+            self._threads = [t for t in self._threads if t.is_alive()]
+            self._threads.append(thread)
+            # Started under the lock so close_idle_connections() never joins an unstarted thread.
+            thread.start()
+
+    def _untrack(self, sock: socket.socket) -> None:
+        with self._cond:
+            del self._conns[sock]
+            self._cond.notify_all()
+
+    def _set_state(self, sock: socket.socket, state: _ConnState) -> None:
+        with self._cond:
+            self._conns[sock].state = state
+            self._cond.notify_all()
+
+    def _record(self, recorded: RecordedRequest) -> tuple[Step | None, int]:
+        with self._cond:
+            self._requests.append(recorded)
+            step = self._steps.popleft() if self._steps else None
+            self._cond.notify_all()
+            return step, self._release_generation
+
+    def _hold(self, generation: int) -> None:
+        with self._cond:
+            self._cond.wait_for(lambda: self._closed or self._release_generation != generation)
+
+    def _sleep(self, seconds: float) -> bool:
+        """Wait ``seconds``; return True if `close` interrupted the wait."""
+        with self._cond:
+            return self._cond.wait_for(lambda: self._closed, seconds)
+
+    def _respond(self, recorded: RecordedRequest) -> _Reply:
+        expected = None if self._api_key is None else f"Bearer {self._api_key}"
+        if expected is not None and recorded.headers.get("authorization") != expected:
+            return 401, {"detail": "missing or invalid API key"}, (("WWW-Authenticate", "Bearer"),)
+        path = recorded.path.split("?", 1)[0]
+        routes = {f"{self._prefix}/v1/core": "POST", f"{self._prefix}/v1/models": "GET"}
+        allowed = routes.get(path)
+        if allowed is None:
+            return 404, {"detail": f"no route for {path}"}, ()
+        if recorded.method != allowed:
+            detail = f"method {recorded.method} not allowed on {path}"
+            return 405, {"detail": detail}, (("Allow", allowed),)
+        if allowed == "GET":
+            models = [{"name": name, "family": _family(name)} for name in self._models]
+            return 200, {"models": models}, ()
+        return self._core(recorded.body)
+
+    def _core(self, body: bytes) -> _Reply:
+        try:
+            doc = json.loads(body)
+        except (ValueError, RecursionError):
+            return 422, {"detail": "request body is not valid JSON"}, ()
+        parsed = _parse_core(doc)
+        if isinstance(parsed, str):
+            return 422, {"detail": parsed}, ()
+        state, model, questions = parsed
+        if model not in self._models and not _VERSIONED.fullmatch(model):
+            return 404, {"detail": f"model {model!r} not found"}, ()
+        with self._cond:
+            overrides = self._overrides
+        answers = {
+            question_id: (
+                overrides[question_id]
+                if question_id in overrides
+                else _answer(model, state, question_id, *question)
+            )
+            for question_id, question in questions.items()
+        }
+        usage = {"input_tokens": len(state.split()), "output_tokens": len(questions)}
+        return 200, {"answers": answers, "usage": usage, "model": model}, ()
