@@ -14,10 +14,8 @@
 
 from __future__ import annotations
 
-from ._backoff import RetryBudget
-from ._cancel import CancelToken
 from ._client import Client
-from ._config import DEFAULT_MODEL, PUBLIC_BASE_URL
+from ._config import DEFAULT_MODEL, PUBLIC_BASE_URL, __version__
 from ._errors import (
     APIStatusError,
     BadRequest,
@@ -61,7 +59,8 @@ from ._questions import (
     Score,
     YesNo,
 )
-from ._version import __version__
+from ._retrying import RetryBudget
+from ._transport import CancelToken
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

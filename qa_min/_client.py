@@ -11,11 +11,7 @@ from __future__ import annotations
 import json
 import os
 import threading
-import time
 
-from . import _log
-from ._backoff import DEFAULTS, RetryBudget, backoff_ms, server_delay_ms
-from ._cancel import CancelToken
 from ._config import (
     Origin,
     check_model,
@@ -27,44 +23,41 @@ from ._config import (
     resolve_base_url,
     resolve_model,
 )
+from ._connection import Pool
 from ._errors import (
-    Canceled,
     ClientClosed,
-    ConnectionFailed,
     Diagnostics,
     InvalidOption,
     InvalidQuestion,
     InvalidResponse,
     MissingApiKey,
-    QAError,
-    status_error_class,
 )
-from ._pool import Pool
 from ._questions import (
+    UNSET,
     AskResponse,
     CoreResponse,
     Model,
     ModelList,
     Questions,
     Request,
+    Unset,
     _Mismatch,
     _short,
     readonly,
 )
-from ._transport import CallState, Transport
-from ._typing import UNSET, Unset
+from ._retrying import DEFAULTS, RetryBudget, Sender
+from ._transport import CallState, CancelToken, Transport
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     import ssl
     from collections.abc import Mapping, Sequence
-    from http.client import HTTPMessage
     from types import TracebackType
     from typing import Any, Callable, Optional, TypeVar, Union
 
-    from ._backoff import PolicyLike
     from ._futures import Call
     from ._retry import RetryPolicy
+    from ._retrying import PolicyLike
 
     Q = TypeVar("Q", bound=Questions)
     R = TypeVar("R")
@@ -72,7 +65,6 @@ if TYPE_CHECKING:
 
 _EMPTY: Mapping[str, Any] = readonly({})
 _MISSING = object()
-_FRAMING_HEADERS = {"host", "content-length", "transfer-encoding", "connection"}
 MAX_RESPONSE_BYTES = 8 * 1024 * 1024
 
 
@@ -152,14 +144,15 @@ class Client:
         self._model = resolve_model(model, env)
         self._retry: PolicyLike = DEFAULTS if retry is None else _check_retry(retry)
         self._timeout = _number("timeout", timeout, 0, allow_none=True)
-        self._budget = RetryBudget() if retry_budget is UNSET else retry_budget
-        if self._budget is not None and not isinstance(self._budget, RetryBudget):
+        budget = RetryBudget() if retry_budget is UNSET else retry_budget
+        if budget is not None and not isinstance(budget, RetryBudget):
             raise InvalidOption(f"retry_budget must be a RetryBudget or None, got {retry_budget!r}")
         _number("max_idle_per_host", max_idle_per_host, -1)
         _number("max_workers", max_workers, 0)
         self._max_workers = int(max_workers)
         proxy_url = proxy if proxy is not None else (env_proxy(origin, env) if trust_env else None)
         proxy_origin = None if proxy_url is None else parse_proxy(proxy_url)
+        self._heads = self._build_heads(origin, proxy_origin, header_block(self._key, extra_headers))
         self._transport = Transport(
             origin,
             proxy_origin,
@@ -167,17 +160,11 @@ class Client:
             ssl_context,
             int(_number("max_response_bytes", max_response_bytes, 0)),
         )
-        for pair in extra_headers if isinstance(extra_headers, (list, tuple)) else ():
-            if isinstance(pair, (list, tuple)) and pair and str(pair[0]).lower() in _FRAMING_HEADERS:
-                raise InvalidOption(f"extra_headers must not set {pair[0]!r}; qa_min sets it")
-        self._heads = self._build_heads(origin, proxy_origin, header_block(self._key, extra_headers))
-        self._sleep = _wait if sleep is None else sleep
         if random is None:
             import random as _random_module
 
             random = _random_module.random
-        self._random = random
-        self._closer = CancelToken()
+        self._sender = Sender(self._transport, budget, _wait if sleep is None else sleep, random, self._key)
         self._executor_lock = threading.Lock()
         self._futures: Any = None
         self.base_url = origin.url()
@@ -239,7 +226,7 @@ class Client:
         spec = questions._qa_spec()
         body = spec.body(state, self._model if model is None else check_model(model))
         call = self._call(cancel, timeout, diagnostics)
-        data = self._send(b"%s%d\r\n\r\n%s" % (self._heads[0], len(body), body), "POST", retry, call)
+        data = self._sender.send(self._post(body), "POST", self._policy(retry), call)
         obj = self._json(data, call)
         try:
             answers = spec.decode(obj.get("answers", _MISSING))
@@ -272,7 +259,7 @@ class Client:
         chosen = model if model is not None else request.model
         body = request._spec.body(request.state, self._model if chosen is None else check_model(chosen))
         call = self._call(cancel, timeout, diagnostics)
-        data = self._send(b"%s%d\r\n\r\n%s" % (self._heads[0], len(body), body), "POST", retry, call)
+        data = self._sender.send(self._post(body), "POST", self._policy(retry), call)
         obj = self._json(data, call)
         try:
             answers = request._spec.decode(obj.get("answers", _MISSING))
@@ -294,7 +281,7 @@ class Client:
             The same errors as ``ask``, validation excepted.
         """
         call = self._call(cancel, timeout, diagnostics)
-        obj = self._json(self._send(self._heads[1], "GET", retry, call), call)
+        obj = self._json(self._sender.send(self._heads[1], "GET", self._policy(retry), call), call)
         items = obj.get("models")
         if type(items) is not list:
             raise InvalidResponse(f'"models" must be a list, got {_short(items)}', call.fill())
@@ -341,7 +328,7 @@ class Client:
         Idempotent. Calls made afterwards raise ``ClientClosed``.
         """
         self._transport.pool.close()
-        self._closer.cancel()
+        self._sender.closer.cancel()
         with self._executor_lock:
             futures, self._futures = self._futures, None
         if futures is not None:
@@ -370,106 +357,11 @@ class Client:
         seconds = self._timeout if timeout is UNSET else _number("timeout", timeout, 0, True)
         return CallState(cancel, seconds, diagnostics)
 
-    def _send(self, request: bytes, method: str, retry: Optional[RetryPolicy], call: CallState) -> bytes:
-        """The retry loop: the 2xx body, or the error SPEC.md section 5 names."""
-        policy = self._retry if retry is None else _check_retry(retry)
-        transport = self._transport
-        retries = 0
-        try:
-            while True:
-                transport.check(call)
-                started = time.monotonic()
-                try:
-                    status, headers, body = transport.attempt(request, method, call)
-                except ConnectionFailed as exc:
-                    call.transport_error = exc.diagnostics.transport_error
-                    self._log_attempt(method, call, None, started)
-                    if not (policy.retry_connection_errors and exc.retryable):
-                        raise
-                    failure: QAError = exc
-                    delay = None
-                else:
-                    call.status = status
-                    self._log_attempt(method, call, status, started)
-                    if 200 <= status < 300:
-                        if self._budget is not None:
-                            self._budget.refund()
-                        if call.diagnostics is not None:
-                            call.fill()
-                        return body
-                    failure = self._status_error(status, headers, body, method, call)
-                    if not _should_retry(policy, status, headers):
-                        raise failure
-                    delay = (
-                        server_delay_ms(
-                            headers.get("retry-after-ms"),
-                            headers.get("retry-after"),
-                            policy.max_retry_after_ms,
-                        )
-                        if policy.respect_retry_after
-                        else None
-                    )
-                if retries >= policy.max_retries or not (self._budget is None or self._budget.try_spend()):
-                    raise failure
-                if delay is None:
-                    delay = backoff_ms(policy, retries, self._random())
-                self._pause(delay / 1000.0, call, failure)
-                retries += 1
-        except QAError as exc:
-            exc.diagnostics = call.fill()
-            if call.attempts > 1 and not isinstance(exc, Canceled):
-                exc.message = f"{exc.message} (after {call.attempts} attempts)"
-                exc.args = (exc.message,)
-            raise
+    def _post(self, body: bytes) -> bytes:
+        return b"%s%d\r\n\r\n%s" % (self._heads[0], len(body), body)
 
-    def _pause(self, seconds: float, call: CallState, failure: QAError) -> None:
-        """The backoff sleep; ends at once if the call is cancelled or the client closes."""
-        log = _log.get()
-        if log is not None:
-            log.info(
-                "retrying %s in %.3f s (attempt %d failed: %s)",
-                self.base_url,
-                seconds,
-                call.attempts,
-                type(failure).__name__,
-            )
-        if call.deadline is not None:
-            seconds = min(seconds, max(0.0, call.deadline - time.monotonic()))
-        wake = threading.Event()
-        tokens = [t for t in (call.token, self._closer) if t is not None]
-        hooked = [t for t in tokens if t._add_hook(wake.set)]
-        try:
-            if len(hooked) == len(tokens):
-                self._sleep(seconds, wake)
-        finally:
-            for token in hooked:
-                token._remove_hook(wake.set)
-        self._transport.check(call)
-
-    def _log_attempt(self, method: str, call: CallState, status: Optional[int], started: float) -> None:
-        log = _log.get()
-        if log is not None and log.isEnabledFor(10):
-            path = "/v1/core" if method == "POST" else "/v1/models"
-            log.debug(
-                "%s %s%s -> %s in %.1f ms (attempt %d)",
-                method,
-                self.base_url,
-                path,
-                status if status is not None else "connection failed",
-                (time.monotonic() - started) * 1000.0,
-                call.attempts,
-            )
-
-    def _status_error(
-        self, status: int, headers: HTTPMessage, body: bytes, method: str, call: CallState
-    ) -> QAError:
-        text = body.decode("utf-8", "replace")
-        if self._key is not None:
-            text = text.replace(self._key, "[redacted]")
-        call.body = text
-        path = "/v1/core" if method == "POST" else "/v1/models"
-        message = f"HTTP {status} from {method} {self.base_url}{path}: {_detail(text, headers)}"
-        return status_error_class(status)(message, status=status)
+    def _policy(self, retry: Optional[RetryPolicy]) -> PolicyLike:
+        return self._retry if retry is None else _check_retry(retry)
 
     def _json(self, data: bytes, call: CallState) -> dict[str, Any]:
         try:
@@ -491,41 +383,9 @@ class Client:
 
 
 def _check_retry(retry: object) -> PolicyLike:
+    """``retry`` if it is a ``RetryPolicy``; loading the class only to check means it is in use."""
     from ._retry import RetryPolicy
 
     if not isinstance(retry, RetryPolicy):
         raise InvalidOption(f"retry must be a RetryPolicy, got {_short(retry)}")
     return retry
-
-
-def _should_retry(policy: PolicyLike, status: int, headers: HTTPMessage) -> bool:
-    override = headers.get("x-should-retry")
-    if override is not None:
-        flag = override.strip().lower()
-        if flag == "true":
-            return True
-        if flag == "false":
-            return False
-    return bool(policy.retry_status(status))
-
-
-def _detail(text: str, headers: HTTPMessage) -> str:
-    """A short, readable reason from an error body: JSON ``detail``, an HTML title, or the text."""
-    detail: object = None
-    if "json" in (headers.get("content-type") or "") or text.startswith("{"):
-        try:
-            obj = json.loads(text)
-        except ValueError:
-            obj = None
-        if isinstance(obj, dict) and "detail" in obj:
-            detail = obj["detail"]
-            if isinstance(detail, list):  # FastAPI-style [{"loc": ..., "msg": ...}]
-                detail = "; ".join(str(d.get("msg", d)) if isinstance(d, dict) else str(d) for d in detail)
-    if detail is None:
-        lower = text.lower()
-        start, end = lower.find("<title>"), lower.find("</title>")
-        detail = text[start + 7 : end] if 0 <= start < end else text
-    short = " ".join(str(detail).split())
-    if not short:
-        return "(empty body)"
-    return short if len(short) <= 200 else short[:197] + "..."

@@ -6,15 +6,19 @@ put on the request line, and the fixed header block every request carries.
 
 from __future__ import annotations
 
+import os
+import sys
 from urllib.parse import unquote, urlsplit
 
 from ._errors import InvalidBaseUrl, InvalidOption
-from ._version import __version__
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    import logging
     from collections.abc import Mapping, Sequence
     from typing import Optional
+
+__version__ = "0.1.0"
 
 PUBLIC_BASE_URL = "https://api.qa-service.com"
 """The address of the public service; a key is required there."""
@@ -24,6 +28,7 @@ DEFAULT_MODEL = "judge-latest"
 
 USER_AGENT = f"qa_min/{__version__}"
 _DEFAULT_PORTS = {"http": 80, "https": 443}
+_FRAMING_HEADERS = {"host", "content-length", "transfer-encoding", "connection"}
 
 
 def from_env(name: str, env: Mapping[str, str]) -> Optional[str]:
@@ -134,7 +139,10 @@ def header_block(api_key: Optional[str], extra: Sequence[tuple[str, str]]) -> by
     for pair in extra:
         if not isinstance(pair, (tuple, list)) or len(pair) != 2:
             raise InvalidOption(f"extra_headers items are (name, value) pairs, got {pair!r}")
-        lines.append(_check_header(*pair))
+        name, value = _check_header(*pair)
+        if name.lower() in _FRAMING_HEADERS:
+            raise InvalidOption(f"extra_headers must not set {name!r}: qa_min sets it")
+        lines.append((name, value))
     return "".join(f"{k}: {v}\r\n" for k, v in lines).encode("latin-1")
 
 
@@ -162,3 +170,35 @@ def parse_proxy(url: str) -> Origin:
     if proxy.scheme != "http":
         raise InvalidOption(f"only http:// proxies are supported, got {url!r}")
     return proxy
+
+
+# -- the logger -------------------------------------------------------------------------
+# Set up on first use, so that ``import qa_min`` does not load logging. Silent by default (a
+# NullHandler); SERVICE_LOG=debug|info adds a stderr handler. Records never hold the key or a body.
+
+NAME = __name__.rpartition(".")[0]  # "qa_min", or the vendored package's own name
+_LOGGER: Optional[logging.Logger] = None
+
+
+def get_logger() -> Optional[logging.Logger]:
+    """The library's logger, or None while nobody could be listening.
+
+    Until the application imports ``logging`` (or sets ``SERVICE_LOG``) no handler can exist,
+    so there is nothing to log to and no reason to pay for the import.
+    """
+    global _LOGGER
+    if _LOGGER is None:
+        level = (os.environ.get("SERVICE_LOG") or "").strip().lower()
+        if "logging" not in sys.modules and not level:
+            return None
+        import logging
+
+        logger = logging.getLogger(NAME)
+        logger.addHandler(logging.NullHandler())
+        if level in ("debug", "info"):
+            handler = logging.StreamHandler(sys.stderr)
+            handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
+            logger.addHandler(handler)
+            logger.setLevel(logging.DEBUG if level == "debug" else logging.INFO)
+        _LOGGER = logger
+    return _LOGGER

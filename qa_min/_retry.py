@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from ._backoff import DEFAULTS, default_retry_status
 from ._errors import InvalidOption
+from ._retrying import DEFAULTS, default_retry_status
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

@@ -386,6 +386,10 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         return super().parse_request()
 
     def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        if self.request_version == "HTTP/0.9":
+            # parse_request() keeps this default when it cannot read a version, and 0.9 would
+            # suppress the status line; real servers answer garbage with a full HTTP/1.1 reply.
+            self.request_version = self.protocol_version
         # Protocol errors leave the byte stream in an unknown state: never keep it alive.
         detail = message or self.responses.get(code, ("Error",))[0]
         self._send(code, _json_bytes({"detail": detail}), (_JSON, ("Connection", "close")))

@@ -1,0 +1,347 @@
+"""The retry loop, and what it decides with: backoff, server-requested delays, the budget.
+
+* ``backoff_ms``: the policy's exponential backoff with subtractive jitter.
+* ``server_delay_ms``: a delay the server asked for, or None when it asked for nothing usable.
+* ``RetryBudget``: the client-wide token bucket that keeps an outage from multiplying load.
+* ``Sender.send``: attempts until a 2xx, a final error, or cancellation.
+
+Free of ``dataclasses`` (slow to import): ``RetryPolicy`` lives in ``_retry`` and is loaded only
+when used; ``DEFAULTS`` mirrors its field defaults and serves every client that sets none.
+"""
+
+from __future__ import annotations
+
+import _thread
+import json
+import math
+import threading
+import time
+
+from ._config import get_logger
+from ._errors import Canceled, ConnectionFailed, QAError, status_error_class
+from ._transport import CallState, CancelToken, Transport
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from http.client import HTTPMessage
+    from typing import Callable, Optional, Protocol
+
+    class PolicyLike(Protocol):
+        """The fields of ``RetryPolicy`` that the retry loop reads."""
+
+        @property
+        def max_retries(self) -> int: ...
+        @property
+        def backoff_initial_ms(self) -> float: ...
+        @property
+        def backoff_max_ms(self) -> float: ...
+        @property
+        def backoff_jitter(self) -> float: ...
+        @property
+        def respect_retry_after(self) -> bool: ...
+        @property
+        def max_retry_after_ms(self) -> float: ...
+        @property
+        def retry_connection_errors(self) -> bool: ...
+        @property
+        def retry_status(self) -> Callable[[int], bool]: ...
+
+
+def default_retry_status(status: int) -> bool:
+    """True for 408, 429 and every 5xx (529 included): the statuses worth another try."""
+    return status in (408, 429) or 500 <= status <= 599
+
+
+class _Defaults:
+    """``RetryPolicy()``'s values, readable without building the dataclass."""
+
+    max_retries = 2
+    backoff_initial_ms = 500.0
+    backoff_max_ms = 5000.0
+    backoff_jitter = 0.25
+    respect_retry_after = True
+    max_retry_after_ms = 60000.0
+    retry_connection_errors = True
+    retry_status = staticmethod(default_retry_status)
+
+
+DEFAULTS = _Defaults()
+
+
+def backoff_ms(policy: PolicyLike, retry_index: int, uniform: float) -> float:
+    """The delay before retry ``retry_index`` (0 for the first retry), in milliseconds.
+
+    ``min(initial * 2**k, max) * (1 - jitter * U)``, ``uniform`` being U in [0, 1).
+    """
+    # 2**k overflows float conversion for absurd k; the cap applies long before.
+    base = policy.backoff_initial_ms * (2.0 ** min(retry_index, 64))
+    return min(base, policy.backoff_max_ms) * (1.0 - policy.backoff_jitter * uniform)
+
+
+def _positive_finite(text: str, scale: float) -> Optional[float]:
+    try:
+        value = float(text) * scale
+    except ValueError:
+        return None
+    return value if math.isfinite(value) and value > 0 else None
+
+
+def _http_date_ms(text: str, now: float) -> Optional[float]:
+    from email.utils import mktime_tz, parsedate_tz
+
+    try:
+        parsed = parsedate_tz(text)
+        if parsed is None:
+            return None
+        return (mktime_tz(parsed) - now) * 1000.0
+    except (ValueError, OverflowError, TypeError, IndexError):
+        # A year like 99999 or a mangled date must never break the retry loop.
+        return None
+
+
+def server_delay_ms(
+    retry_after_ms: Optional[str],
+    retry_after: Optional[str],
+    max_ms: float,
+    now: Optional[float] = None,
+) -> Optional[float]:
+    """The delay the server asked for, in ms, or None to fall back to the backoff.
+
+    ``retry-after-ms`` (float milliseconds) wins over ``Retry-After`` (float seconds or an
+    HTTP-date). A header that is unparseable, not finite, zero or negative, or above
+    ``max_ms`` is ignored as if absent.
+    """
+    candidates = []
+    if retry_after_ms is not None:
+        candidates.append(_positive_finite(retry_after_ms, 1.0))
+    if retry_after is not None:
+        seconds = _positive_finite(retry_after, 1000.0)
+        if seconds is None and not _looks_numeric(retry_after):
+            seconds = _http_date_ms(retry_after, time.time() if now is None else now)
+        candidates.append(seconds)
+    for value in candidates:
+        if value is not None and 0 < value <= max_ms:
+            return value
+    return None
+
+
+def _looks_numeric(text: str) -> bool:
+    # "-5" or "nan" are numbers the server got wrong, not dates to parse.
+    stripped = text.strip().lstrip("+-")
+    return bool(stripped) and (
+        stripped[0].isdigit() or stripped[0] == "." or stripped.lower()[:3] in ("nan", "inf")
+    )
+
+
+class RetryBudget:
+    """A token bucket shared by every thread of one client, as the AWS SDKs' retry quota.
+
+    Each retry takes ``retry_cost`` tokens; each successful call puts back ``success_refund``
+    (up to ``capacity``). When the bucket cannot pay for a retry, the call fails after the
+    attempt it just made, with that attempt's error. The defaults allow a sustained retry rate
+    of one retry per ``retry_cost`` successful calls, so they never engage in normal
+    operation; during an outage they turn N calls into about N + capacity/retry_cost
+    attempts instead of N * (1 + max_retries).
+
+    Args:
+        capacity: Tokens in a full bucket (500).
+        retry_cost: Tokens one retry takes (5).
+        success_refund: Tokens a successful call puts back (1).
+    """
+
+    __slots__ = ("_lock", "_tokens", "capacity", "retry_cost", "success_refund")
+
+    def __init__(self, capacity: float = 500, retry_cost: float = 5, success_refund: float = 1) -> None:
+        for name, value in (
+            ("capacity", capacity),
+            ("retry_cost", retry_cost),
+            ("success_refund", success_refund),
+        ):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
+                from ._errors import InvalidOption
+
+                raise InvalidOption(f"RetryBudget {name} must be a number >= 0, got {value!r}")
+        self.capacity = float(capacity)
+        self.retry_cost = float(retry_cost)
+        self.success_refund = float(success_refund)
+        self._tokens = self.capacity
+        self._lock = _thread.allocate_lock()
+
+    @property
+    def tokens(self) -> float:
+        """Tokens left now."""
+        return self._tokens
+
+    def try_spend(self) -> bool:
+        """Take the cost of one retry; False (taking nothing) if the bucket cannot pay."""
+        with self._lock:
+            if self._tokens < self.retry_cost:
+                return False
+            self._tokens -= self.retry_cost
+            return True
+
+    def refund(self) -> None:
+        """Put back a successful call's refund."""
+        # The unlocked read keeps the success path lock-free while the bucket is full.
+        if self._tokens < self.capacity:
+            with self._lock:
+                self._tokens = min(self.capacity, self._tokens + self.success_refund)
+
+    def __repr__(self) -> str:
+        return (
+            f"RetryBudget(capacity={self.capacity:g}, retry_cost={self.retry_cost:g}, "
+            f"success_refund={self.success_refund:g}, tokens={self._tokens:g})"
+        )
+
+
+class Sender:
+    """Runs the retry loop of one client: attempts, backoff sleeps, the budget, the final error."""
+
+    def __init__(
+        self,
+        transport: Transport,
+        budget: Optional[RetryBudget],
+        sleep: Callable[[float, threading.Event], object],
+        random: Callable[[], float],
+        api_key: Optional[str],
+    ) -> None:
+        self.transport = transport
+        self.base_url = transport.origin.url()
+        self._budget = budget
+        self._sleep = sleep
+        self._random = random
+        self._key = api_key
+        self.closer = CancelToken()
+
+    def send(self, request: bytes, method: str, policy: PolicyLike, call: CallState) -> bytes:
+        """The retry loop: the 2xx body, or the error SPEC.md section 5 names."""
+        transport = self.transport
+        retries = 0
+        try:
+            while True:
+                transport.check(call)
+                started = time.monotonic()
+                try:
+                    status, headers, body = transport.attempt(request, method, call)
+                except ConnectionFailed as exc:
+                    call.transport_error = exc.diagnostics.transport_error
+                    self._log_attempt(method, call, None, started)
+                    if not (policy.retry_connection_errors and exc.retryable):
+                        raise
+                    failure: QAError = exc
+                    delay = None
+                else:
+                    call.status = status
+                    self._log_attempt(method, call, status, started)
+                    if 200 <= status < 300:
+                        if self._budget is not None:
+                            self._budget.refund()
+                        if call.diagnostics is not None:
+                            call.fill()
+                        return body
+                    failure = self._status_error(status, headers, body, method, call)
+                    if not _should_retry(policy, status, headers):
+                        raise failure
+                    delay = (
+                        server_delay_ms(
+                            headers.get("retry-after-ms"),
+                            headers.get("retry-after"),
+                            policy.max_retry_after_ms,
+                        )
+                        if policy.respect_retry_after
+                        else None
+                    )
+                if retries >= policy.max_retries or not (self._budget is None or self._budget.try_spend()):
+                    raise failure
+                if delay is None:
+                    delay = backoff_ms(policy, retries, self._random())
+                self._pause(delay / 1000.0, call, failure)
+                retries += 1
+        except QAError as exc:
+            exc.diagnostics = call.fill()
+            if call.attempts > 1 and not isinstance(exc, Canceled):
+                exc.message = f"{exc.message} (after {call.attempts} attempts)"
+                exc.args = (exc.message,)
+            raise
+
+    def _pause(self, seconds: float, call: CallState, failure: QAError) -> None:
+        """The backoff sleep; ends at once if the call is cancelled or the client closes."""
+        log = get_logger()
+        if log is not None:
+            log.info(
+                "retrying %s in %.3f s (attempt %d failed: %s)",
+                self.base_url,
+                seconds,
+                call.attempts,
+                type(failure).__name__,
+            )
+        if call.deadline is not None:
+            seconds = min(seconds, max(0.0, call.deadline - time.monotonic()))
+        wake = threading.Event()
+        tokens = [t for t in (call.token, self.closer) if t is not None]
+        hooked = [t for t in tokens if t._add_hook(wake.set)]
+        try:
+            if len(hooked) == len(tokens):
+                self._sleep(seconds, wake)
+        finally:
+            for token in hooked:
+                token._remove_hook(wake.set)
+        self.transport.check(call)
+
+    def _log_attempt(self, method: str, call: CallState, status: Optional[int], started: float) -> None:
+        log = get_logger()
+        if log is not None and log.isEnabledFor(10):
+            path = "/v1/core" if method == "POST" else "/v1/models"
+            log.debug(
+                "%s %s%s -> %s in %.1f ms (attempt %d)",
+                method,
+                self.base_url,
+                path,
+                status if status is not None else "connection failed",
+                (time.monotonic() - started) * 1000.0,
+                call.attempts,
+            )
+
+    def _status_error(
+        self, status: int, headers: HTTPMessage, body: bytes, method: str, call: CallState
+    ) -> QAError:
+        text = body.decode("utf-8", "replace")
+        if self._key is not None:
+            text = text.replace(self._key, "[redacted]")
+        call.body = text
+        path = "/v1/core" if method == "POST" else "/v1/models"
+        message = f"HTTP {status} from {method} {self.base_url}{path}: {_detail(text, headers)}"
+        return status_error_class(status)(message, status=status)
+
+
+def _should_retry(policy: PolicyLike, status: int, headers: HTTPMessage) -> bool:
+    override = headers.get("x-should-retry")
+    if override is not None:
+        flag = override.strip().lower()
+        if flag == "true":
+            return True
+        if flag == "false":
+            return False
+    return bool(policy.retry_status(status))
+
+
+def _detail(text: str, headers: HTTPMessage) -> str:
+    """A short, readable reason from an error body: JSON ``detail``, an HTML title, or the text."""
+    detail: object = None
+    if "json" in (headers.get("content-type") or "") or text.startswith("{"):
+        try:
+            obj = json.loads(text)
+        except ValueError:
+            obj = None
+        if isinstance(obj, dict) and "detail" in obj:
+            detail = obj["detail"]
+            if isinstance(detail, list):  # FastAPI-style [{"loc": ..., "msg": ...}]
+                detail = "; ".join(str(d.get("msg", d)) if isinstance(d, dict) else str(d) for d in detail)
+    if detail is None:
+        lower = text.lower()
+        start, end = lower.find("<title>"), lower.find("</title>")
+        detail = text[start + 7 : end] if 0 <= start < end else text
+    short = " ".join(str(detail).split())
+    if not short:
+        return "(empty body)"
+    return short if len(short) <= 200 else short[:197] + "..."
