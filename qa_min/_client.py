@@ -312,7 +312,8 @@ class Client:
         ):
             raise InvalidOption("submit() runs this client's ask, core or list_models")
         with self._executor_lock:
-            if self._futures is None:
+            # After os.fork() the parent's worker threads do not exist in the child.
+            if self._futures is None or self._futures.pid != os.getpid():
                 from ._futures import Executor
 
                 self._futures = Executor(self._max_workers)

@@ -248,22 +248,27 @@ class Transport:
             self.pool.track(conn)
         except PoolClosed:
             raise Stopped from None
-        if call.token is not None and not call.token._add_hook(conn.abort):
-            raise Stopped
+        if self.origin.scheme == "https":
+            self._secure(conn, call)
+        return conn
+
+    def _secure(self, conn: Connection, call: CallState) -> None:
+        """TLS over ``conn``, through the proxy's CONNECT tunnel if any; cancellable."""
+        token = call.token
+        hooked = token is not None and token._add_hook(conn.abort)
         try:
-            if self.origin.scheme == "https":
-                if self.proxy is not None:
-                    open_tunnel(
-                        conn, f"{self.origin.host}:{self.origin.port}", self.proxy_headers, call.deadline
-                    )
-                conn.sock = wrap_tls(conn.sock, self.ssl_context(), self.origin.host, call.deadline)
+            if token is not None and not hooked:
+                raise Stopped
+            if self.proxy is not None:
+                target = f"{self.origin.host}:{self.origin.port}"
+                open_tunnel(conn, target, self.proxy_headers, call.deadline)
+            conn.sock = wrap_tls(conn.sock, self.ssl_context(), self.origin.host, call.deadline)
         except BaseException:
             self.pool.discard(conn)
             raise
         finally:
-            if call.token is not None:
-                call.token._remove_hook(conn.abort)
-        return conn
+            if hooked:
+                token._remove_hook(conn.abort)  # type: ignore[union-attr]
 
     def ssl_context(self) -> ssl.SSLContext:
         """The caller's context, or a default one: system trust store, ``SSL_CERT_FILE``/``DIR``."""
