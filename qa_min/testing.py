@@ -42,12 +42,19 @@ Scripting:
 Example:
     ::
 
-        from qa_min.testing import FakeService, reply
+        import qa_min as qa
+        from qa_min.testing import FakeService, expected_answer, reply
+
+        YES_NO = {"true": "The text insults someone", "false": "The text insults no one"}
+
+        class Review(qa.Questions):
+            toxic = qa.YesNo(YES_NO["true"], YES_NO["false"])
 
         with FakeService(api_key="sk-test") as svc:
-            svc.script(reply(503, {"detail": "busy"}))   # the first request fails...
-            client = make_client(base_url=svc.url, api_key="sk-test")
-            ...                                           # ...the retry is answered by the rules
+            svc.script(reply(503, {"detail": "busy"}))  # the first attempt fails...
+            with qa.Client(base_url=svc.url, api_key="sk-test") as client:
+                r = client.ask("Some text", Review)     # ...and the retry gets the rule's answer
+            assert r.answers.toxic == expected_answer("judge-latest", "Some text", "toxic", YES_NO)
             assert len(svc.requests) == 2
 """
 
@@ -154,8 +161,10 @@ class RecordedRequest:
 
 @dataclass(frozen=True)
 class Step:
-    """One scripted behaviour; build it with `reply`, `delay`, `hang`, `drop`, `reset` or
-    `truncate` rather than directly."""
+    """One scripted behaviour of a `FakeService`.
+
+    Build steps with `reply`, `delay`, `hang`, `drop`, `reset` or `truncate` rather than directly.
+    """
 
     kind: _Kind
     status: int = 200
@@ -199,8 +208,9 @@ def reply(status: int, body: bytes | str | object = None, *, headers: Sequence[t
 
 
 def delay(seconds: float) -> Step:
-    """Wait ``seconds``, then serve the request normally; `FakeService.close` cuts the wait short
-    and drops the connection instead.
+    """Wait ``seconds``, then serve the request normally.
+
+    `FakeService.close` cuts the wait short and drops the connection instead.
 
     Raises:
         ValueError: ``seconds`` is negative.
@@ -211,26 +221,28 @@ def delay(seconds: float) -> Step:
 
 
 def hang() -> Step:
-    """Read the request and never answer it; after `FakeService.release` or
-    `FakeService.close` the connection is closed without a response."""
+    """Read the request and never answer it.
+
+    After `FakeService.release` or `FakeService.close` the connection is closed without a response.
+    """
     return Step("hang")
 
 
 def drop() -> Step:
-    """Read the request, then close the connection without sending a byte
-    (``http.client`` raises ``RemoteDisconnected``)."""
+    """Read the request, then close without sending a byte (``RemoteDisconnected``)."""
     return Step("drop")
 
 
 def reset() -> Step:
-    """Read the request, then abort the connection with a TCP reset (``SO_LINGER`` 0), so the
-    client sees ``ConnectionResetError``."""
+    """Read the request, then abort the connection with a TCP reset (``ConnectionResetError``).
+
+    The socket is closed with ``SO_LINGER`` 0, so no FIN precedes the reset.
+    """
     return Step("reset")
 
 
 def truncate() -> Step:
-    """Send a 200 whose headers announce a JSON body of N bytes, send only part of it and close
-    (``http.client`` raises ``IncompleteRead``)."""
+    """Send a 200 announcing a JSON body of N bytes, send part of it, close (``IncompleteRead``)."""
     return Step("truncate")
 
 

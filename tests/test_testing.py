@@ -1,0 +1,767 @@
+"""Tests of the public fake service, driven with raw ``http.client`` only."""
+
+from __future__ import annotations
+
+import hashlib
+import http.client
+import json
+import socket
+import struct
+import threading
+import time
+import urllib.parse
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+import pytest
+
+from qa_min.testing import (
+    DEFAULT_MODELS,
+    FakeService,
+    RecordedRequest,
+    delay,
+    drop,
+    expected_answer,
+    hang,
+    reply,
+    reset,
+    truncate,
+)
+
+Connect = Callable[..., http.client.HTTPConnection]
+
+YESNO = {"true": "it is", "false": "it is not"}
+CHOICE = {"red": "Red", "green": "Green", "blue": "Blue", "cyan": "Cyan", "grey": "Grey"}
+SCORE = ["zero", "one", "two", "three", "four", "five", "six"]
+
+
+def rule(model: str, state: str, question_id: str, criteria: object) -> object:
+    """The documented answer rule, written independently of the fake."""
+    h = hashlib.sha256(f"{model}\0{state}\0{question_id}".encode()).digest()[0]
+    if isinstance(criteria, list):
+        return h % len(criteria)
+    assert isinstance(criteria, dict)
+    if set(criteria) == {"true", "false"}:
+        return h % 2 == 0
+    return list(criteria)[h % len(criteria)]
+
+
+def core_body(
+    state: str = "one two  three",
+    questions: Mapping[str, object] | None = None,
+    model: object = "judge-latest",
+) -> dict[str, Any]:
+    if questions is None:
+        questions = {"q": {"criteria": YESNO}}
+    return {"state": state, "questions": questions, "model": model}
+
+
+def post(
+    conn: http.client.HTTPConnection,
+    body: object,
+    path: str = "/v1/core",
+    headers: dict[str, str] | None = None,
+) -> tuple[int, Any]:
+    data = body if isinstance(body, bytes) else json.dumps(body).encode()
+    conn.request("POST", path, data, {"Content-Type": "application/json", **(headers or {})})
+    return read(conn)
+
+
+def get(conn: http.client.HTTPConnection, path: str = "/v1/models", method: str = "GET") -> tuple[int, Any]:
+    conn.request(method, path)
+    return read(conn)
+
+
+def read(conn: http.client.HTTPConnection) -> tuple[int, Any]:
+    response = conn.getresponse()
+    raw = response.read()
+    assert response.getheader("Content-Length") == str(len(raw))
+    assert response.getheader("Content-Type") == "application/json"
+    return response.status, json.loads(raw)
+
+
+@pytest.fixture
+def svc() -> Iterator[FakeService]:
+    with FakeService() as service:
+        yield service
+
+
+@pytest.fixture
+def connect() -> Iterator[Connect]:
+    opened: list[http.client.HTTPConnection] = []
+
+    def factory(service: FakeService) -> http.client.HTTPConnection:
+        conn = http.client.HTTPConnection(*address(service), timeout=10)
+        opened.append(conn)
+        return conn
+
+    yield factory
+    for conn in opened:
+        conn.close()
+
+
+def address(service: FakeService) -> tuple[str, int]:
+    parts = urllib.parse.urlsplit(service.url)
+    assert parts.hostname is not None
+    assert parts.port is not None
+    return parts.hostname, parts.port
+
+
+def request_models(conn: http.client.HTTPConnection) -> http.client.HTTPResponse:
+    conn.request("GET", "/v1/models")
+    return conn.getresponse()
+
+
+def raw_exchange(service: FakeService, data: bytes) -> bytes:
+    """Send raw bytes and return everything the server sends before closing."""
+    with socket.create_connection(address(service), timeout=10) as sock:
+        sock.sendall(data)
+        chunks = []
+        while chunk := sock.recv(65536):
+            chunks.append(chunk)
+    return b"".join(chunks)
+
+
+# --- answers ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("model", ["judge-latest", "judge-mini-1.3", "judge-7.0.1"])
+@pytest.mark.parametrize("state", ["short", "A somewhat  longer\ttext\nwith lines", "é ✓"])
+def test_answers_follow_the_hash_rule(svc: FakeService, connect: Connect, model: str, state: str) -> None:
+    ids = [f"{kind}{i}" for kind in ("yn", "ch", "sc") for i in range(6)]
+    criteria: dict[str, object] = {}
+    for question_id in ids:
+        kind = question_id[:2]
+        criteria[question_id] = YESNO if kind == "yn" else CHOICE if kind == "ch" else SCORE
+    questions = {qid: {"criteria": c, "extra": 1} for qid, c in criteria.items()}
+    status, body = post(connect(svc), {**core_body(state, questions, model), "unknown": True})
+    assert status == 200
+    assert body["answers"] == {qid: rule(model, state, qid, c) for qid, c in criteria.items()}
+    assert list(body["answers"]) == ids
+    assert body["usage"] == {"input_tokens": len(state.split()), "output_tokens": len(ids)}
+    assert body["model"] == model
+    for qid, c in criteria.items():
+        assert expected_answer(model, state, qid, c) == body["answers"][qid]
+
+
+def test_answer_kinds_and_types(svc: FakeService, connect: Connect) -> None:
+    questions = {
+        "yn": {"criteria": YESNO},
+        "three": {"criteria": {"true": "a", "false": "b", "maybe": "c"}},
+        "two": {"criteria": {"yes": "a", "no": "b"}},
+        "sc": {"criteria": ["low", "high"]},
+    }
+    _, body = post(connect(svc), core_body(questions=questions))
+    answers = body["answers"]
+    assert isinstance(answers["yn"], bool)
+    assert answers["three"] in ("true", "false", "maybe")
+    assert answers["two"] in ("yes", "no")
+    assert type(answers["sc"]) is int
+    assert answers["sc"] in (0, 1)
+
+
+def test_both_yes_and_no_and_every_choice_occur(svc: FakeService, connect: Connect) -> None:
+    questions: dict[str, object] = {f"q{i}": {"criteria": YESNO} for i in range(40)}
+    questions.update({f"c{i}": {"criteria": ["a", "b", "c"]} for i in range(40)})
+    _, body = post(connect(svc), core_body(questions=questions))
+    values = list(body["answers"].values())
+    assert {True, False} <= set(values)
+    assert {0, 1, 2} <= set(values)
+
+
+def test_expected_answer_rejects_invalid_criteria() -> None:
+    with pytest.raises(ValueError, match="invalid criteria"):
+        expected_answer("judge-latest", "s", "q", ["only one"])
+
+
+# --- overrides ----------------------------------------------------------------------------------
+
+
+def test_overrides_send_raw_values_and_others_follow_the_rule(svc: FakeService, connect: Connect) -> None:
+    conn = connect(svc)
+    criteria: dict[str, object] = {"a": YESNO, "b": CHOICE, "c": SCORE}
+    questions = {question_id: {"criteria": c} for question_id, c in criteria.items()}
+    svc.set_answers({"a": "not a bool", "b": "purple", "absent": 1})
+    _, body = post(conn, core_body("s", questions))
+    assert body["answers"] == {"a": "not a bool", "b": "purple", "c": rule("judge-latest", "s", "c", SCORE)}
+
+    svc.set_answers({"c": True})
+    _, body = post(conn, core_body("s", questions))
+    assert body["answers"]["a"] == rule("judge-latest", "s", "a", YESNO)
+    assert body["answers"]["c"] is True
+
+    svc.set_answers({})
+    _, body = post(conn, core_body("s", questions))
+    assert body["answers"] == {q: rule("judge-latest", "s", q, c) for q, c in criteria.items()}
+
+
+def test_set_answers_rejects_values_json_cannot_encode(svc: FakeService) -> None:
+    with pytest.raises(TypeError):
+        svc.set_answers({"a": object()})
+
+
+# --- models -------------------------------------------------------------------------------------
+
+
+def test_default_models(svc: FakeService, connect: Connect) -> None:
+    status, body = get(connect(svc))
+    assert status == 200
+    assert DEFAULT_MODELS == ("judge-latest", "judge-mini-latest", "judge-2.1", "judge-mini-1.3")
+    assert body == {
+        "models": [
+            {"name": "judge-latest", "family": "judge"},
+            {"name": "judge-mini-latest", "family": "judge-mini"},
+            {"name": "judge-2.1", "family": "judge"},
+            {"name": "judge-mini-1.3", "family": "judge-mini"},
+        ]
+    }
+
+
+def test_custom_models_are_listed_and_accepted(connect: Connect) -> None:
+    with FakeService(models=["alpha", "beta-latest"]) as svc:
+        conn = connect(svc)
+        _, body = get(conn, "/v1/models?verbose=1")
+        assert body["models"] == [
+            {"name": "alpha", "family": "alpha"},
+            {"name": "beta-latest", "family": "beta"},
+        ]
+        assert post(conn, core_body(model="alpha"))[0] == 200
+        assert post(conn, core_body(model="judge-latest"))[0] == 404
+
+
+def test_models_must_not_be_a_single_string() -> None:
+    with pytest.raises(TypeError):
+        FakeService(models="judge-latest")
+
+
+@pytest.mark.parametrize("model", ["judge-2.1", "judge-9.9", "judge-mini-1.0.3", "x-0.0"])
+def test_versioned_and_listed_models_are_accepted(svc: FakeService, connect: Connect, model: str) -> None:
+    status, body = post(connect(svc), core_body(model=model))
+    assert status == 200
+    assert body["model"] == model
+
+
+@pytest.mark.parametrize("model", ["judge", "judge-2", "Judge-2.1", "judge-2.1\n", "2-1.0", "judge-2.x", ""])
+def test_unknown_models_get_404(svc: FakeService, connect: Connect, model: str) -> None:
+    status, body = post(connect(svc), core_body(model=model))
+    assert status == 404
+    assert body == {"detail": f"model {model!r} not found"}
+
+
+# --- authentication -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [{}, {"Authorization": "Bearer wrong"}, {"Authorization": "bearer sk-1"}, {"Authorization": "sk-1"}],
+)
+def test_wrong_or_missing_key_gets_401(connect: Connect, headers: dict[str, str]) -> None:
+    with FakeService(api_key="sk-1") as svc:
+        conn = connect(svc)
+        for path in ("/v1/core", "/v1/models", "/nowhere"):
+            conn.request("POST", path, json.dumps(core_body()), headers)
+            response = conn.getresponse()
+            body = json.loads(response.read())
+            assert response.status == 401
+            assert response.getheader("WWW-Authenticate") == "Bearer"
+            assert "detail" in body
+            assert "sk-1" not in json.dumps(body)
+
+
+def test_right_key_is_accepted(connect: Connect) -> None:
+    with FakeService(api_key="sk-1") as svc:
+        conn = connect(svc)
+        auth = {"Authorization": "Bearer sk-1"}
+        assert post(conn, core_body(), headers=auth)[0] == 200
+        conn.request("GET", "/v1/models", headers=auth)
+        assert read(conn)[0] == 200
+        assert svc.requests[0].headers["AUTHORIZATION"] == "Bearer sk-1"
+
+
+# --- validation ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("body", "detail"),
+    [
+        (b"", "not valid JSON"),
+        (b"{not json", "not valid JSON"),
+        (b"\xff\xfe\x00", "not valid JSON"),
+        (b"[" * 100_000, "not valid JSON"),
+        (b"[1, 2]", "JSON object"),
+        (b'"text"', "JSON object"),
+        ({"questions": {"q": {"criteria": YESNO}}, "model": "judge-latest"}, "'state'"),
+        (core_body(state=""), "'state'"),
+        ({**core_body(), "state": 3}, "'state'"),
+        ({"state": "s", "model": "judge-latest"}, "'questions'"),
+        (core_body(questions={}), "'questions'"),
+        ({**core_body(), "questions": [{"criteria": YESNO}]}, "'questions'"),
+        (core_body(questions={"q": YESNO}), "question 'q'"),
+        (core_body(questions={"q": {}}), "question 'q'"),
+        (core_body(questions={"q": {"criteria": "yes"}}), "question 'q'"),
+        (core_body(questions={"q": {"criteria": ["one"]}}), "question 'q'"),
+        (core_body(questions={"q": {"criteria": ["one", 2]}}), "question 'q'"),
+        (core_body(questions={"q": {"criteria": {"only": "one"}}}), "question 'q'"),
+        (core_body(questions={"q": {"criteria": {"true": 1, "false": 0}}}), "question 'q'"),
+        (core_body(questions={"q": {"criteria": {"a": "x", "b": None}}}), "question 'q'"),
+        (
+            core_body(questions={"ok": {"criteria": YESNO}, "bad": {"criteria": []}}),
+            "question 'bad'",
+        ),
+        ({"state": "s", "questions": {"q": {"criteria": YESNO}}}, "'model'"),
+        (core_body(model=None), "'model'"),
+        (core_body(model=["judge-latest"]), "'model'"),
+    ],
+)
+def test_malformed_core_bodies_get_422(svc: FakeService, connect: Connect, body: object, detail: str) -> None:
+    conn = connect(svc)
+    status, answer = post(conn, body)
+    assert status == 422
+    assert detail in answer["detail"]
+    # The connection stays usable after a 422: the whole body was consumed.
+    assert post(conn, core_body())[0] == 200
+
+
+def test_post_without_content_length_has_an_empty_body(svc: FakeService) -> None:
+    raw = raw_exchange(svc, b"POST /v1/core HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    assert raw.startswith(b"HTTP/1.1 422 ")
+    assert svc.requests[0].body == b""
+
+
+# --- routing ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("path", ["/", "/v1", "/v1/core/", "/v2/core", "/v1/models/x", "/api/v1/core"])
+def test_unknown_paths_get_404(svc: FakeService, connect: Connect, path: str) -> None:
+    status, body = post(connect(svc), core_body(), path=path)
+    assert status == 404
+    assert "detail" in body
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "allowed"),
+    [
+        ("GET", "/v1/core", "POST"),
+        ("PUT", "/v1/core", "POST"),
+        ("POST", "/v1/models", "GET"),
+        ("DELETE", "/v1/models", "GET"),
+        ("PATCH", "/v1/models", "GET"),
+        ("OPTIONS", "/v1/core", "POST"),
+    ],
+)
+def test_wrong_methods_get_405(
+    svc: FakeService, connect: Connect, method: str, path: str, allowed: str
+) -> None:
+    conn = connect(svc)
+    conn.request(method, path, b"{}" if method != "GET" else None)
+    response = conn.getresponse()
+    body = json.loads(response.read())
+    assert response.status == 405
+    assert response.getheader("Allow") == allowed
+    assert method in body["detail"]
+
+
+def test_head_gets_405_without_a_body_and_keeps_the_connection(svc: FakeService, connect: Connect) -> None:
+    conn = connect(svc)
+    conn.request("HEAD", "/v1/models")
+    response = conn.getresponse()
+    assert response.status == 405
+    assert int(response.getheader("Content-Length", "0")) > 0
+    assert response.read() == b""
+    assert get(conn)[0] == 200
+    assert svc.connections == 1
+
+
+@pytest.mark.parametrize("prefix", ["/api", "api/", "/api/"])
+def test_prefix_routing(connect: Connect, prefix: str) -> None:
+    with FakeService(prefix=prefix) as svc:
+        assert svc.url.endswith("/api")
+        conn = connect(svc)
+        assert post(conn, core_body(), path="/api/v1/core")[0] == 200
+        assert get(conn, "/api/v1/models")[0] == 200
+        assert post(conn, core_body(), path="/v1/core")[0] == 404
+        assert get(conn, "/v1/models")[0] == 404
+        assert [r.path for r in svc.requests] == [
+            "/api/v1/core",
+            "/api/v1/models",
+            "/v1/core",
+            "/v1/models",
+        ]
+
+
+def test_url_and_prefix_defaults(svc: FakeService) -> None:
+    parts = urllib.parse.urlsplit(svc.url)
+    assert parts.scheme == "http"
+    assert parts.hostname == "127.0.0.1"
+    assert parts.port is not None
+    assert parts.port > 0
+    assert parts.path == ""
+
+
+# --- protocol errors ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("request_bytes", "status"),
+    [
+        (b"POST /v1/core HTTP/1.1\r\nContent-Length: abc\r\n\r\n", 400),
+        (b"POST /v1/core HTTP/1.1\r\nContent-Length: -5\r\n\r\n", 400),
+        (b"POST /v1/core HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n", 501),
+        (b"BREW /v1/core HTTP/1.1\r\n\r\n", 501),
+        (b"GET /v1/models HTTP/9.9\r\n\r\n", 505),
+        (b"THIS IS NOT HTTP AT ALL\r\n\r\n", 400),
+        # Exactly one byte over the limit and no newline, so nothing is left unread (which
+        # would turn the server's close into a reset).
+        (b"GET /" + b"x" * (65_537 - 5), 414),
+    ],
+)
+def test_protocol_errors_get_json_and_close(svc: FakeService, request_bytes: bytes, status: int) -> None:
+    raw = raw_exchange(svc, request_bytes)
+    head, _, body = raw.partition(b"\r\n\r\n")
+    assert head.startswith(f"HTTP/1.1 {status} ".encode())
+    assert b"\r\nConnection: close" in head
+    assert b"\r\nContent-Type: application/json" in head
+    assert f"\r\nContent-Length: {len(body)}".encode() in head
+    assert "detail" in json.loads(body)
+
+
+# --- scripted steps -----------------------------------------------------------------------------
+
+
+def test_reply_steps_are_consumed_in_order_on_any_path(svc: FakeService, connect: Connect) -> None:
+    conn = connect(svc)
+    svc.script(reply(503, {"detail": "busy"}), reply(529, {"detail": "overloaded"}))
+    svc.script(reply(200, {"models": []}))
+    assert post(conn, core_body()) == (503, {"detail": "busy"})
+    assert get(conn) == (529, {"detail": "overloaded"})
+    assert post(conn, core_body(), path="/whatever") == (200, {"models": []})
+    assert post(conn, core_body())[0] == 200
+    assert svc.connections == 1
+
+
+@pytest.mark.parametrize(
+    ("body", "headers", "sent", "content_type"),
+    [
+        (None, (), b"", None),
+        (b"\x00raw", (), b"\x00raw", "text/plain; charset=utf-8"),
+        ("<html>é</html>", (("content-type", "text/html"),), "<html>é</html>".encode(), "text/html"),
+        ([1, "two"], (), b'[1, "two"]', "application/json"),
+        ("", (("Content-Length", "999"),), b"", "text/plain; charset=utf-8"),
+    ],
+)
+def test_reply_bodies(
+    svc: FakeService,
+    connect: Connect,
+    body: object,
+    headers: tuple[tuple[str, str], ...],
+    sent: bytes,
+    content_type: str | None,
+) -> None:
+    conn = connect(svc)
+    svc.script(reply(302, body, headers=(*headers, ("Location", "http://elsewhere/"))))
+    conn.request("GET", "/v1/models")
+    response = conn.getresponse()
+    assert response.status == 302
+    assert response.read() == sent
+    assert response.getheader("Content-Length") == str(len(sent))
+    assert response.getheader("Content-Type") == content_type
+    assert response.getheader("Location") == "http://elsewhere/"
+    assert get(conn)[0] == 200
+
+
+def test_reply_connection_close_header_closes(svc: FakeService, connect: Connect) -> None:
+    conn = connect(svc)
+    svc.script(reply(500, "oops", headers=[("Connection", "close")]))
+    conn.request("GET", "/v1/models")
+    response = conn.getresponse()
+    assert response.read() == b"oops"
+    assert response.will_close
+    assert get(conn)[0] == 200
+    assert svc.connections == 2
+
+
+@pytest.mark.parametrize("status", [100, 199, 600])
+def test_reply_rejects_statuses_outside_200_599(status: int) -> None:
+    with pytest.raises(ValueError, match="status"):
+        reply(status)
+
+
+def test_reply_rejects_bodies_json_cannot_encode() -> None:
+    with pytest.raises(TypeError):
+        reply(200, {1, 2})
+
+
+def test_drop_closes_without_a_response(svc: FakeService, connect: Connect) -> None:
+    svc.script(drop())
+    conn = connect(svc)
+    conn.request("POST", "/v1/core", json.dumps(core_body()))
+    with pytest.raises(http.client.RemoteDisconnected):
+        conn.getresponse()
+    conn.close()
+    assert post(conn, core_body())[0] == 200
+    assert svc.connections == 2
+    assert len(svc.requests) == 2
+
+
+def test_reset_sends_a_tcp_reset(svc: FakeService, connect: Connect) -> None:
+    svc.script(reset())
+    conn = connect(svc)
+    conn.request("POST", "/v1/core", json.dumps(core_body()))
+    with pytest.raises(ConnectionResetError) as caught:
+        conn.getresponse()
+    # RemoteDisconnected is a ConnectionResetError too, but means an orderly close.
+    assert not isinstance(caught.value, http.client.RemoteDisconnected)
+    assert svc.requests[0].json() == core_body()
+
+
+def test_truncate_sends_part_of_the_body(svc: FakeService, connect: Connect) -> None:
+    svc.script(truncate())
+    conn = connect(svc)
+    conn.request("GET", "/v1/models")
+    response = conn.getresponse()
+    assert response.status == 200
+    assert response.getheader("Content-Type") == "application/json"
+    with pytest.raises(http.client.IncompleteRead) as caught:
+        response.read()
+    expected = int(response.getheader("Content-Length", "0"))
+    assert 0 < len(caught.value.partial) < expected
+
+
+def test_hang_holds_the_request_until_release(svc: FakeService, connect: Connect) -> None:
+    svc.script(hang(), hang())
+    first, second = connect(svc), connect(svc)
+    first.request("POST", "/v1/core", json.dumps(core_body()))
+    assert svc.wait_for_requests(1)
+    second.request("GET", "/v1/models")
+    assert svc.wait_for_requests(2)
+    # Both are held from the moment they are recorded, even if release() wins the race.
+    svc.release()
+    with pytest.raises(http.client.RemoteDisconnected):
+        first.getresponse()
+    with pytest.raises(http.client.RemoteDisconnected):
+        second.getresponse()
+    assert post(connect(svc), core_body())[0] == 200
+
+
+def test_release_does_not_free_later_hangs(svc: FakeService, connect: Connect) -> None:
+    svc.release()
+    svc.script(hang())
+    conn = connect(svc)
+    conn.request("GET", "/v1/models")
+    assert svc.wait_for_requests(1)
+    conn.sock.settimeout(0.2)
+    with pytest.raises(socket.timeout):
+        conn.getresponse()
+    svc.close()
+
+
+def test_delay_serves_normally_after_the_delay(svc: FakeService, connect: Connect) -> None:
+    svc.script(delay(0.2), delay(0))
+    conn = connect(svc)
+    started = time.monotonic()
+    status, body = post(conn, core_body())
+    assert time.monotonic() - started >= 0.2
+    assert status == 200
+    assert body["answers"]["q"] == rule("judge-latest", "one two  three", "q", YESNO)
+    assert get(conn)[0] == 200
+
+
+def test_delay_rejects_negative_seconds() -> None:
+    with pytest.raises(ValueError, match="negative"):
+        delay(-1)
+
+
+def test_close_interrupts_a_delay(connect: Connect) -> None:
+    svc = FakeService().start()
+    svc.script(delay(60))
+    conn = connect(svc)
+    conn.request("GET", "/v1/models")
+    assert svc.wait_for_requests(1)
+    started = time.monotonic()
+    svc.close()
+    assert time.monotonic() - started < 5
+    with pytest.raises(http.client.RemoteDisconnected):
+        conn.getresponse()
+
+
+# --- recording ----------------------------------------------------------------------------------
+
+
+def test_requests_are_recorded_in_order(svc: FakeService, connect: Connect) -> None:
+    conn = connect(svc)
+    svc.script(reply(500, {"detail": "scripted"}))
+    # Scripted requests are recorded too.
+    assert post(conn, b'{"a": 1}', headers={"X-Test": "1"})[0] == 500
+    get(conn, "/v1/models?x=1")
+    requests = svc.requests
+    assert [(r.method, r.path) for r in requests] == [
+        ("POST", "/v1/core"),
+        ("GET", "/v1/models?x=1"),
+    ]
+    first = requests[0]
+    assert isinstance(first, RecordedRequest)
+    assert first.body == b'{"a": 1}'
+    assert first.json() == {"a": 1}
+    assert first.headers["x-test"] == first.headers["X-TEST"] == "1"
+    assert "x-test" in first.headers
+    assert first.headers.get("missing") is None
+    assert len(first.headers) == len(list(first.headers))
+    assert "Headers(" in repr(first.headers)
+    assert requests[1].body == b""
+    requests.clear()
+    assert len(svc.requests) == 2
+
+
+def test_repeated_headers_are_folded(svc: FakeService, connect: Connect) -> None:
+    conn = connect(svc)
+    conn.putrequest("GET", "/v1/models")
+    conn.putheader("X-Many", "a")
+    conn.putheader("x-many", "b")
+    conn.endheaders()
+    read(conn)
+    assert svc.requests[0].headers["X-Many"] == "a, b"
+
+
+def test_wait_for_requests(svc: FakeService, connect: Connect) -> None:
+    assert svc.wait_for_requests(0, timeout=0)
+    assert not svc.wait_for_requests(1, timeout=0.05)
+    conn = connect(svc)
+    svc.script(hang())
+    conn.request("GET", "/v1/models")
+    assert svc.wait_for_requests(1, timeout=5)
+    svc.release()
+
+
+def test_wait_for_requests_wakes_on_arrival(svc: FakeService, connect: Connect) -> None:
+    result: list[bool] = []
+    waiter = threading.Thread(target=lambda: result.append(svc.wait_for_requests(2, 10)))
+    waiter.start()
+    conn = connect(svc)
+    get(conn)
+    get(conn)
+    waiter.join()
+    assert result == [True]
+
+
+# --- connections --------------------------------------------------------------------------------
+
+
+def test_keep_alive_reuses_one_connection(svc: FakeService, connect: Connect) -> None:
+    conn = connect(svc)
+    assert svc.connections == 0
+    for _ in range(3):
+        assert post(conn, core_body())[0] == 200
+    assert svc.connections == 1
+
+
+def test_close_idle_connections_closes_kept_alive_ones(svc: FakeService, connect: Connect) -> None:
+    idle, busy = connect(svc), connect(svc)
+    assert get(idle)[0] == 200
+    svc.script(hang())
+    busy.request("GET", "/v1/models")
+    assert svc.wait_for_requests(2)
+
+    svc.close_idle_connections()
+
+    with pytest.raises(ConnectionError):
+        request_models(idle)
+    idle.close()
+    assert get(idle)[0] == 200
+    assert svc.connections == 3
+    # The busy connection was left alone: it is still held by its hang step.
+    svc.release()
+    with pytest.raises(http.client.RemoteDisconnected):
+        busy.getresponse()
+
+
+def test_close_idle_connections_right_after_each_response(svc: FakeService, connect: Connect) -> None:
+    for _ in range(20):
+        conn = connect(svc)
+        assert get(conn)[0] == 200
+        svc.close_idle_connections()
+        with pytest.raises(ConnectionError):
+            request_models(conn)
+        conn.close()
+
+
+def test_a_client_vanishing_mid_response_is_harmless(connect: Connect) -> None:
+    before = threading.active_count()
+    with FakeService() as svc:
+        # Far more than the socket buffers hold, so the server is still writing at the reset.
+        svc.script(reply(200, b"x" * 32_000_000))
+        with socket.create_connection(address(svc), timeout=10) as sock:
+            sock.sendall(b"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert svc.wait_for_requests(1)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        assert get(connect(svc))[0] == 200
+    assert threading.active_count() == before
+
+
+def test_concurrent_connections(svc: FakeService, connect: Connect) -> None:
+    conns = [connect(svc) for _ in range(20)]
+    for conn in conns:
+        conn.request("POST", "/v1/core", json.dumps(core_body()))
+    assert all(read(conn)[0] == 200 for conn in conns)
+    assert svc.connections == 20
+
+
+# --- lifecycle ----------------------------------------------------------------------------------
+
+
+def test_close_ends_every_thread_including_hung_requests(connect: Connect) -> None:
+    before = threading.active_count()
+    svc = FakeService()
+    with svc:
+        assert threading.active_count() == before + 1
+        hung, idle = connect(svc), connect(svc)
+        assert get(idle)[0] == 200
+        svc.script(hang())
+        hung.request("GET", "/v1/models")
+        assert svc.wait_for_requests(2)
+        assert threading.active_count() == before + 3
+    assert threading.active_count() == before
+    with pytest.raises(http.client.RemoteDisconnected):
+        hung.getresponse()
+    with pytest.raises(ConnectionError):
+        request_models(idle)
+    svc.close()  # idempotent
+    assert threading.active_count() == before
+
+
+def test_closed_service_refuses_connections(connect: Connect) -> None:
+    with FakeService() as svc:
+        url = svc.url
+    assert svc.url == url
+    conn = connect(svc)
+    with pytest.raises(ConnectionRefusedError):
+        conn.request("GET", "/v1/models")
+
+
+def test_lifecycle_errors() -> None:
+    svc = FakeService()
+    with pytest.raises(RuntimeError, match="start"):
+        _ = svc.url
+    svc.start()
+    with pytest.raises(RuntimeError, match="once"):
+        svc.start()
+    svc.close()
+    with pytest.raises(RuntimeError, match="once"):
+        svc.start()
+
+    never_started = FakeService()
+    never_started.close()
+    never_started.close()
+    with pytest.raises(RuntimeError, match="once"):
+        never_started.start()
+
+
+def test_host_and_explicit_port(connect: Connect) -> None:
+    with FakeService(host="localhost") as first:
+        port = urllib.parse.urlsplit(first.url).port
+        assert first.url == f"http://localhost:{port}"
+        assert get(connect(first))[0] == 200
+    assert port is not None
+    # The port is free again at once: nothing is left listening, and SO_REUSEADDR is set.
+    with FakeService(port=port) as second:
+        assert second.url == f"http://127.0.0.1:{port}"
+        assert get(connect(second))[0] == 200
