@@ -1,0 +1,5 @@
+"""``python -m qa_min``: the command line (see ``qa_min._cli``)."""
+
+from ._cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,793 @@
+"""Tests of the command line, ``python -m qa_min``: in-process through ``main(argv)``, plus a few
+real subprocesses for the entry point, stdin and a signal."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import runpy
+import signal
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import pytest
+
+import qa_min as qa
+from qa_min import _cli
+from qa_min._cli import main
+from qa_min.testing import FakeService, expected_answer, hang, reply
+
+ROOT = Path(__file__).resolve().parent.parent
+MODEL = "judge-latest"
+YES_NO = {"true": "insults someone", "false": "insults no one"}
+CHOICE = {"en": "English", "fr": "French", "de": "German"}
+SCORE = ["poor", "fair", "good"]
+FLAGS = [
+    "--yes-no", "toxic", YES_NO["true"], YES_NO["false"],
+    "--choice", "lang", *(f"{k}={v}" for k, v in CHOICE.items()),
+    "--score", "quality", *SCORE,
+]  # fmt: skip
+STATE = "Some text to judge"
+BUSY = reply(429, {"detail": "slow down"}, headers=[("retry-after-ms", "1")])
+
+
+class Result(NamedTuple):
+    code: int
+    out: str
+    err: str
+
+
+@pytest.fixture(autouse=True)
+def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The CLI reads the environment as the library does; the developer's must not leak in.
+    for name in ("SERVICE_API_KEY", "SERVICE_BASE_URL", "SERVICE_DEFAULT_MODEL", "SERVICE_LOG"):
+        monkeypatch.delenv(name, raising=False)
+    for name in list(os.environ):
+        if name.lower().endswith("_proxy"):
+            monkeypatch.delenv(name)
+
+
+@pytest.fixture
+def svc() -> Iterator[FakeService]:
+    with FakeService() as service:
+        yield service
+
+
+@pytest.fixture
+def run(capsys: pytest.CaptureFixture[str]) -> Any:
+    def run(*argv: str, stdin: str | None = None) -> Result:
+        if stdin is not None:
+            sys.stdin = io.StringIO(stdin)  # restored by the monkeypatch below
+        code = main(list(argv))
+        captured = capsys.readouterr()
+        return Result(code, captured.out, captured.err)
+
+    return run
+
+
+@pytest.fixture(autouse=True)
+def _restore_stdin(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sys, "stdin", sys.stdin)
+
+
+def expected(state: str, model: str = MODEL) -> dict[str, object]:
+    return {
+        "toxic": expected_answer(model, state, "toxic", YES_NO),
+        "lang": expected_answer(model, state, "lang", CHOICE),
+        "quality": expected_answer(model, state, "quality", SCORE),
+    }
+
+
+def closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+    return port
+
+
+# -- demo ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("argv", [[], ["demo"]], ids=["no-command", "demo"])
+def test_demo_shows_each_operation_and_an_error_then_exits_0(run: Any, argv: list[str]) -> None:
+    result = run(*argv)
+    assert result.code == 0, result.err
+    for text in (
+        "client.ask(state, Review)",
+        "Tone.",
+        "client.core(Request(...))",
+        "judge-latest, judge-mini-latest",
+        "RateLimited: HTTP 429",
+        "slow down",
+    ):
+        assert text in result.out
+    assert "attempts  3" in result.out
+    assert result.err == ""
+
+
+def test_demo_json_is_one_document_with_every_section(run: Any) -> None:
+    result = run("--json", "demo")
+    assert result.code == 0
+    doc = json.loads(result.out)
+    assert set(doc) == {"url", "ask", "core", "models", "error"}
+    assert set(doc["ask"]) == {"toxic", "tone", "quality", "usage"}
+    assert doc["models"] == ["judge-latest", "judge-mini-latest", "judge-2.1", "judge-mini-1.3"]
+    assert doc["error"] == {
+        "type": "RateLimited",
+        "message": doc["error"]["message"],
+        "status": 429,
+        "attempts": 3,
+        "body": '{"detail": "slow down"}',
+    }
+
+
+def test_demo_ignores_the_environment_and_sends_no_real_key(
+    run: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SERVICE_BASE_URL", "http://127.0.0.1:1")
+    monkeypatch.setenv("SERVICE_API_KEY", "sk-real-key")
+    result = run("demo")
+    assert result.code == 0
+    assert "sk-real-key" not in result.out + result.err
+
+
+# -- models --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("argv", "parse"),
+    [
+        (["models"], str.splitlines),
+        (["--json", "models"], json.loads),
+        (["models", "--json"], json.loads),
+    ],
+    ids=["text", "json-before-command", "json-after-command"],
+)
+def test_models_lists_names(run: Any, svc: FakeService, argv: list[str], parse: Any) -> None:
+    result = run("--base-url", svc.url, *argv)
+    assert result.code == 0
+    assert parse(result.out) == ["judge-latest", "judge-mini-latest", "judge-2.1", "judge-mini-1.3"]
+
+
+def test_options_after_the_command_do_not_reset_those_before_it(run: Any) -> None:
+    with FakeService(models=["only-one"]) as service:
+        result = run("--base-url", service.url, "models", "--json")
+    assert (result.code, json.loads(result.out)) == (0, ["only-one"])
+
+
+# -- ask -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("state_args", "stdin"),
+    [
+        ([STATE], None),
+        (["-"], STATE + "\n"),
+        ([], STATE + "\r\n"),
+    ],
+    ids=["argument", "dash-reads-stdin", "absent-reads-stdin"],
+)
+def test_ask_prints_one_id_answer_line_per_question(
+    run: Any, svc: FakeService, state_args: list[str], stdin: str | None
+) -> None:
+    result = run("--base-url", svc.url, "ask", *state_args, *FLAGS, stdin=stdin)
+    assert result.code == 0, result.err
+    want = expected(STATE)
+    assert result.out.splitlines() == [
+        f"toxic: {'true' if want['toxic'] else 'false'}",
+        f"lang: {want['lang']}",
+        f"quality: {want['quality']}",
+    ]
+    assert svc.requests[0].json()["state"] == STATE
+
+
+def test_ask_json_prints_answers_and_usage(run: Any, svc: FakeService) -> None:
+    result = run("--base-url", svc.url, "--json", "ask", STATE, *FLAGS)
+    assert result.code == 0
+    assert json.loads(result.out) == {
+        "answers": expected(STATE),
+        "usage": {"input_tokens": 4, "output_tokens": 3},
+    }
+
+
+def test_ask_sends_the_questions_in_command_line_order(run: Any, svc: FakeService, tmp_path: Path) -> None:
+    path = tmp_path / "q.json"
+    path.write_text(json.dumps({"lang": {"choice": CHOICE}, "quality": {"score": SCORE}}))
+    result = run(
+        "--base-url", svc.url, "ask", STATE,
+        "--yes-no", "toxic", YES_NO["true"], YES_NO["false"],
+        "--questions", str(path),
+        "--score", "tail", "low", "high",
+    )  # fmt: skip
+    assert result.code == 0, result.err
+    questions = svc.requests[0].json()["questions"]
+    assert list(questions) == ["toxic", "lang", "quality", "tail"]
+    assert questions["toxic"] == {"criteria": YES_NO}
+    assert questions["lang"] == {"criteria": CHOICE}
+    assert questions["quality"] == {"criteria": SCORE}
+    assert questions["tail"] == {"criteria": ["low", "high"]}
+
+
+def test_questions_file_alone_is_enough(run: Any, svc: FakeService, tmp_path: Path) -> None:
+    path = tmp_path / "q.json"
+    path.write_text(
+        json.dumps(
+            {
+                "toxic": {"yes_no": list(YES_NO.values())},
+                "lang": {"choice": CHOICE},
+                "quality": {"score": SCORE},
+            }
+        )
+    )
+    result = run("--base-url", svc.url, "--json", "ask", STATE, "--questions", str(path))
+    assert result.code == 0, result.err
+    assert json.loads(result.out)["answers"] == expected(STATE)
+
+
+def test_global_options_reach_the_request(run: Any) -> None:
+    with FakeService(api_key="sk-cli-test") as service:
+        result = run(
+            "--base-url", service.url, "--api-key", "sk-cli-test", "--model", "judge-9.9",
+            "--timeout", "5", "--retries", "0", "--json", "ask", STATE, *FLAGS,
+        )  # fmt: skip
+        assert result.code == 0, result.err
+        sent = service.requests[0]
+    assert sent.headers["authorization"] == "Bearer sk-cli-test"
+    assert sent.json()["model"] == "judge-9.9"
+    assert json.loads(result.out)["answers"] == expected(STATE, "judge-9.9")
+
+
+def test_environment_configures_the_client_as_in_the_library(
+    run: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with FakeService(api_key="sk-from-env") as service:
+        monkeypatch.setenv("SERVICE_BASE_URL", service.url)
+        monkeypatch.setenv("SERVICE_API_KEY", "sk-from-env")
+        monkeypatch.setenv("SERVICE_DEFAULT_MODEL", "judge-mini-latest")
+        result = run("ask", STATE, *FLAGS)
+        assert result.code == 0, result.err
+        assert service.requests[0].json()["model"] == "judge-mini-latest"
+
+
+# -- errors and exit codes -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("error", "code"),
+    [
+        (qa.InvalidState("x"), 3),
+        (qa.NoQuestions("x"), 3),
+        (qa.InvalidOption("x"), 3),
+        (qa.MissingApiKey("x"), 3),
+        (qa.InvalidBaseUrl("x"), 3),
+        (qa.RateLimited("x", status=429), 4),
+        (qa.Overloaded("x", status=529), 4),
+        (qa.BadRequest("x", status=400), 5),
+        (qa.NotFound("x", status=404), 5),
+        (qa.ServerError("x", status=503), 5),
+        (qa.UnexpectedStatus("x", status=302), 5),
+        (qa.ConnectionFailed("x"), 6),
+        (qa.InvalidResponse("x"), 7),
+        (qa.Canceled("x"), 7),
+        (qa.ClientClosed("x"), 7),
+    ],
+    ids=lambda v: type(v).__name__ if isinstance(v, Exception) else str(v),
+)
+def test_exit_code_of_each_error_class(error: qa.QAError, code: int) -> None:
+    assert _cli.exit_code(error) == code
+
+
+def test_help_documents_every_exit_code_and_the_questions_file(run: Any) -> None:
+    top = run("--help")
+    assert top.code == 0
+    for code in (0, 1, 2, 3, 4, 5, 6, 7, 130):
+        assert f"\n  {code} " in top.out
+    ask = run("ask", "--help")
+    assert '"yes_no"' in ask.out
+    assert '"choice"' in ask.out
+    assert '"score"' in ask.out
+    assert "\n  130 " in ask.out
+
+
+def test_version_prints_the_library_version(run: Any) -> None:
+    result = run("--version")
+    assert (result.code, result.out.strip()) == (0, f"qa-min {qa.__version__}")
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--retries", "-1", "models"],
+        ["--retries", "two", "models"],
+        ["--timeout", "0", "models"],
+        ["--timeout", "soon", "models"],
+        ["nonsense"],
+        ["ask", "x", "--yes-no", "only", "two"],
+        ["batch", "--concurrency", "0", "--yes-no", "a", "y", "n"],
+    ],
+    ids=["negative-retries", "retries-not-int", "zero-timeout", "timeout-not-number", "unknown-command",
+         "yes-no-short", "zero-concurrency"],
+)  # fmt: skip
+def test_usage_errors_exit_2(run: Any, argv: list[str]) -> None:
+    result = run(*argv)
+    assert result.code == 2
+    assert "usage: qa-min" in result.err
+
+
+def _write(tmp_path: Path, text: str) -> str:
+    path = tmp_path / "questions.json"
+    path.write_text(text)
+    return str(path)
+
+
+@pytest.mark.parametrize(
+    ("questions", "error", "detail"),
+    [
+        ([], "NoQuestions", "no questions"),
+        (["--choice", "lang", "en"], "InvalidQuestion", "expected KEY=TEXT"),
+        (["--choice", "lang", "en=English"], "InvalidQuestion", "at least 2 options"),
+        (["--score", "q", "only"], "InvalidQuestion", "at least 2 levels"),
+        (["--yes-no", "t", "", "no"], "InvalidQuestion", "yes text"),
+        (["--yes-no", "t", "y", "n", "--yes-no", "t", "y", "n"], "DuplicateQuestionName", "'t'"),
+        (["--questions", "MISSING"], "InvalidQuestion", "cannot read questions file"),
+        (["--questions", "FILE:{not json"], "InvalidQuestion", "is not JSON"),
+        (["--questions", "FILE:[1, 2]"], "InvalidQuestion", "must hold a JSON object"),
+        (["--questions", 'FILE:{"q": "text"}'], "InvalidQuestion", "question 'q': expected an object"),
+        (["--questions", 'FILE:{"q": {"yes_no": ["a"]}}'], "InvalidQuestion", '"yes_no" takes'),
+        (["--questions", 'FILE:{"q": {"choice": ["a", "b"]}}'], "InvalidQuestion", '"choice" takes'),
+        (["--questions", 'FILE:{"q": {"score": "a"}}'], "InvalidQuestion", '"score" takes'),
+        (["--questions", 'FILE:{"q": {"scale": ["a", "b"]}}'], "InvalidQuestion", "unknown kind 'scale'"),
+        (["--questions", 'FILE:{"q": {"yes_no": ["a", 7]}}'], "InvalidQuestion", "question 'q': the no text"),
+        (["--questions", 'FILE:{"": {"yes_no": ["a", "b"]}}'], "InvalidName", "non-empty string"),
+    ],
+    ids=[
+        "no-questions", "choice-without-equals", "choice-one-option", "score-one-level", "yes-no-empty-text",
+        "duplicate-name", "file-missing", "file-not-json", "file-not-object", "question-not-object",
+        "yes-no-not-pair", "choice-not-object", "score-not-list", "unknown-kind", "text-not-string",
+        "empty-name",
+    ],
+)  # fmt: skip
+def test_bad_questions_exit_3_before_anything_is_sent(
+    run: Any, svc: FakeService, tmp_path: Path, questions: list[str], error: str, detail: str
+) -> None:
+    argv = [
+        str(tmp_path / "missing.json")
+        if arg == "MISSING"
+        else _write(tmp_path, arg[len("FILE:") :])
+        if arg.startswith("FILE:")
+        else arg
+        for arg in questions
+    ]
+    result = run("--base-url", svc.url, "ask", STATE, *argv)
+    assert result.code == 3
+    first = result.err.splitlines()[0]
+    assert first.startswith(f"error: {error}: ")
+    assert detail in first
+    assert svc.requests == []
+
+
+@pytest.mark.parametrize(
+    ("argv", "stdin", "error"),
+    [
+        (["ask", "-", "--yes-no", "t", "y", "n"], "\n", "InvalidState"),
+        (["--base-url", "ftp://example.com", "models"], None, "InvalidBaseUrl"),
+        (["models"], None, "MissingApiKey"),
+    ],
+    ids=["empty-state", "bad-base-url", "public-service-without-key"],
+)
+def test_input_and_configuration_errors_exit_3(
+    run: Any, svc: FakeService, argv: list[str], stdin: str | None, error: str
+) -> None:
+    if argv[0] == "ask":
+        argv = ["--base-url", svc.url, *argv]
+    result = run(*argv, stdin=stdin)
+    assert result.code == 3
+    assert result.err.startswith(f"error: {error}: ")
+    if error == "MissingApiKey":
+        assert "--api-key" in result.err
+
+
+@pytest.mark.parametrize(
+    ("steps", "argv", "code", "error", "status", "attempts"),
+    [
+        ([BUSY, BUSY, BUSY], [], 4, "RateLimited", 429, 3),
+        ([reply(529, {"detail": "overloaded"})], ["--retries", "0"], 4, "Overloaded", 529, 1),
+        (
+            [reply(503, {"detail": "down"}, headers=[("retry-after-ms", "1")])] * 2,
+            ["--retries", "1"],
+            5,
+            "ServerError",
+            503,
+            2,
+        ),
+        ([], ["--model", "no-such-model"], 5, "NotFound", 404, 1),
+        ([reply(400, "<html>bad</html>")], [], 5, "BadRequest", 400, 1),
+    ],
+    ids=["busy-429-after-retries", "busy-529", "server-error-after-retries", "unknown-model", "bad-request"],
+)
+def test_http_errors_exit_with_their_code_and_print_diagnostics(
+    run: Any,
+    svc: FakeService,
+    steps: list[Any],
+    argv: list[str],
+    code: int,
+    error: str,
+    status: int,
+    attempts: int,
+) -> None:
+    svc.script(*steps)
+    result = run("--base-url", svc.url, *argv, "ask", STATE, "--yes-no", "t", "y", "n")
+    assert result.code == code
+    assert result.out == ""
+    first, second = result.err.splitlines()
+    assert first.startswith(f"error: {error}: HTTP {status}")
+    assert second.startswith(f"  status={status}, attempts={attempts}, body=")
+    assert len(svc.requests) == attempts
+
+
+def test_long_error_bodies_are_shortened_in_the_diagnostics_line(run: Any, svc: FakeService) -> None:
+    page = "<html>" + "x" * 500 + "</html>"
+    svc.script(reply(502, page))
+    result = run("--base-url", svc.url, "--retries", "0", "--json", "models")
+    assert result.code == 5
+    second = result.err.splitlines()[1]
+    assert "body='<html>xxx" in second
+    assert "...'" in second
+    assert len(second) < 260
+    assert json.loads(result.out)["error"]["body"] == page  # the JSON keeps all of it
+
+
+def test_json_errors_go_to_stdout_as_json_and_to_stderr(run: Any, svc: FakeService) -> None:
+    svc.script(BUSY, BUSY, BUSY)
+    result = run("--base-url", svc.url, "--json", "models")
+    assert result.code == 4
+    assert json.loads(result.out) == {
+        "error": {
+            "type": "RateLimited",
+            "message": json.loads(result.out)["error"]["message"],
+            "status": 429,
+            "attempts": 3,
+            "body": '{"detail": "slow down"}',
+        }
+    }
+    assert result.err.startswith("error: RateLimited: HTTP 429")
+
+
+def test_connection_failure_exits_6_with_the_transport_error(run: Any) -> None:
+    result = run("--base-url", f"http://127.0.0.1:{closed_port()}", "--retries", "0", "models")
+    assert result.code == 6
+    first, second = result.err.splitlines()
+    assert first.startswith("error: ConnectionFailed: ")
+    assert "attempts=1" in second
+    assert "transport_error=ConnectionRefusedError" in second
+
+
+def test_answer_that_does_not_fit_exits_7(run: Any, svc: FakeService) -> None:
+    svc.set_answers({"t": "maybe"})
+    result = run("--base-url", svc.url, "ask", STATE, "--yes-no", "t", "y", "n")
+    assert result.code == 7
+    assert result.err.startswith("error: InvalidResponse: ")
+
+
+def test_timeout_expiry_exits_7_with_canceled(run: Any, svc: FakeService) -> None:
+    svc.script(hang())
+    result = run("--base-url", svc.url, "--timeout", "0.2", "models")
+    assert result.code == 7
+    assert result.err.startswith("error: Canceled: ")
+
+
+@pytest.mark.parametrize("source", ["option", "environment"])
+def test_error_output_never_contains_the_api_key(
+    run: Any, svc: FakeService, monkeypatch: pytest.MonkeyPatch, source: str
+) -> None:
+    key = "sk-very-secret-0123"
+    # A misbehaving server echoing the key in its error body: the CLI still must not print it.
+    svc.script(reply(500, {"detail": f"key {key} is revoked"}))
+    argv = ["--base-url", svc.url, "--retries", "0", "--json"]
+    if source == "option":
+        argv += ["--api-key", key]
+    else:
+        monkeypatch.setenv("SERVICE_API_KEY", key)
+    result = run(*argv, "models")
+    assert result.code == 5
+    assert key not in result.out + result.err
+    assert "[redacted]" in result.err
+    assert svc.requests[0].headers["authorization"] == f"Bearer {key}"
+
+
+def test_ctrl_c_exits_130(run: Any, svc: FakeService, monkeypatch: pytest.MonkeyPatch) -> None:
+    class Interrupted(io.StringIO):
+        def read(self, size: int | None = -1) -> str:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(sys, "stdin", Interrupted())
+    result = run("--base-url", svc.url, "ask", "--yes-no", "t", "y", "n")
+    assert result.code == 130
+    assert result.err == "interrupted\n"
+
+
+@pytest.mark.parametrize("has_fd", [True, False], ids=["real-stdout", "stdout-without-fd"])
+def test_closed_output_pipe_exits_1_quietly(
+    svc: FakeService, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, has_fd: bool
+) -> None:
+    with open(tmp_path / "stdout", "w") as target:
+
+        class ClosedPipe(io.StringIO):
+            def write(self, text: str) -> int:
+                raise BrokenPipeError(32, "Broken pipe")
+
+            def fileno(self) -> int:
+                return target.fileno() if has_fd else super().fileno()
+
+        monkeypatch.setattr(sys, "stdout", ClosedPipe())
+        assert main(["--base-url", svc.url, "models"]) == 1
+        if has_fd:
+            # Later writes (the interpreter's final flush) go to devnull instead of failing.
+            os.write(target.fileno(), b"ignored")
+            assert os.fstat(target.fileno()).st_ino != os.stat(tmp_path / "stdout").st_ino
+
+
+def test_python_m_qa_min_runs_main_in_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sys, "argv", ["qa_min", "--version"])
+    with pytest.raises(SystemExit) as exit_info:
+        runpy.run_module("qa_min", run_name="__main__")
+    assert exit_info.value.code == 0
+
+
+# -- batch ---------------------------------------------------------------------------------
+
+
+def test_batch_writes_answers_and_errors_in_input_order(run: Any, svc: FakeService, tmp_path: Path) -> None:
+    states = [f"state number {i}" for i in range(12)]
+    lines = [json.dumps(s) for s in states[:6]]
+    lines += ["", "   ", "{not json", json.dumps({"id": "no-state"}), json.dumps({"state": ""}), "42"]
+    lines += [json.dumps({"state": s, "id": f"id-{i}"}) for i, s in enumerate(states[6:], 6)]
+    path = tmp_path / "in.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    result = run("--base-url", svc.url, "batch", str(path), "--concurrency", "3", *FLAGS)
+    assert result.code == 3  # the first failed line is a bad line
+    rows = [json.loads(line) for line in result.out.splitlines()]
+    assert [next(iter(row)) for row in rows] == ["line"] * 6 + ["line", "id", "line", "line"] + ["id"] * 6
+    assert [row.get("line", row.get("id")) for row in rows] == [
+        1, 2, 3, 4, 5, 6, 9, "no-state", 11, 12, "id-6", "id-7", "id-8", "id-9", "id-10", "id-11",
+    ]  # fmt: skip
+    good = [row for row in rows if "answers" in row]
+    assert [row["answers"] for row in good] == [expected(s) for s in states]
+    bad = [row["error"] for row in rows if "error" in row]
+    assert [e["type"] for e in bad] == ["InvalidState"] * 4
+    assert all(e["status"] is None and e["attempts"] == 0 for e in bad)
+    assert "line 9 is not JSON" in bad[0]["message"]
+    assert len(svc.requests) == 12
+
+
+def test_batch_reads_stdin_and_reports_http_errors_per_line(run: Any, svc: FakeService) -> None:
+    svc.script(reply(429, {"detail": "slow down"}))
+    stdin = "".join(json.dumps(f"state {i}") + "\n" for i in range(3))
+    result = run("--base-url", svc.url, "--retries", "0", "batch", "--concurrency", "1", *FLAGS, stdin=stdin)
+    assert result.code == 4
+    rows = [json.loads(line) for line in result.out.splitlines()]
+    assert rows[0] == {
+        "line": 1,
+        "error": {
+            "type": "RateLimited",
+            "message": rows[0]["error"]["message"],
+            "status": 429,
+            "attempts": 1,
+            "body": '{"detail": "slow down"}',
+        },
+    }
+    assert rows[1:] == [{"line": n, "answers": expected(f"state {n - 1}")} for n in (2, 3)]
+
+
+def test_batch_never_has_more_calls_in_flight_than_concurrency(
+    capsys: pytest.CaptureFixture[str], svc: FakeService, tmp_path: Path
+) -> None:
+    path = tmp_path / "in.jsonl"
+    path.write_text("".join(json.dumps(f"state {i}") + "\n" for i in range(6)))
+    svc.script(hang(), hang())
+    codes: list[int] = []
+    argv = ["--base-url", svc.url, "--retries", "0", "batch", str(path), "--concurrency", "2", *FLAGS]
+    worker = threading.Thread(target=lambda: codes.append(main(argv)))
+    worker.start()
+    try:
+        assert svc.wait_for_requests(2)
+        # Both workers are stuck on hung requests: a third request would break the bound.
+        assert not svc.wait_for_requests(3, timeout=0.3)
+    finally:
+        svc.release()
+        worker.join(10)
+    assert codes == [6]  # the released requests end without a response: ConnectionFailed
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [row["line"] for row in rows] == [1, 2, 3, 4, 5, 6]
+    assert sum("error" in row for row in rows) == 2
+    assert all(row["error"]["type"] == "ConnectionFailed" for row in rows if "error" in row)
+
+
+@pytest.mark.parametrize(
+    ("flag", "shown"),
+    [(["--progress"], True), (["--no-progress"], False), ([], False)],
+    ids=["forced-on", "forced-off", "default-off-when-stderr-is-not-a-tty"],
+)
+def test_batch_progress_line_on_stderr(run: Any, svc: FakeService, flag: list[str], shown: bool) -> None:
+    stdin = '"a"\n"b"\n"c"\n'
+    result = run("--base-url", svc.url, "batch", *flag, "--yes-no", "t", "y", "n", stdin=stdin)
+    assert result.code == 0
+    assert len(result.out.splitlines()) == 3
+    assert result.err == ("\r1/3\r2/3\r3/3\n" if shown else "")
+
+
+def test_batch_progress_defaults_to_on_when_stderr_is_a_tty(
+    run: Any, svc: FakeService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    result = run("--base-url", svc.url, "batch", "--yes-no", "t", "y", "n", stdin='"a"\n')
+    assert result.err == "\r1/1\n"
+
+
+def test_batch_with_unreadable_input_exits_3(run: Any, svc: FakeService, tmp_path: Path) -> None:
+    result = run("--base-url", svc.url, "batch", str(tmp_path / "missing.jsonl"), "--yes-no", "t", "y", "n")
+    assert result.code == 3
+    assert result.err.startswith("error: InvalidState: cannot read ")
+
+
+# -- fake ----------------------------------------------------------------------------------
+
+
+def _serve_then(action: Any) -> Any:
+    """A stand-in for the serve-forever loop: runs ``action`` while the fake serves, then Ctrl-C."""
+
+    def serve() -> None:
+        action()
+        raise KeyboardInterrupt
+
+    return serve
+
+
+def test_fake_serves_until_ctrl_c_then_closes_and_exits_0(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen: dict[str, Any] = {}
+
+    def use_it() -> None:
+        url = capsys.readouterr().out.split()[4]
+        seen["url"] = url
+        with qa.Client(base_url=url, trust_env=False) as client:
+            seen["models"] = [m.name for m in client.list_models()]
+
+    monkeypatch.setattr(_cli, "_serve_forever", _serve_then(use_it))
+    assert main(["fake", "--port", "0", "--prefix", "/api"]) == 0
+    assert seen["url"].startswith("http://127.0.0.1:")
+    assert seen["url"].endswith("/api")
+    assert seen["models"][0] == "judge-latest"
+    client = qa.Client(base_url=seen["url"], trust_env=False, retry=qa.RetryPolicy.none)
+    with client, pytest.raises(qa.ConnectionFailed):
+        client.list_models()
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--json", "fake", "--port", "0", "--api-key", "sk-local"],
+        ["--api-key", "sk-local", "fake", "--port", "0", "--json"],
+    ],
+    ids=["options-after-command", "options-before-command"],
+)
+def test_fake_requires_the_api_key_it_was_given(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, argv: list[str]
+) -> None:
+    statuses: list[object] = []
+
+    def use_it() -> None:
+        url = json.loads(capsys.readouterr().out)["url"]
+        for key in (None, "sk-local"):
+            try:
+                with qa.Client(base_url=url, api_key=key, trust_env=False) as client:
+                    statuses.append(len(client.list_models()))
+            except qa.Unauthorized as exc:
+                statuses.append(exc.status)
+
+    monkeypatch.setattr(_cli, "_serve_forever", _serve_then(use_it))
+    assert main(argv) == 0
+    assert statuses == [401, 4]
+
+
+def test_fake_on_a_busy_port_exits_1(run: Any) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        result = run("fake", "--port", str(taken.getsockname()[1]))
+    assert result.code == 1
+    assert result.err.startswith("error: cannot listen on 127.0.0.1:")
+
+
+# -- real processes --------------------------------------------------------------------------
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("SERVICE_") and not k.lower().endswith("_proxy")
+    }
+    env["PYTHONPATH"] = str(ROOT)
+    env.update(extra)
+    return env
+
+
+def _python(*argv: str, stdin: str = "", **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, *argv],
+        check=False,
+        input=stdin,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=_env(**env),
+        timeout=20,
+    )
+
+
+def test_python_m_qa_min_demo_runs() -> None:
+    proc = _python("-m", "qa_min", "demo")
+    assert proc.returncode == 0, proc.stderr
+    assert "client.list_models()" in proc.stdout
+    assert "RateLimited" in proc.stdout
+
+
+def test_python_m_qa_min_json_models(svc: FakeService) -> None:
+    proc = _python("-m", "qa_min", "--json", "models", SERVICE_BASE_URL=svc.url)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)[0] == "judge-latest"
+
+
+def test_python_m_qa_min_ask_reads_stdin(svc: FakeService) -> None:
+    proc = _python("-m", "qa_min", "--base-url", svc.url, "ask", *FLAGS, stdin=STATE + "\n")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[1] == f"lang: {expected(STATE)['lang']}"
+
+
+def test_python_m_qa_min_failure_exit_code_and_lazy_cli_import() -> None:
+    proc = _python(
+        "-m", "qa_min", "--base-url", f"http://127.0.0.1:{closed_port()}", "--retries", "0", "models"
+    )
+    assert proc.returncode == 6
+    assert proc.stderr.startswith("error: ConnectionFailed: ")
+    plain = _python("-c", "import sys, qa_min; print('qa_min._cli' in sys.modules)")
+    assert plain.stdout.strip() == "False"
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="SIGINT to a child process is POSIX-only here")
+def test_fake_process_stops_cleanly_on_sigint() -> None:
+    # The child resets SIGINT first: a shell that started this test run in the background may
+    # have left it ignored, and Python keeps an ignored SIGINT ignored.
+    code = (
+        "import signal; signal.signal(signal.SIGINT, signal.default_int_handler)\n"
+        "from qa_min._cli import main; raise SystemExit(main(['fake', '--port', '0']))"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+        env=_env(),
+    )
+    try:
+        assert proc.stdout is not None
+        url = proc.stdout.readline().split()[4]
+        with qa.Client(base_url=url, trust_env=False) as client:
+            assert len(client.list_models()) == 4
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, err
+    assert err == ""
