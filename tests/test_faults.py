@@ -1,0 +1,498 @@
+"""A bad network, over real sockets: every fault against every retry setting.
+
+The matrix runs one call per (fault, policy) row against either the public ``FakeService`` (its
+scripted ``drop``/``reset``/``truncate``/``hang``/``reply`` steps) or a raw-socket server from
+``faultservers`` (byte-exact misbehaviour ``http.server`` cannot produce). A fault is followed
+by a good answer, so "retried" shows as success on attempt 2 and "not retried" as the fault's
+own error after attempt 1.
+
+Faults marked ``warm`` hit a pooled keep-alive connection (one good call comes first): a
+reused connection that fails before any response byte is resent once on a fresh connection,
+invisibly, which no retry setting may turn into an error or an attempt.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from http.client import HTTPException
+from typing import Any, Callable, Optional, Union
+
+import pytest
+from faultservers import (
+    HTML_502_RESPONSE,
+    OK_RESPONSE,
+    Handler,
+    RawServer,
+    close_before_status,
+    garbage_status_line,
+    hang_then_close,
+    read_request,
+    reset_after_request,
+    respond_sequence,
+    slow_bytes,
+    truncated_body,
+)
+
+import qa_min as qa
+from qa_min._connection import idle_clock
+from qa_min.testing import FakeService, Step, delay, drop, hang, reply, reset, truncate
+
+
+class Toxic(qa.Questions):
+    # faultservers.OK_BODY answers exactly this question.
+    toxic = qa.YesNo("The text insults someone", "The text insults no one")
+
+
+class Recorder:
+    """An injected ``sleep``: records the seconds asked for and returns at once."""
+
+    def __init__(self) -> None:
+        self.seconds: list[float] = []
+
+    def __call__(self, seconds: float, wake: threading.Event) -> None:
+        self.seconds.append(seconds)
+
+
+def make_client(url: str, sleep: Optional[Recorder] = None, **options: Any) -> qa.Client:
+    return qa.Client(
+        base_url=url,
+        trust_env=False,
+        sleep=Recorder() if sleep is None else sleep,
+        random=lambda: 0.0,
+        **options,
+    )
+
+
+POLICIES: dict[str, Optional[qa.RetryPolicy]] = {
+    "retry": None,  # the client's default, RetryPolicy()
+    "none": qa.RetryPolicy.none,
+    "no-conn-retry": qa.RetryPolicy(retry_connection_errors=False),
+}
+
+
+# -- servers ---------------------------------------------------------------------------------
+
+
+class Served:
+    """A running fault server: its URL, its accepted-connection count, and the fault's trigger."""
+
+    def __init__(
+        self, url: str, connections: Callable[[], int], arm: Callable[[], None] = lambda: None
+    ) -> None:
+        self.url = url
+        self.connections = connections
+        self.arm = arm
+
+
+@contextmanager
+def fake_service(steps: tuple[Step, ...] = (), close_idle: bool = False) -> Iterator[Served]:
+    """A FakeService whose fault is scripted only when armed, after any warm-up call."""
+    with FakeService() as svc:
+
+        def arm() -> None:
+            if close_idle:
+                svc.close_idle_connections()
+            svc.script(*steps)
+
+        yield Served(svc.url, lambda: svc.connections, arm)
+
+
+@contextmanager
+def raw_server(handler: Handler) -> Iterator[Served]:
+    with RawServer(handler) as server:
+        yield Served(server.url, lambda: server.connections)
+
+
+def ok_then_close() -> Handler:
+    """Answer one request completely, then close: a server whose keep-alive timeout is zero."""
+
+    def handler(conn: socket.socket, stop: threading.Event) -> None:
+        if read_request(conn):
+            conn.sendall(OK_RESPONSE)
+
+    return handler
+
+
+def chunked_response(body: bytes) -> bytes:
+    """A keep-alive 200 whose body is one chunk: its size is unknown until read."""
+    return (
+        b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+        + b"%x\r\n" % len(body)
+        + body
+        + b"\r\n0\r\n\r\n"
+    )
+
+
+# -- the fault matrix ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Fault:
+    """One way the network or server misbehaves, and how to set it up."""
+
+    name: str
+    serve: Callable[[], Any]  # () -> context manager of Served
+    warm: bool = False  # one good call first, so the fault meets a pooled connection
+    timeout: Optional[float] = None  # the measured call's timeout
+
+
+@dataclass(frozen=True)
+class Expect:
+    """The outcome of the measured call."""
+
+    name: str
+    error: Optional[type[qa.QAError]]  # None: it returns an answer
+    attempts: int
+    transport_error: bool = False
+    status: Optional[int] = None
+
+
+OK_AFTER_RETRY = Expect("succeeds-after-retry", None, 2, status=200)
+OK_NO_RETRY = Expect("succeeds-without-retry", None, 1, status=200)
+CONN_FAILED = Expect("connection-failed", qa.ConnectionFailed, 1, transport_error=True)
+CANCELED = Expect("canceled-by-timeout", qa.Canceled, 1)
+
+
+def _fake(*steps: Step, close_idle: bool = False) -> Callable[[], Any]:
+    return lambda: fake_service(steps, close_idle)
+
+
+def _raw(*items: Union[bytes, Callable[[], Handler]]) -> Callable[[], Any]:
+    """A raw server answering requests in order; handler factories are called per server."""
+    return lambda: raw_server(
+        respond_sequence(*[item if isinstance(item, bytes) else item() for item in items])
+    )
+
+
+FAKE_DROP = Fault("fake-drop", _fake(drop()))
+FAKE_RESET = Fault("fake-reset", _fake(reset()))
+FAKE_TRUNCATE = Fault("fake-truncate", _fake(truncate()))
+FAKE_503 = Fault("fake-503-then-ok", _fake(reply(503, {"detail": "busy"})))
+FAKE_HANG = Fault("fake-hang", _fake(hang()), timeout=0.3)
+FAKE_SLOW = Fault("fake-delay-50ms", _fake(delay(0.05)))
+FAKE_IDLE_CLOSED = Fault("fake-idle-conn-closed-by-server", _fake(close_idle=True), warm=True)
+FAKE_IDLE_CLOSED_THEN_DROP = Fault(
+    "fake-idle-conn-closed-then-fresh-conn-dropped", _fake(drop(), close_idle=True), warm=True
+)
+FAKE_REUSED_DROP = Fault("fake-reused-conn-dropped-before-response", _fake(drop()), warm=True)
+FAKE_REUSED_RESET = Fault("fake-reused-conn-reset-before-response", _fake(reset()), warm=True)
+FAKE_REUSED_DROP_TWICE = Fault(
+    "fake-reused-conn-dropped-then-fresh-conn-dropped", _fake(drop(), drop()), warm=True
+)
+FAKE_REUSED_TRUNCATE = Fault("fake-reused-conn-truncated", _fake(truncate()), warm=True)
+
+RAW_RESET = Fault("raw-reset-after-request", _raw(reset_after_request, OK_RESPONSE))
+RAW_CLOSE = Fault("raw-close-before-status-line", _raw(close_before_status, OK_RESPONSE))
+RAW_TRUNCATED = Fault("raw-truncated-body", _raw(truncated_body, OK_RESPONSE))
+RAW_GARBAGE = Fault("raw-garbage-status-line", _raw(garbage_status_line, OK_RESPONSE))
+RAW_HANG_CLOSE = Fault("raw-hang-then-close", _raw(lambda: hang_then_close(0.05), OK_RESPONSE))
+RAW_HANG = Fault("raw-hang", _raw(lambda: hang_then_close(10.0), OK_RESPONSE), timeout=0.3)
+RAW_HTML_502 = Fault("raw-html-502", _raw(HTML_502_RESPONSE, OK_RESPONSE))
+RAW_IDLE_CLOSED = Fault("raw-idle-conn-closed-by-server", lambda: raw_server(ok_then_close()), warm=True)
+RAW_REUSED_CLOSE = Fault(
+    "raw-reused-conn-closed-before-status-line", _raw(OK_RESPONSE, close_before_status), warm=True
+)
+RAW_REUSED_TRUNCATED = Fault("raw-reused-conn-truncated-body", _raw(OK_RESPONSE, truncated_body), warm=True)
+
+SERVER_ERROR_502 = Expect("server-error", qa.ServerError, 1, status=502)
+SERVER_ERROR_503 = Expect("server-error", qa.ServerError, 1, status=503)
+
+MATRIX: list[tuple[Fault, str, Expect]] = [
+    # Connection faults: retried by default, fatal without retries or without connection retries.
+    *[
+        (fault, policy, OK_AFTER_RETRY if policy == "retry" else CONN_FAILED)
+        for fault in (
+            FAKE_DROP,
+            FAKE_RESET,
+            FAKE_TRUNCATE,
+            FAKE_IDLE_CLOSED_THEN_DROP,
+            FAKE_REUSED_DROP_TWICE,
+            FAKE_REUSED_TRUNCATE,
+            RAW_RESET,
+            RAW_CLOSE,
+            RAW_TRUNCATED,
+            RAW_GARBAGE,
+            RAW_HANG_CLOSE,
+            RAW_REUSED_TRUNCATED,
+        )
+        for policy in POLICIES
+    ],
+    # Retryable statuses: retry_connection_errors=False does not concern them.
+    (FAKE_503, "retry", OK_AFTER_RETRY),
+    (FAKE_503, "none", SERVER_ERROR_503),
+    (FAKE_503, "no-conn-retry", OK_AFTER_RETRY),
+    (RAW_HTML_502, "retry", OK_AFTER_RETRY),
+    (RAW_HTML_502, "none", SERVER_ERROR_502),
+    (RAW_HTML_502, "no-conn-retry", OK_AFTER_RETRY),
+    # A call's timeout covers its retries: a hang is cancelled, never retried.
+    (FAKE_HANG, "retry", CANCELED),
+    (FAKE_HANG, "none", CANCELED),
+    (RAW_HANG, "retry", CANCELED),
+    (RAW_HANG, "none", CANCELED),
+    # A slow answer is an answer.
+    (FAKE_SLOW, "none", OK_NO_RETRY),
+    # A pooled connection the server closed is resent invisibly, whatever the policy.
+    *[
+        (fault, policy, OK_NO_RETRY)
+        for fault in (
+            FAKE_IDLE_CLOSED,
+            FAKE_REUSED_DROP,
+            FAKE_REUSED_RESET,
+            RAW_IDLE_CLOSED,
+            RAW_REUSED_CLOSE,
+        )
+        for policy in POLICIES
+    ],
+]
+
+
+def call(client: qa.Client, **options: Any) -> tuple[Optional[qa.QAError], qa.Diagnostics]:
+    diag = qa.Diagnostics()
+    try:
+        response = client.ask("some text", Toxic, diagnostics=diag, **options)
+    except qa.QAError as exc:
+        error: qa.QAError = exc
+    else:
+        assert isinstance(response.answers.toxic, bool)
+        return None, diag
+    assert error.diagnostics is diag
+    return error, diag
+
+
+@pytest.mark.parametrize(
+    ("fault", "policy", "expect"),
+    [pytest.param(*row, id=f"{row[0].name}-{row[1]}-{row[2].name}") for row in MATRIX],
+)
+def test_fault_matrix(fault: Fault, policy: str, expect: Expect) -> None:
+    sleep = Recorder()
+    with fault.serve() as served, make_client(served.url, sleep) as client:
+        if fault.warm:
+            warm_error, _ = call(client)
+            assert warm_error is None
+        served.arm()
+        started = time.monotonic()
+        error, diag = call(client, retry=POLICIES[policy], timeout=fault.timeout)
+        elapsed = time.monotonic() - started
+    if expect.error is None:
+        assert error is None, f"unexpected {error!r}"
+    else:
+        assert type(error) is expect.error, f"expected {expect.error.__name__}, got {error!r}"
+    assert diag.attempts == expect.attempts
+    assert diag.status == expect.status
+    if expect.transport_error:
+        assert isinstance(diag.transport_error, (OSError, HTTPException))
+        assert error is not None
+        assert error.__cause__ is diag.transport_error
+    elif expect.error is not None:
+        assert diag.transport_error is None
+    if expect.error is not qa.Canceled:
+        # Exactly one backoff sleep per policy retry; an invisible resend sleeps not.
+        assert len(sleep.seconds) == expect.attempts - 1
+    if expect.status == 502:
+        assert diag.body is not None
+        assert "502 Bad Gateway" in diag.body
+        assert "502 Bad Gateway" in str(error)
+    if fault.timeout is not None:
+        assert elapsed < fault.timeout + 2.0
+
+
+# -- stale keep-alive connections ------------------------------------------------------------
+
+
+def test_pooled_connection_closed_by_server_while_idle_succeeds_with_no_error_and_no_retry() -> None:
+    sleep = Recorder()
+    rounds = 10
+    with FakeService() as svc, make_client(svc.url, sleep, retry=qa.RetryPolicy.none) as client:
+        assert call(client)[0] is None
+        for _ in range(rounds):
+            svc.close_idle_connections()
+            error, diag = call(client)
+            assert error is None
+            assert diag.attempts == 1
+        assert svc.connections == rounds + 1
+        # A request sent on a dead connection never reached the server: no duplicates.
+        assert len(svc.requests) == rounds + 1
+    assert sleep.seconds == []
+
+
+@pytest.mark.parametrize(
+    ("policy", "expect"),
+    [
+        pytest.param("none", CONN_FAILED, id="none-connection-failed"),
+        pytest.param("no-conn-retry", CONN_FAILED, id="no-conn-retry-connection-failed"),
+        pytest.param("retry", OK_AFTER_RETRY, id="retry-succeeds-after-retry"),
+    ],
+)
+def test_failure_of_a_fresh_connection_follows_the_policy(policy: str, expect: Expect) -> None:
+    with FakeService() as svc, make_client(svc.url) as client:
+        svc.script(drop())
+        error, diag = call(client, retry=POLICIES[policy])
+        assert svc.connections == expect.attempts
+    assert (error is None) == (expect.error is None)
+    assert diag.attempts == expect.attempts
+
+
+@pytest.mark.parametrize("value", [0, 0.0, -1, "1", True, None, float("nan")])
+def test_idle_timeout_must_be_a_positive_number(value: object) -> None:
+    with pytest.raises(qa.InvalidOption):
+        qa.Client(base_url="http://127.0.0.1:9", trust_env=False, idle_timeout=value)  # type: ignore[arg-type]
+
+
+def wait_for_idle_clock(since: float, seconds: float) -> None:
+    """Wait until the pool's clock is ``seconds`` past ``since`` (a clock wait, not a thread wait)."""
+    deadline = time.monotonic() + 5.0
+    while idle_clock() - since <= seconds:
+        assert time.monotonic() < deadline, "the idle clock did not advance"
+        time.sleep(0.001)
+
+
+def test_connection_idle_longer_than_idle_timeout_is_not_reused() -> None:
+    idle_timeout = 0.005
+    with FakeService() as svc, make_client(svc.url, idle_timeout=idle_timeout) as client:
+        for n in range(1, 4):
+            assert call(client)[0] is None
+            released = idle_clock()  # the connection went back to the pool before the call returned
+            assert svc.connections == n
+            wait_for_idle_clock(released, idle_timeout)
+        assert client._transport.pool.idle_count() == 1
+        error, diag = call(client, retry=qa.RetryPolicy.none)
+        assert error is None
+        assert diag.attempts == 1
+        assert svc.connections == 4
+
+
+def test_connection_idle_within_idle_timeout_is_reused() -> None:
+    with FakeService() as svc, make_client(svc.url) as client:
+        for _ in range(5):
+            assert call(client)[0] is None
+        assert svc.connections == 1
+        assert client._transport.pool.idle_count() == 1
+
+
+def test_client_sockets_have_tcp_keepalive_enabled() -> None:
+    with FakeService() as svc, make_client(svc.url) as client:
+        assert call(client)[0] is None
+        idle = [conn for stack in client._transport.pool._idle.values() for conn in stack]
+        assert len(idle) == 1
+        assert idle[0].sock.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE) != 0
+
+
+# -- a failed or interrupted response never goes back to the pool ----------------------------
+
+BIG_BODY = b'{"answers": {"toxic": true}, "usage": {}, "padding": "' + b"x" * 2000 + b'"}'
+CAP = 500
+
+
+@dataclass(frozen=True)
+class Interruption:
+    name: str
+    serve: Callable[[], Any]
+    error: type[qa.QAError]
+    options: tuple[tuple[str, Any], ...] = ()
+
+
+INTERRUPTIONS = [
+    Interruption("truncated-body", _fake(truncate()), qa.ConnectionFailed),
+    Interruption("body-over-cap-with-length", _fake(reply(200, BIG_BODY)), qa.InvalidResponse),
+    Interruption("body-over-cap-chunked", _raw(OK_RESPONSE, chunked_response(BIG_BODY)), qa.InvalidResponse),
+    Interruption(
+        "slow-body-timeout",
+        _raw(OK_RESPONSE, lambda: slow_bytes(OK_RESPONSE, 0.02)),
+        qa.Canceled,
+        (("timeout", 0.3),),
+    ),
+]
+
+
+@pytest.mark.parametrize("case", INTERRUPTIONS, ids=lambda case: f"{case.name}-not-pooled")
+def test_failed_response_is_not_returned_to_the_pool(case: Interruption) -> None:
+    with case.serve() as served, make_client(served.url, max_response_bytes=CAP) as client:
+        pool = client._transport.pool
+        assert call(client)[0] is None
+        assert pool.idle_count() == 1
+        served.arm()
+        error, diag = call(client, retry=qa.RetryPolicy.none, **dict(case.options))
+        assert type(error) is case.error
+        assert diag.attempts == 1
+        assert pool.idle_count() == 0
+        assert pool._busy == set()
+        # The next call cannot have found the failed connection: it opens a second one.
+        assert call(client, retry=qa.RetryPolicy.none)[0] is None
+        assert served.connections() == 2
+        assert pool.idle_count() == 1
+
+
+def test_cancelled_read_is_not_returned_to_the_pool() -> None:
+    with FakeService() as svc, make_client(svc.url) as client:
+        pool = client._transport.pool
+        assert call(client)[0] is None
+        svc.script(hang())
+        token = qa.CancelToken()
+        running = client.submit(client.ask, "some text", Toxic, cancel=token, retry=qa.RetryPolicy.none)
+        assert svc.wait_for_requests(2)
+        token.cancel()
+        with pytest.raises(qa.Canceled):
+            running.result(timeout=5)
+        assert pool.idle_count() == 0
+        assert pool._busy == set()
+        assert call(client, retry=qa.RetryPolicy.none)[0] is None
+        assert svc.connections == 2
+
+
+def test_response_under_the_cap_is_read_and_pooled() -> None:
+    with raw_server(respond_sequence(*[chunked_response(b'{"answers": {"toxic": false}}')] * 3)) as served:
+        with make_client(served.url, max_response_bytes=CAP) as client:
+            for _ in range(3):
+                assert call(client)[0] is None
+            assert client._transport.pool.idle_count() == 1
+        assert served.connections() == 1
+
+
+def test_request_dropped_on_a_reused_connection_is_resent_once_without_spending_budget() -> None:
+    budget = qa.RetryBudget(capacity=5, retry_cost=5, success_refund=0)
+    sleep = Recorder()
+    with FakeService() as svc, make_client(svc.url, sleep, retry_budget=budget) as client:
+        assert call(client)[0] is None
+        svc.script(drop())
+        error, diag = call(client)
+        assert error is None
+        assert diag.attempts == 1
+        # warm-up, the dropped request, its resend on a second connection
+        assert len(svc.requests) == 3
+        assert svc.connections == 2
+    assert budget.tokens == 5
+    assert sleep.seconds == []
+
+
+BIG_503 = (
+    b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/html\r\nContent-Length: %d\r\n\r\n"
+    % len(BIG_BODY)
+    + BIG_BODY
+)
+
+
+@pytest.mark.parametrize(
+    ("policy", "expect"),
+    [
+        pytest.param("retry", OK_AFTER_RETRY, id="retry-succeeds-after-retry"),
+        pytest.param("none", SERVER_ERROR_503, id="none-server-error"),
+    ],
+)
+def test_error_status_with_body_over_cap_is_handled_as_its_status(policy: str, expect: Expect) -> None:
+    # The cap protects memory, not the status: a proxy's oversized 503 page is still a 503.
+    with raw_server(respond_sequence(BIG_503, OK_RESPONSE)) as served:
+        with make_client(served.url, max_response_bytes=CAP) as client:
+            error, diag = call(client, retry=POLICIES[policy])
+            assert client._transport.pool._busy == set()
+        if expect.error is None:
+            assert error is None, repr(error)
+        else:
+            assert type(error) is expect.error, repr(error)
+        assert diag.attempts == expect.attempts
+        assert diag.status == expect.status
+        assert served.connections() == expect.attempts
