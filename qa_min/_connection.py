@@ -26,8 +26,6 @@ import socket
 import time
 from http.client import HTTPResponse
 
-from ._errors import InvalidResponse
-
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     import ssl
@@ -186,8 +184,10 @@ class Connection:
     ) -> tuple[int, HTTPMessage, bytes, bool]:
         """Send ``request`` and read one response: (status, headers, body, reusable).
 
-        Raises ``OSError``/``http.client.HTTPException`` from the network, ``Expired`` when the
-        deadline passes, and ``InvalidResponse`` when the body is over ``max_body`` bytes.
+        A body over ``max_body`` bytes is not read past the limit: a 2xx one raises
+        ``Oversized``; an error body comes back cut at the limit, the connection not reusable.
+        Raises ``OSError``/``http.client.HTTPException`` from the network and ``Expired`` when
+        the deadline passes.
         """
         self.deadline = deadline
         self.received = 0
@@ -197,19 +197,30 @@ class Connection:
         try:
             response.begin()
             length = response.length
-            if length is not None and length > max_body:
-                raise InvalidResponse(f"the response body has {length} bytes, over the {max_body}-byte limit")
-            if length is not None:
+            if length is not None and length <= max_body:
                 body = response.read()
             else:
-                body = response.read(max_body + 1)
-                if len(body) > max_body:
-                    raise InvalidResponse(f"the response body is over the {max_body}-byte limit")
+                # Unknown or excessive length: read one byte past the limit to tell which.
+                body = response.read(max_body + 1) if length is None else b""
+                if length is not None or len(body) > max_body:
+                    if 200 <= response.status < 300:
+                        raise Oversized(response.status, length, max_body)
+                    body = body[:max_body] if body else response.read(max_body)
+                    return response.status, response.msg, body, False
             # Reusable only when fully read and the server keeps the connection open.
             reusable = response.isclosed() and not response.will_close
         finally:
             response.close()
         return response.status, response.msg, body, reusable
+
+
+class Oversized(Exception):
+    """A 2xx response body over the size limit; refused rather than buffered."""
+
+    def __init__(self, status: int, length: Optional[int], limit: int) -> None:
+        size = "" if length is None else f" has {length} bytes,"
+        super().__init__(f"the response body{size} over the {limit}-byte limit")
+        self.status = status
 
 
 def wrap_tls(

@@ -23,6 +23,7 @@ from http.client import HTTPException
 from ._connection import (
     Connection,
     Expired,
+    Oversized,
     Pool,
     PoolClosed,
     Stopped,
@@ -30,7 +31,7 @@ from ._connection import (
     open_tunnel,
     wrap_tls,
 )
-from ._errors import Canceled, ConnectionFailed, Diagnostics
+from ._errors import Canceled, ConnectionFailed, Diagnostics, InvalidResponse
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -212,6 +213,10 @@ class Transport:
             if conn is not None:
                 self.pool.discard(conn)
             raise self._translate(exc, conn, call) from exc
+        except Oversized as exc:
+            self.pool.discard(conn)  # type: ignore[arg-type]
+            call.status = exc.status
+            raise InvalidResponse(str(exc)) from None
         except BaseException:
             if conn is not None:
                 self.pool.discard(conn)
