@@ -1,0 +1,365 @@
+"""One client shared by many threads: no lost call, no cross-talk, a bounded pool, and fork.
+
+The stress test runs 3,200 calls from 32 threads while another thread cancels calls at random;
+every call must end as an answer (its own, checked against the fake's rules) or ``Canceled``,
+and closing the client must leave no socket and no thread behind.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import re
+import signal
+import socket
+import threading
+import time
+import warnings
+from collections.abc import Callable, Iterator
+from typing import Any, Optional
+
+import pytest
+from faultservers import OK_RESPONSE, RawServer, read_request
+
+import qa_min as qa
+from qa_min.testing import FakeService, delay, expected_answer
+
+BOUND = 5.0  # bounds waits for things that happen at once, so a bug fails instead of hanging
+_EXECUTOR_THREAD = re.compile(r"qa_min_\d+$")
+
+TOXIC = ("The text insults someone", "The text insults no one")
+LANGUAGES = {"en": "English", "fr": "French", "de": "German"}
+LEVELS = ["poor", "fair", "good", "excellent"]
+
+
+class Review(qa.Questions):
+    toxic = qa.YesNo(*TOXIC)
+    lang = qa.Choice(LANGUAGES)
+    quality = qa.Score(LEVELS)
+
+
+def expected(state: str) -> tuple[object, object, object]:
+    """The fake's answers for ``state``: any mix-up between two calls' responses shows here."""
+    model = qa.DEFAULT_MODEL
+    return (
+        expected_answer(model, state, "toxic", {"true": TOXIC[0], "false": TOXIC[1]}),
+        expected_answer(model, state, "lang", LANGUAGES),
+        expected_answer(model, state, "quality", LEVELS),
+    )
+
+
+def answers_of(response: qa.AskResponse[Review]) -> tuple[object, object, object]:
+    return response.answers.toxic, response.answers.lang, response.answers.quality
+
+
+def make_client(url: str, **options: Any) -> qa.Client:
+    # trust_env=False: a proxy variable in the environment must not reroute 127.0.0.1.
+    return qa.Client(base_url=url, trust_env=False, **options)
+
+
+def wait_until(condition: Callable[[], bool], timeout: float = BOUND) -> bool:
+    """Poll ``condition`` until it holds; False after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    pause = threading.Event()
+    while not condition():
+        if time.monotonic() >= deadline:
+            return False
+        pause.wait(0.005)
+    return True
+
+
+def open_fds() -> Optional[int]:
+    """Descriptors open in this process, or None where /proc/self/fd does not exist."""
+    try:
+        return len(os.listdir("/proc/self/fd"))
+    except OSError:
+        return None
+
+
+def executor_threads() -> list[str]:
+    return [t.name for t in threading.enumerate() if _EXECUTOR_THREAD.match(t.name)]
+
+
+# -- stress ------------------------------------------------------------------------------------
+
+THREADS = 32
+CALLS = 100
+
+
+def test_many_threads_with_random_cancellations_account_for_every_call_and_leak_nothing() -> None:
+    fds_before = open_fds()
+    threads_before = set(threading.enumerate())
+    rng = random.Random(20240501)
+    started = time.monotonic()
+    outcomes: dict[int, str] = {}
+    unexpected: list[tuple[int, BaseException]] = []
+    wrong: list[int] = []
+    in_flight: dict[int, qa.CancelToken] = {}
+    lock = threading.Lock()
+    with FakeService() as svc:
+        # Late answers here and there widen the windows in which a cancel lands mid-call.
+        svc.script(
+            *[
+                delay(rng.uniform(0.005, 0.03)) if rng.random() < 0.1 else delay(0)
+                for _ in range(THREADS * CALLS)
+            ]
+        )
+        client = make_client(svc.url)
+        stop = threading.Event()
+
+        def worker(n: int) -> None:
+            for i in range(CALLS):
+                key = n * CALLS + i
+                state = f"thread {n} call {i}: some text to judge"
+                token = qa.CancelToken()
+                with lock:
+                    in_flight[key] = token
+                try:
+                    response = client.ask(state, Review, cancel=token)
+                except qa.Canceled:
+                    outcome = "canceled"
+                except BaseException as exc:
+                    outcome = "unexpected"
+                    with lock:
+                        unexpected.append((key, exc))
+                else:
+                    outcome = "answered"
+                    if answers_of(response) != expected(state):
+                        with lock:
+                            wrong.append(key)
+                finally:
+                    with lock:
+                        del in_flight[key]
+                        outcomes[key] = outcome
+
+        def canceller() -> None:
+            choose = random.Random(7)
+            while not stop.wait(0.002):
+                with lock:
+                    keys = sorted(in_flight)
+                    token = in_flight[choose.choice(keys)] if keys else None
+                if token is not None:
+                    token.cancel()
+
+        cancelling = threading.Thread(target=canceller, name="test-canceller")
+        workers = [
+            threading.Thread(target=worker, args=(n,), name=f"test-worker-{n}") for n in range(THREADS)
+        ]
+        cancelling.start()
+        for thread in workers:
+            thread.start()
+        for thread in workers:
+            thread.join(25)
+        stop.set()
+        cancelling.join(BOUND)
+        assert not any(thread.is_alive() for thread in [*workers, cancelling])
+        closing = time.monotonic()
+        client.close()
+        assert time.monotonic() - closing < 1.0
+    elapsed = time.monotonic() - started
+
+    assert unexpected == []
+    assert wrong == []
+    assert len(outcomes) == THREADS * CALLS
+    counts = {kind: list(outcomes.values()).count(kind) for kind in ("answered", "canceled")}
+    assert sum(counts.values()) == THREADS * CALLS
+    assert counts["answered"] > 0
+    assert counts["canceled"] > 0
+    assert elapsed < 20
+    # Server threads end a moment after their sockets close; the wait is bounded.
+    assert wait_until(lambda: set(threading.enumerate()) <= threads_before), [
+        t.name for t in set(threading.enumerate()) - threads_before
+    ]
+    if fds_before is not None:
+        assert open_fds() == fds_before
+
+
+def test_pool_serves_one_request_per_connection_without_cross_talk() -> None:
+    threads, calls = 8, 40
+    wrong: list[str] = []
+    errors: list[BaseException] = []
+    lock = threading.Lock()
+    with FakeService() as svc, make_client(svc.url) as client:
+        gate = threading.Barrier(threads)
+
+        def worker(n: int) -> None:
+            try:
+                gate.wait(BOUND)
+                for i in range(calls):
+                    state = f"worker {n} asks call {i}"
+                    if answers_of(client.ask(state, Review)) != expected(state):
+                        with lock:
+                            wrong.append(state)
+            except BaseException as exc:
+                with lock:
+                    errors.append(exc)
+
+        workers = [threading.Thread(target=worker, args=(n,)) for n in range(threads)]
+        for thread in workers:
+            thread.start()
+        for thread in workers:
+            thread.join(20)
+        assert not any(thread.is_alive() for thread in workers)
+        assert errors == []
+        assert wrong == []
+        assert len(svc.requests) == threads * calls
+        # A connection serves one request at a time and the default pool keeps more than 8
+        # idle: each thread reuses one, and no thread ever needs a ninth.
+        assert svc.connections <= threads
+        assert client._transport.pool.idle_count() == svc.connections
+
+
+class GatedServer:
+    """Holds every response until ``open()``; keeps connections alive; counts what it sees."""
+
+    def __init__(self) -> None:
+        self.gate = threading.Event()
+        self.cond = threading.Condition()
+        self.waiting = 0
+        self.hung_up = 0
+        self.server = RawServer(self._handle)
+
+    def _handle(self, conn: socket.socket, stop: threading.Event) -> None:
+        while read_request(conn):
+            with self.cond:
+                self.waiting += 1
+                self.cond.notify_all()
+            if not self.gate.wait(BOUND):
+                return
+            conn.sendall(OK_RESPONSE)
+        with self.cond:
+            self.hung_up += 1
+            self.cond.notify_all()
+
+    def wait(self, predicate: Callable[[], bool]) -> bool:
+        with self.cond:
+            return self.cond.wait_for(predicate, BOUND)
+
+    def __enter__(self) -> GatedServer:
+        self.server.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.gate.set()
+        self.server.__exit__(None, None, None)
+
+
+class Toxic(qa.Questions):
+    toxic = qa.YesNo(*TOXIC)
+
+
+@pytest.mark.parametrize("max_idle", [0, 3, 10], ids=lambda n: f"max_idle_per_host={n}")
+def test_idle_connections_are_bounded_by_max_idle_per_host(max_idle: int) -> None:
+    threads = 8
+    with GatedServer() as gated, make_client(gated.server.url, max_idle_per_host=max_idle) as client:
+        results: list[object] = []
+        lock = threading.Lock()
+
+        def call() -> None:
+            try:
+                outcome: object = client.ask("text", Toxic).answers.toxic
+            except BaseException as exc:
+                outcome = exc
+            with lock:
+                results.append(outcome)
+
+        workers = [threading.Thread(target=call) for _ in range(threads)]
+        for thread in workers:
+            thread.start()
+        # All 8 requests are in, each alone on its own connection: none was written to a
+        # connection another request was still using.
+        assert gated.wait(lambda: gated.waiting == threads)
+        assert gated.server.connections == threads
+        gated.gate.set()
+        for thread in workers:
+            thread.join(BOUND)
+        assert results == [True] * threads
+        kept = min(max_idle, threads)
+        assert client._transport.pool.idle_count() == kept
+        # The connections the pool could not keep were closed, not leaked.
+        assert gated.wait(lambda: gated.hung_up == threads - kept)
+        # The kept ones are reused.
+        for _ in range(3):
+            assert client.ask("text", Toxic).answers.toxic is True
+        assert gated.server.connections == threads + (3 if kept == 0 else 0)
+
+
+# -- fork --------------------------------------------------------------------------------------
+
+
+def _child(client: qa.Client, state: str) -> int:
+    """The child's exit code: 0 if its client works, both directly and through submit."""
+    want = expected(state)
+    try:
+        if answers_of(client.ask(state, Review, timeout=BOUND)) != want:
+            return 1
+        call = client.submit(client.ask, state, Review, timeout=BOUND)
+        if answers_of(call.result(timeout=BOUND)) != want:
+            return 2
+        return 0
+    except BaseException:
+        return 3
+
+
+def _wait_child(pid: int) -> int:
+    """The child's exit code; a child still running after ``BOUND`` s is killed."""
+    deadline = time.monotonic() + BOUND
+    pause = threading.Event()
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return os.waitstatus_to_exitcode(status) if hasattr(os, "waitstatus_to_exitcode") else status >> 8
+        if time.monotonic() >= deadline:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            return -1
+        pause.wait(0.01)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork is not available")
+def test_forked_child_uses_a_fresh_pool_and_executor_and_never_the_parents_socket() -> None:
+    with FakeService() as svc, make_client(svc.url) as client:
+        # Through submit, so that the parent has executor threads the child will not have.
+        first = client.submit(client.ask, "parent, first", Review).result(timeout=BOUND)
+        assert answers_of(first) == expected("parent, first")
+        assert client._transport.pool.idle_count() == 1
+        assert svc.connections == 1
+        with warnings.catch_warnings():
+            # 3.12+ warns that forking a process with threads (the fake's) may deadlock; the
+            # child only uses the client, whose pool and executor start afresh there.
+            warnings.filterwarnings("ignore", category=DeprecationWarning)
+            pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child reports through its exit code only
+            code = 4
+            try:
+                code = _child(client, "child")
+            finally:
+                os._exit(code)
+        assert _wait_child(pid) == 0
+        # The child's two calls went over one new connection of its own.
+        assert svc.connections == 2
+        assert len(svc.requests) == 3
+        # The parent's pooled connection was not disturbed: it is reused, no new connection.
+        assert answers_of(client.ask("parent, again", Review)) == expected("parent, again")
+        assert answers_of(client.submit(client.ask, "parent, submit", Review).result(timeout=BOUND)) == (
+            expected("parent, submit")
+        )
+        assert svc.connections == 2
+        assert len(svc.requests) == 5
+
+
+def test_executor_threads_end_with_close() -> None:
+    with FakeService() as svc:
+        client = make_client(svc.url, max_workers=4)
+        calls = [client.submit(client.ask, f"text {i}", Review) for i in range(8)]
+        for i, call in enumerate(calls):
+            assert answers_of(call.result(timeout=BOUND)) == expected(f"text {i}")
+        assert 1 <= len(executor_threads()) <= 4
+        client.close()
+        assert executor_threads() == []
+
+
+@pytest.fixture(autouse=True)
+def _no_stray_threads() -> Iterator[None]:
+    yield
+    assert wait_until(lambda: executor_threads() == [])
