@@ -1,0 +1,715 @@
+"""SPEC.md section 3, configuration: arguments, environment, defaults, and the API key's secrecy.
+
+Spec line -> tests:
+
+  Client(api_key=None, base_url=None, model=None, retry=None, extra_headers=(), timeout=None, **more)
+      test_client_signature_matches_the_spec
+      test_client_takes_the_six_spec_options_positionally
+  Precedence: explicit argument, then environment, then default
+      test_api_key_precedence, test_base_url_precedence, test_model_precedence
+  Empty or whitespace-only environment values are ignored
+      test_blank_environment_values_are_ignored
+      test_blank_key_in_environment_still_means_no_key_for_the_public_address
+  api_key / SERVICE_API_KEY / none - required only when the base URL is the public address
+      test_missing_api_key_for_the_public_address (normalised variants, env base URL)
+      test_missing_api_key_for_the_default_address
+      test_no_key_needed_for_other_addresses
+      test_a_key_makes_the_public_address_acceptable
+  base_url / SERVICE_BASE_URL / PUBLIC_BASE_URL (an https URL; one constant)
+      test_base_url_defaults_to_the_public_address
+      test_public_base_url_is_one_https_constant
+  model / SERVICE_DEFAULT_MODEL / DEFAULT_MODEL (one constant)
+      test_model_precedence (default case), test_default_model_is_one_constant
+  retry / RetryPolicy()
+      test_default_retry_is_retry_policy_defaults
+  extra_headers: a sequence of (name, value) pairs sent with every request
+      test_extra_headers_go_with_every_request
+      test_extra_headers_default_sends_nothing_extra
+      test_bad_client_option_raises_a_validation_error (extra_headers rows)
+  timeout: None means no limit; seconds for every call, retries included, unless the call
+  passes its own
+      test_no_timeout_waits_for_a_slow_response
+      test_client_timeout_cancels_a_hung_call
+      test_client_timeout_covers_retries_and_backoff
+      test_per_call_timeout_overrides_the_client_timeout (both directions)
+      test_bad_client_option_raises_a_validation_error (timeout rows)
+      test_bad_per_call_option_raises_a_validation_error_and_sends_nothing
+      test_huge_timeout_never_leaks_overflow_error
+  MissingApiKey ... (normalising scheme/host case, default port, trailing slash)
+      test_missing_api_key_for_the_public_address
+  InvalidBaseUrl unless the URL is http or https with a host
+      test_invalid_base_url, test_non_str_base_url_is_invalid_base_url,
+      test_invalid_base_url_from_environment
+  Without a key, no Authorization header is sent. A 401 maps to Unauthorized.
+      test_without_a_key_no_authorization_and_401_is_unauthorized
+  The key never appears in repr(), str(), log records, exception messages or Diagnostics
+      test_key_not_in_client_repr_or_str
+      test_key_echoed_in_error_body_is_not_exposed
+      test_key_echoed_json_escaped_in_error_body_is_not_exposed
+      test_key_echoed_in_a_2xx_body_is_not_exposed
+      test_key_not_in_log_records
+      test_bad_key_errors_do_not_show_the_key
+  (more) bad option types raise InvalidOption, never TypeError/KeyError
+      test_bad_client_option_raises_a_validation_error
+      test_bad_option_with_a_listening_server_never_escapes_as_a_builtin_error
+  (helper) test_listener_sees_a_connection: the "nothing was sent" probe itself works
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import math
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from faultservers import RawServer
+
+import qa_min as qa
+from qa_min.testing import FakeService, delay, hang, reply
+
+KEY = "sk-config-test-SECRET-4242"
+ENV_VARS = ("SERVICE_API_KEY", "SERVICE_BASE_URL", "SERVICE_DEFAULT_MODEL", "SERVICE_LOG")
+PROXY_VARS = ("http_proxy", "https_proxy", "all_proxy", "no_proxy")
+
+
+class Review(qa.Questions):
+    toxic = qa.YesNo("The text insults someone", "The text insults no one")
+
+
+def no_sleep(seconds: float, wake: threading.Event) -> None:
+    """Backoff without waiting, so retried tests stay fast."""
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The developer's own settings must not leak into these tests.
+    for name in ENV_VARS:
+        monkeypatch.delenv(name, raising=False)
+    for name in PROXY_VARS:
+        monkeypatch.delenv(name, raising=False)
+        monkeypatch.delenv(name.upper(), raising=False)
+
+
+class Listener:
+    """A socket that listens but never accepts.
+
+    A client's connect() completes into the accept queue, so after a call a non-blocking
+    accept() tells whether the client opened a connection at all, with no server thread to
+    start and stop: validation tests stay cheap however many cases they run.
+    """
+
+    def __init__(self) -> None:
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(8)
+        self.sock.setblocking(False)
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+
+    def connections(self) -> int:
+        count = 0
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except BlockingIOError:
+                return count
+            conn.close()
+            count += 1
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+@pytest.fixture
+def listener() -> Iterator[Listener]:
+    sock = Listener()
+    try:
+        yield sock
+    finally:
+        sock.close()
+
+
+def test_listener_sees_a_connection(listener: Listener) -> None:
+    # The "nothing was sent" checks below rely on this.
+    assert listener.connections() == 0
+    host, port = listener.sock.getsockname()
+    with socket.create_connection((host, port), timeout=1):
+        pass
+    assert listener.connections() == 1
+
+
+@pytest.fixture
+def svc() -> Iterator[FakeService]:
+    with FakeService() as service:
+        yield service
+
+
+# -- the signature ---------------------------------------------------------------------------
+
+
+def test_client_signature_matches_the_spec() -> None:
+    params = list(inspect.signature(qa.Client).parameters.values())
+    spec = [
+        ("api_key", None),
+        ("base_url", None),
+        ("model", None),
+        ("retry", None),
+        ("extra_headers", ()),
+        ("timeout", None),
+    ]
+    assert [(p.name, p.default) for p in params[:6]] == spec
+    assert all(p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD for p in params[:6])
+    # Everything beyond the six is the "**more" part: keyword-only.
+    assert all(p.kind is inspect.Parameter.KEYWORD_ONLY for p in params[6:])
+
+
+def test_client_takes_the_six_spec_options_positionally(svc: FakeService) -> None:
+    with qa.Client(KEY, svc.url, "judge-mini-latest", qa.RetryPolicy.none, [("X-Pos", "1")], 5.0) as client:
+        client.ask("x", Review)
+    (request,) = svc.requests
+    assert request.headers["authorization"] == f"Bearer {KEY}"
+    assert request.headers["x-pos"] == "1"
+    assert request.json()["model"] == "judge-mini-latest"
+
+
+# -- precedence ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("explicit", "env", "sent"),
+    [
+        ("sk-explicit", "sk-env", "Bearer sk-explicit"),
+        (None, "sk-env", "Bearer sk-env"),
+        (None, None, None),
+    ],
+    ids=["explicit-wins", "env-next", "default-none"],
+)
+def test_api_key_precedence(
+    svc: FakeService, monkeypatch: pytest.MonkeyPatch, explicit: str | None, env: str | None, sent: str | None
+) -> None:
+    if env is not None:
+        monkeypatch.setenv("SERVICE_API_KEY", env)
+    with qa.Client(api_key=explicit, base_url=svc.url) as client:
+        client.ask("x", Review)
+    assert svc.requests[0].headers.get("authorization") == sent
+
+
+@pytest.mark.parametrize("source", ["explicit-wins", "env-next"])
+def test_base_url_precedence(svc: FakeService, monkeypatch: pytest.MonkeyPatch, source: str) -> None:
+    with RawServer(lambda conn, stop: None) as decoy:
+        if source == "explicit-wins":
+            monkeypatch.setenv("SERVICE_BASE_URL", decoy.url)
+            client = qa.Client(base_url=svc.url)
+        else:
+            monkeypatch.setenv("SERVICE_BASE_URL", svc.url + "/")
+            client = qa.Client()
+        with client:
+            client.ask("x", Review, retry=qa.RetryPolicy.none)
+        assert decoy.connections == 0
+    assert len(svc.requests) == 1
+    assert client.base_url == svc.url
+
+
+def test_base_url_defaults_to_the_public_address() -> None:
+    with qa.Client(api_key=KEY) as client:
+        assert client.base_url == qa.PUBLIC_BASE_URL
+
+
+@pytest.mark.parametrize(
+    ("explicit", "env", "used"),
+    [
+        ("judge-explicit-1.0", "judge-env-2.0", "judge-explicit-1.0"),
+        (None, "judge-env-2.0", "judge-env-2.0"),
+        (None, None, qa.DEFAULT_MODEL),
+    ],
+    ids=["explicit-wins", "env-next", "default"],
+)
+def test_model_precedence(
+    svc: FakeService, monkeypatch: pytest.MonkeyPatch, explicit: str | None, env: str | None, used: str
+) -> None:
+    if env is not None:
+        monkeypatch.setenv("SERVICE_DEFAULT_MODEL", env)
+    with qa.Client(base_url=svc.url, model=explicit) as client:
+        assert client.model == used
+        client.ask("x", Review)
+    assert svc.requests[0].json()["model"] == used
+
+
+@pytest.mark.parametrize("blank", ["", " ", "\t", "  \n  "], ids=["empty", "space", "tab", "mixed"])
+def test_blank_environment_values_are_ignored(
+    svc: FakeService, monkeypatch: pytest.MonkeyPatch, blank: str
+) -> None:
+    for name in ("SERVICE_API_KEY", "SERVICE_DEFAULT_MODEL"):
+        monkeypatch.setenv(name, blank)
+    monkeypatch.setenv("SERVICE_BASE_URL", blank)
+    with qa.Client(base_url=svc.url) as client:
+        assert client.model == qa.DEFAULT_MODEL
+        client.ask("x", Review)
+    assert "authorization" not in svc.requests[0].headers
+    assert svc.requests[0].json()["model"] == qa.DEFAULT_MODEL
+    # A blank SERVICE_BASE_URL falls back to the public default, which needs a key.
+    with qa.Client(api_key=KEY) as client:
+        assert client.base_url == qa.PUBLIC_BASE_URL
+
+
+@pytest.mark.parametrize("blank", ["", "   "], ids=["empty", "spaces"])
+def test_blank_key_in_environment_still_means_no_key_for_the_public_address(
+    monkeypatch: pytest.MonkeyPatch, blank: str
+) -> None:
+    monkeypatch.setenv("SERVICE_API_KEY", blank)
+    with pytest.raises(qa.MissingApiKey):
+        qa.Client()
+
+
+# -- defaults ---------------------------------------------------------------------------------
+
+
+def test_public_base_url_is_one_https_constant() -> None:
+    assert isinstance(qa.PUBLIC_BASE_URL, str)
+    assert qa.PUBLIC_BASE_URL.startswith("https://")
+    from qa_min import _config
+
+    assert _config.PUBLIC_BASE_URL is qa.PUBLIC_BASE_URL
+
+
+def test_default_model_is_one_constant() -> None:
+    assert isinstance(qa.DEFAULT_MODEL, str)
+    assert qa.DEFAULT_MODEL.strip()
+    from qa_min import _config
+
+    assert _config.DEFAULT_MODEL is qa.DEFAULT_MODEL
+
+
+def test_default_retry_is_retry_policy_defaults(svc: FakeService) -> None:
+    svc.script(*[reply(503, {"detail": "busy"})] * 5)
+    diagnostics = qa.Diagnostics()
+    with qa.Client(base_url=svc.url, sleep=no_sleep) as client, pytest.raises(qa.ServerError):
+        client.ask("x", Review, diagnostics=diagnostics)
+    assert diagnostics.attempts == qa.RetryPolicy().max_retries + 1 == 3
+
+
+def test_extra_headers_go_with_every_request(svc: FakeService) -> None:
+    headers = (("X-One", "1"), ("X-Two", "two words"))
+    with qa.Client(base_url=svc.url, extra_headers=headers) as client:
+        client.ask("x", Review)
+        client.list_models()
+        client.ask("y", Review)
+    assert len(svc.requests) == 3
+    for request in svc.requests:
+        assert (request.headers["x-one"], request.headers["x-two"]) == ("1", "two words")
+
+
+def test_extra_headers_default_sends_nothing_extra(svc: FakeService) -> None:
+    with qa.Client(base_url=svc.url) as client:
+        client.ask("x", Review)
+    assert set(svc.requests[0].headers) == {"host", "content-type", "accept", "user-agent", "content-length"}
+
+
+# -- timeout ----------------------------------------------------------------------------------
+
+
+def test_no_timeout_waits_for_a_slow_response(svc: FakeService) -> None:
+    svc.script(delay(0.03))
+    with qa.Client(base_url=svc.url, timeout=None) as client:
+        assert isinstance(client.ask("x", Review).answers.toxic, bool)
+
+
+def test_client_timeout_cancels_a_hung_call(svc: FakeService) -> None:
+    svc.script(hang())
+    started = time.monotonic()
+    with qa.Client(base_url=svc.url, timeout=0.02) as client, pytest.raises(qa.Canceled):
+        client.ask("x", Review)
+    assert time.monotonic() - started < 1.0
+
+
+def test_client_timeout_covers_retries_and_backoff(svc: FakeService) -> None:
+    # Each attempt is fast; only the 10 s backoff between them could outlast the timeout.
+    svc.script(*[reply(503, {"detail": "busy"})] * 5)
+    policy = qa.RetryPolicy(max_retries=4, backoff_initial_ms=10_000, backoff_jitter=0)
+    started = time.monotonic()
+    diagnostics = qa.Diagnostics()
+    with qa.Client(base_url=svc.url, retry=policy, timeout=0.08) as client, pytest.raises(qa.Canceled):
+        client.ask("x", Review, diagnostics=diagnostics)
+    assert time.monotonic() - started < 1.0
+    assert diagnostics.attempts == 1
+
+
+def test_per_call_timeout_overrides_the_client_timeout(svc: FakeService) -> None:
+    svc.script(delay(0.03), hang())
+    with qa.Client(base_url=svc.url, timeout=0.02) as client:
+        # A longer per-call timeout lets a response the client timeout would cut off arrive.
+        assert isinstance(client.ask("x", Review, timeout=5.0).answers.toxic, bool)
+    started = time.monotonic()
+    with qa.Client(base_url=svc.url, timeout=30.0) as client, pytest.raises(qa.Canceled):
+        client.ask("x", Review, timeout=0.02)
+    assert time.monotonic() - started < 1.0
+
+
+@pytest.mark.parametrize("timeout", [float("inf"), 1e300], ids=["inf", "1e300"])
+def test_huge_timeout_never_leaks_overflow_error(svc: FakeService, timeout: float) -> None:
+    # Either "no practical limit" or a refused option; never a raw OverflowError from time_t.
+    try:
+        client = qa.Client(base_url=svc.url, timeout=timeout)
+    except qa.InvalidOption:
+        pass
+    else:
+        with client:
+            assert isinstance(client.ask("x", Review).answers.toxic, bool)
+    with qa.Client(base_url=svc.url) as client:
+        try:
+            result = client.ask("x", Review, timeout=timeout)
+        except qa.InvalidOption:
+            pass
+        else:
+            assert isinstance(result.answers.toxic, bool)
+
+
+# -- option validation ----------------------------------------------------------------------
+
+
+def _sslish() -> Any:
+    return "not an SSLContext"
+
+
+BAD_CLIENT_OPTIONS: list[tuple[str, dict[str, Any], type[qa.QAError]]] = [
+    ("api_key-int", {"api_key": 42}, qa.InvalidOption),
+    ("api_key-bytes", {"api_key": b"sk-bytes"}, qa.InvalidOption),
+    ("api_key-empty", {"api_key": ""}, qa.InvalidOption),
+    ("api_key-blank", {"api_key": "   "}, qa.InvalidOption),
+    ("api_key-newline", {"api_key": "sk\r\nX-Evil: 1"}, qa.InvalidOption),
+    ("model-int", {"model": 3}, qa.InvalidModel),
+    ("model-empty", {"model": ""}, qa.InvalidModel),
+    ("retry-str", {"retry": "twice"}, qa.InvalidOption),
+    ("retry-int", {"retry": 3}, qa.InvalidOption),
+    ("retry-dict", {"retry": {"max_retries": 1}}, qa.InvalidOption),
+    ("headers-str", {"extra_headers": "X-A: 1"}, qa.InvalidOption),
+    ("headers-dict", {"extra_headers": {"X-A": "1"}}, qa.InvalidOption),
+    ("headers-int", {"extra_headers": 5}, qa.InvalidOption),
+    ("headers-single", {"extra_headers": [("X-A",)]}, qa.InvalidOption),
+    ("headers-triple", {"extra_headers": [("X-A", "1", "2")]}, qa.InvalidOption),
+    ("headers-int-value", {"extra_headers": [("X-A", 1)]}, qa.InvalidOption),
+    ("headers-crlf", {"extra_headers": [("X-A", "a\r\nX-Evil: 1")]}, qa.InvalidOption),
+    ("headers-space-name", {"extra_headers": [("Bad Name", "v")]}, qa.InvalidOption),
+    ("headers-colon-name", {"extra_headers": [("X:A", "v")]}, qa.InvalidOption),
+    ("headers-empty-name", {"extra_headers": [("", "v")]}, qa.InvalidOption),
+    ("headers-non-latin1", {"extra_headers": [("X-A", "€")]}, qa.InvalidOption),
+    ("headers-content-length", {"extra_headers": [("Content-Length", "5")]}, qa.InvalidOption),
+    ("headers-host", {"extra_headers": [("Host", "evil.example")]}, qa.InvalidOption),
+    ("timeout-zero", {"timeout": 0}, qa.InvalidOption),
+    ("timeout-negative", {"timeout": -1}, qa.InvalidOption),
+    ("timeout-str", {"timeout": "5"}, qa.InvalidOption),
+    ("timeout-bool", {"timeout": True}, qa.InvalidOption),
+    ("timeout-nan", {"timeout": math.nan}, qa.InvalidOption),
+    ("timeout-list", {"timeout": [1]}, qa.InvalidOption),
+    ("max_idle-str", {"max_idle_per_host": "10"}, qa.InvalidOption),
+    ("idle_timeout-negative", {"idle_timeout": -1.0}, qa.InvalidOption),
+    ("max_response_bytes-zero", {"max_response_bytes": 0}, qa.InvalidOption),
+    ("max_workers-zero", {"max_workers": 0}, qa.InvalidOption),
+    ("proxy-int", {"proxy": 8080}, qa.InvalidOption),
+    ("proxy-ftp", {"proxy": "ftp://proxy.example:21"}, qa.InvalidOption),
+    ("retry_budget-str", {"retry_budget": "lots"}, qa.InvalidOption),
+    ("ssl_context-str", {"ssl_context": _sslish()}, qa.InvalidOption),
+    ("sleep-str", {"sleep": "not callable"}, qa.InvalidOption),
+    ("random-int", {"random": 4}, qa.InvalidOption),
+]
+
+
+@pytest.mark.parametrize(
+    ("options", "error"),
+    [pytest.param(options, error, id=name) for name, options, error in BAD_CLIENT_OPTIONS],
+)
+def test_bad_client_option_raises_a_validation_error(
+    listener: Listener, options: dict[str, Any], error: type[qa.QAError]
+) -> None:
+    with pytest.raises(error) as caught:
+        qa.Client(base_url=listener.url, **options)
+    assert isinstance(caught.value, qa.ValidationError)
+    assert listener.connections() == 0
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"ssl_context": "not an SSLContext"},
+        {"sleep": "not callable", "retry_budget": None},
+        {"random": 4, "retry_budget": None},
+    ],
+    ids=["ssl_context", "sleep", "random"],
+)
+def test_bad_option_with_a_listening_server_never_escapes_as_a_builtin_error(options: dict[str, Any]) -> None:
+    # If construction lets the option through, the first call that uses it must still fail
+    # with a qa_min error, not an AttributeError or TypeError from deep inside.
+    with FakeService() as service:
+        service.script(reply(503, {"detail": "busy"}))
+        base = service.url.replace("http://", "https://") if "ssl_context" in options else service.url
+        try:
+            client = qa.Client(base_url=base, **options)
+        except qa.InvalidOption:
+            return
+        with client:
+            try:
+                client.ask("x", Review, retry=qa.RetryPolicy(max_retries=1))
+            except qa.QAError:
+                pass
+
+
+PER_CALL_BAD: list[tuple[str, dict[str, Any], type[qa.QAError]]] = [
+    ("retry-str", {"retry": "twice"}, qa.InvalidOption),
+    ("retry-int", {"retry": 0}, qa.InvalidOption),
+    ("diagnostics-dict", {"diagnostics": {}}, qa.InvalidOption),
+    ("cancel-bool", {"cancel": True}, qa.InvalidOption),
+    ("cancel-event", {"cancel": threading.Event()}, qa.InvalidOption),
+    ("timeout-zero", {"timeout": 0}, qa.InvalidOption),
+    ("timeout-negative", {"timeout": -0.5}, qa.InvalidOption),
+    ("timeout-str", {"timeout": "1"}, qa.InvalidOption),
+    ("timeout-bool", {"timeout": False}, qa.InvalidOption),
+    ("timeout-nan", {"timeout": math.nan}, qa.InvalidOption),
+]
+
+
+@pytest.mark.parametrize("operation", ["ask", "core", "list_models"])
+@pytest.mark.parametrize(
+    ("options", "error"),
+    [pytest.param(options, error, id=name) for name, options, error in PER_CALL_BAD],
+)
+def test_bad_per_call_option_raises_a_validation_error_and_sends_nothing(
+    listener: Listener, operation: str, options: dict[str, Any], error: type[qa.QAError]
+) -> None:
+    request = qa.Request(state="x", questions=[qa.NamedQuestion("toxic", qa.YesNo("y", "n"))])
+    # The timeout only bounds a test whose call wrongly goes out: nothing ever answers.
+    with qa.Client(base_url=listener.url, timeout=2.0) as client:
+        calls: dict[str, Callable[[], object]] = {
+            "ask": lambda: client.ask("x", Review, **options),
+            "core": lambda: client.core(request, **options),
+            "list_models": lambda: client.list_models(**options),
+        }
+        with pytest.raises(error) as caught:
+            calls[operation]()
+    assert isinstance(caught.value, qa.ValidationError)
+    assert listener.connections() == 0
+
+
+# -- MissingApiKey and InvalidBaseUrl ----------------------------------------------------
+
+
+PUBLIC_VARIANTS = [
+    qa.PUBLIC_BASE_URL,
+    qa.PUBLIC_BASE_URL + "/",
+    qa.PUBLIC_BASE_URL.upper(),
+    "HTTPS://API.QA-SERVICE.COM:443/",
+    qa.PUBLIC_BASE_URL + ":443",
+    qa.PUBLIC_BASE_URL.replace("https://", "HTTPS://"),
+]
+
+
+@pytest.mark.parametrize("url", PUBLIC_VARIANTS)
+@pytest.mark.parametrize("via", ["argument", "environment"])
+def test_missing_api_key_for_the_public_address(monkeypatch: pytest.MonkeyPatch, url: str, via: str) -> None:
+    if via == "environment":
+        monkeypatch.setenv("SERVICE_BASE_URL", url)
+    base_url = url if via == "argument" else None
+    with pytest.raises(qa.MissingApiKey) as caught:
+        qa.Client(base_url=base_url)
+    assert isinstance(caught.value, qa.QAError)
+    assert "SERVICE_API_KEY" in str(caught.value) or "api_key" in str(caught.value)
+
+
+def test_missing_api_key_for_the_default_address() -> None:
+    with pytest.raises(qa.MissingApiKey):
+        qa.Client()
+
+
+@pytest.mark.parametrize("via", ["argument", "environment"])
+def test_a_key_makes_the_public_address_acceptable(monkeypatch: pytest.MonkeyPatch, via: str) -> None:
+    if via == "environment":
+        monkeypatch.setenv("SERVICE_API_KEY", KEY)
+        client = qa.Client(base_url="HTTPS://API.QA-SERVICE.COM:443/")
+    else:
+        client = qa.Client(api_key=KEY, base_url="HTTPS://API.QA-SERVICE.COM:443/")
+    with client:
+        assert client.base_url == qa.PUBLIC_BASE_URL
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://127.0.0.1:8080",
+        "http://localhost",
+        "https://qa.internal.example/prefix",
+        "https://api.qa-service.com.example.org",
+        "https://api.qa-service.com:8443",
+    ],
+    ids=["loopback", "localhost", "private-https", "lookalike-host", "other-port"],
+)
+def test_no_key_needed_for_other_addresses(url: str) -> None:
+    with qa.Client(base_url=url) as client:
+        assert client.base_url == url
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "ftp://example.com",
+        "file:///etc/passwd",
+        "ws://example.com",
+        "http://",
+        "https:///only/a/path",
+        "example.com",
+        "127.0.0.1:8080",
+        "not a url",
+        "",
+        "   ",
+        "http://exa mple.com",
+        "http://example.com:notaport",
+        "http://[::1",
+    ],
+    ids=[
+        "ftp",
+        "file",
+        "ws",
+        "no-host",
+        "path-only",
+        "no-scheme",
+        "host-port",
+        "garbage",
+        "empty",
+        "blank",
+        "space",
+        "bad-port",
+        "bad-ipv6",
+    ],
+)
+def test_invalid_base_url(url: str) -> None:
+    with pytest.raises(qa.InvalidBaseUrl) as caught:
+        qa.Client(base_url=url, api_key=KEY)
+    assert isinstance(caught.value, qa.QAError)
+
+
+@pytest.mark.parametrize(
+    "url", [42, b"http://example.com", ["http://example.com"]], ids=["int", "bytes", "list"]
+)
+def test_non_str_base_url_is_invalid_base_url(url: object) -> None:
+    with pytest.raises(qa.InvalidBaseUrl):
+        qa.Client(base_url=url, api_key=KEY)  # type: ignore[arg-type]
+
+
+def test_invalid_base_url_from_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SERVICE_BASE_URL", "ftp://example.com")
+    with pytest.raises(qa.InvalidBaseUrl):
+        qa.Client(api_key=KEY)
+
+
+def test_without_a_key_no_authorization_and_401_is_unauthorized() -> None:
+    with FakeService(api_key=KEY) as service, qa.Client(base_url=service.url) as client:
+        with pytest.raises(qa.Unauthorized) as caught:
+            client.ask("x", Review)
+        assert caught.value.status == 401
+    assert "authorization" not in service.requests[0].headers
+    assert len(service.requests) == 1  # 401 is not retried
+
+
+# -- the key stays secret -------------------------------------------------------------------
+
+
+def test_key_not_in_client_repr_or_str(svc: FakeService) -> None:
+    with qa.Client(base_url=svc.url, api_key=KEY) as client:
+        assert KEY not in repr(client)
+        assert KEY not in str(client)
+
+
+def _assert_hidden(exc: BaseException, diagnostics: qa.Diagnostics) -> None:
+    assert KEY not in str(exc)
+    assert KEY not in repr(exc)
+    assert all(KEY not in str(arg) for arg in exc.args)
+    assert KEY not in repr(diagnostics)
+    assert KEY not in (diagnostics.body or "")
+    assert KEY not in repr(diagnostics.transport_error)
+
+
+@pytest.mark.parametrize("status", [400, 401, 403, 404, 422, 500])
+def test_key_echoed_in_error_body_is_not_exposed(svc: FakeService, status: int) -> None:
+    svc.script(
+        reply(
+            status, {"detail": f"bad credentials: Bearer {KEY}", "echo": {"authorization": f"Bearer {KEY}"}}
+        )
+    )
+    diagnostics = qa.Diagnostics()
+    with qa.Client(base_url=svc.url, api_key=KEY) as client, pytest.raises(qa.APIStatusError) as caught:
+        client.ask("x", Review, retry=qa.RetryPolicy.none, diagnostics=diagnostics)
+    _assert_hidden(caught.value, diagnostics)
+    _assert_hidden(caught.value, caught.value.diagnostics)
+    assert "bad credentials" in str(caught.value)  # the rest of the detail still helps
+
+
+def test_key_echoed_json_escaped_in_error_body_is_not_exposed(svc: FakeService) -> None:
+    # Base64-style keys contain "/", which PHP's json_encode (and others) write as "\/".
+    key = "sk-ab/cd+ef/SECRET"
+    escaped = key.replace("/", "\\/")
+    body = '{"detail": "invalid key ' + escaped + '"}'
+    svc.script(reply(401, body, headers=[("Content-Type", "application/json")]))
+    diagnostics = qa.Diagnostics()
+    with qa.Client(base_url=svc.url, api_key=key) as client, pytest.raises(qa.Unauthorized) as caught:
+        client.ask("x", Review, diagnostics=diagnostics)
+    assert key not in str(caught.value)
+    assert key not in repr(diagnostics)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        f"Authorization: Bearer {KEY} (echoed by a misconfigured proxy)",
+        {"answers": {"toxic": KEY}},
+        {"answers": {"toxic": True}, "usage": KEY},
+        {"models": KEY},
+    ],
+    ids=["non-json", "as-an-answer", "as-usage", "as-models"],
+)
+def test_key_echoed_in_a_2xx_body_is_not_exposed(svc: FakeService, body: object) -> None:
+    svc.script(reply(200, body))
+    diagnostics = qa.Diagnostics()
+    with qa.Client(base_url=svc.url, api_key=KEY) as client:
+        calls: dict[bool, Callable[[], object]] = {
+            True: lambda: client.list_models(diagnostics=diagnostics),
+            False: lambda: client.ask("x", Review, diagnostics=diagnostics),
+        }
+        with pytest.raises(qa.InvalidResponse) as caught:
+            calls[isinstance(body, dict) and "models" in body]()
+    _assert_hidden(caught.value, diagnostics)
+
+
+def test_key_not_in_log_records(svc: FakeService, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG, logger="qa_min")
+    svc.script(
+        reply(503, {"detail": f"busy, key {KEY}"}),
+        reply(401, {"detail": f"no such key {KEY}"}),
+    )
+    with qa.Client(base_url=svc.url, api_key=KEY, sleep=no_sleep) as client:
+        with pytest.raises(qa.Unauthorized) as caught:
+            client.ask("x", Review)
+        client.ask("x", Review)
+        client.list_models()
+    records = [r for r in caplog.records if r.name == "qa_min" or r.name.startswith("qa_min.")]
+    assert len(records) >= 4  # the attempts and the retry were logged: the check below means something
+    for record in records:
+        assert KEY not in record.getMessage()
+        assert KEY not in repr(record.args)
+        assert KEY not in (record.exc_text or "")
+    assert KEY not in caplog.text
+    assert KEY not in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    "key",
+    ["sk-SECRET\nX-Evil: 1", "sk-SECRET-€uro", "  "],
+    ids=["newline", "non-latin1", "blank"],
+)
+def test_bad_key_errors_do_not_show_the_key(key: str) -> None:
+    with pytest.raises(qa.InvalidOption) as caught:
+        qa.Client(api_key=key, base_url="http://127.0.0.1:1")
+    if key.strip():
+        assert "SECRET" not in str(caught.value)
+        assert "SECRET" not in repr(caught.value)

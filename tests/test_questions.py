@@ -1,0 +1,673 @@
+"""SPEC.md section 4 (operations) and the question table of section 1 they rely on.
+
+Spec line -> tests:
+
+  S1 table: yes/no criteria {"true", "false"}, answer JSON true/false, Python bool
+      test_criteria_wire_form[yesno], test_fake_answers_decode_for_every_kind,
+      test_well_formed_answer_decodes[yesno-*], test_wrong_answer_is_invalid_response[yesno-*]
+  S1 table: choice criteria {option: description} (2+), answer one option key, Python the key
+  str or the Enum member
+      test_criteria_wire_form[choice-*], test_choice_option_order_is_kept_on_the_wire,
+      test_well_formed_answer_decodes[choice-*], test_wrong_answer_is_invalid_response[choice-*]
+  S1 table: score criteria [level texts] (2+), answer 0-based int (not a bool), Python int or
+  the Enum member at that position
+      test_criteria_wire_form[score-*], test_well_formed_answer_decodes[score-*],
+      test_wrong_answer_is_invalid_response[score-*], test_wrong_answer_in_ask_is_invalid_response
+  class Review(qa.Questions) ... client.ask("Some text", Review)   # POST /v1/core
+      test_ask_returns_typed_answers_on_a_questions_instance
+  r.answers.toxic bool / .tone Tone.formal / .quality int (mypy infers bool, Tone, int)
+      test_ask_returns_typed_answers_on_a_questions_instance, test_mypy_infers_answer_types
+  r.usage   # mapping, as the server sent it
+      test_usage_is_the_servers_mapping
+  qa.Request(state=..., questions=[qa.NamedQuestion(...)], model=None); client.core(req)
+      test_core_returns_answers_by_id, test_request_accepts_name_question_pairs
+  r2.get("lang") -> "en"; r2.answers is a read-only mapping of id -> answer
+      test_core_returns_answers_by_id, test_core_answers_are_read_only
+  models = client.list_models(); [m.name for m in models.models]
+      test_list_models_returns_model_names
+  Per-call retry=, diagnostics=, cancel=, timeout= on every operation; ask/core take model=
+      test_every_operation_takes_the_per_call_options
+      test_per_call_retry_diagnostics_cancel_and_timeout_take_effect
+  Request.model / model= override the client's model for one call
+      test_model_override_is_sent_for_one_call
+  Validation before any byte is sent, ValidationError subclasses: NoQuestions,
+  DuplicateQuestionName, empty or non-string names or state, yes/no with an empty text,
+  choice < 2 options, score < 2 levels, ...
+      test_no_questions, test_duplicate_question_name, test_bad_question_name,
+      test_bad_state_for_ask, test_bad_state_for_request, test_bad_question_definition,
+      test_non_question_objects_are_refused, test_ask_refuses_what_is_not_a_questions_class,
+      test_core_refuses_what_is_not_a_request, test_bad_model_is_refused_before_sending
+      test_str_subclass_is_a_string (the positive side of "non-string")
+  Versioned model ids are accepted whether or not list_models lists them
+      test_versioned_model_ids_are_accepted
+  (helper) test_listener_sees_a_connection: the "nothing was sent" probe itself works
+"""
+
+from __future__ import annotations
+
+import enum
+import inspect
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+import qa_min as qa
+from qa_min.testing import FakeService, expected_answer, hang, reply
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing_extensions import assert_type
+else:
+
+    def assert_type(value, _type):
+        return value
+
+
+class Tone(enum.Enum):
+    formal = "Written in a formal register"
+    casual = "Written casually"
+
+
+class Level(enum.Enum):
+    low = "Barely"
+    mid = "Somewhat"
+    high = "Very"
+
+
+class Review(qa.Questions):
+    toxic = qa.YesNo("The text insults someone", "The text insults no one")
+    tone = qa.Choice(Tone)
+    quality = qa.Score(["poor", "fair", "good"])
+
+
+class Mixed(qa.Questions):
+    lang = qa.Choice({"en": "English", "fr": "French", "de": "German"})
+    level = qa.Score(Level)
+
+
+def no_sleep(seconds: float, wake: threading.Event) -> None:
+    """Backoff without waiting, so retried tests stay fast."""
+
+
+@pytest.fixture
+def svc() -> Iterator[FakeService]:
+    with FakeService() as service:
+        yield service
+
+
+@pytest.fixture
+def client(svc: FakeService) -> Iterator[qa.Client]:
+    with qa.Client(base_url=svc.url, retry=qa.RetryPolicy.none) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def shared_service() -> Iterator[FakeService]:
+    # For the answer tables: they only set answers (never script steps), so one service can
+    # serve them all; starting one per case would dominate the file's run time.
+    with FakeService() as service:
+        yield service
+
+
+@pytest.fixture
+def shared(shared_service: FakeService) -> Iterator[tuple[FakeService, qa.Client]]:
+    with qa.Client(base_url=shared_service.url, retry=qa.RetryPolicy.none) as c:
+        yield shared_service, c
+    shared_service.set_answers({})
+
+
+class Listener:
+    """A socket that listens but never accepts.
+
+    A client's connect() completes into the accept queue, so after a call a non-blocking
+    accept() tells whether the client opened a connection at all, with no server thread to
+    start and stop: validation tests stay cheap however many cases they run.
+    """
+
+    def __init__(self) -> None:
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(8)
+        self.sock.setblocking(False)
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+
+    def connections(self) -> int:
+        count = 0
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except BlockingIOError:
+                return count
+            conn.close()
+            count += 1
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+@pytest.fixture
+def listener() -> Iterator[Listener]:
+    sock = Listener()
+    try:
+        yield sock
+    finally:
+        sock.close()
+
+
+def test_listener_sees_a_connection(listener: Listener) -> None:
+    # The "nothing was sent" checks below rely on this.
+    assert listener.connections() == 0
+    host, port = listener.sock.getsockname()
+    with socket.create_connection((host, port), timeout=1):
+        pass
+    assert listener.connections() == 1
+
+
+@pytest.fixture
+def idle_client(listener: Listener) -> Iterator[qa.Client]:
+    # The timeout only bounds a test whose call wrongly goes out: nothing ever answers.
+    with qa.Client(base_url=listener.url, retry=qa.RetryPolicy.none, timeout=2.0) as c:
+        yield c
+
+
+def assert_nothing_sent(listener: Listener) -> None:
+    assert listener.connections() == 0
+
+
+# -- the question table ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("question", "criteria"),
+    [
+        (qa.YesNo("insults", "does not insult"), {"true": "insults", "false": "does not insult"}),
+        (qa.Choice({"en": "English", "fr": "French"}), {"en": "English", "fr": "French"}),
+        (qa.Choice(Tone), {"formal": "Written in a formal register", "casual": "Written casually"}),
+        (qa.Score(["poor", "fair", "good"]), ["poor", "fair", "good"]),
+        (qa.Score(("no", "yes")), ["no", "yes"]),
+        (qa.Score(Level), ["Barely", "Somewhat", "Very"]),
+    ],
+    ids=["yesno", "choice-dict", "choice-enum", "score-list", "score-tuple", "score-enum"],
+)
+def test_criteria_wire_form(shared: tuple[FakeService, qa.Client], question: Any, criteria: object) -> None:
+    svc, client = shared
+    client.core(qa.Request(state="x", questions=[qa.NamedQuestion("q", question)]))
+    assert svc.requests[-1].json()["questions"] == {"q": {"criteria": criteria}}
+
+
+def test_choice_option_order_is_kept_on_the_wire(shared: tuple[FakeService, qa.Client]) -> None:
+    svc, client = shared
+    options = {"zeta": "Z", "alpha": "A", "mid": "M"}
+    client.core(qa.Request(state="x", questions=[qa.NamedQuestion("q", qa.Choice(options))]))
+    assert list(svc.requests[-1].json()["questions"]["q"]["criteria"]) == ["zeta", "alpha", "mid"]
+
+
+@pytest.mark.parametrize("state", ["a", "Some text", "another text entirely", "x y z"])
+def test_fake_answers_decode_for_every_kind(shared: tuple[FakeService, qa.Client], state: str) -> None:
+    svc, client = shared
+    result = client.ask(state, Review)
+    model = qa.DEFAULT_MODEL
+    wire = svc.requests[-1].json()["questions"]
+    assert result.answers.toxic is expected_answer(model, state, "toxic", wire["toxic"]["criteria"])
+    assert result.answers.tone is Tone[str(expected_answer(model, state, "tone", wire["tone"]["criteria"]))]
+    assert result.answers.quality == expected_answer(model, state, "quality", wire["quality"]["criteria"])
+    mixed = client.ask(state, Mixed)
+    wire = svc.requests[-1].json()["questions"]
+    assert mixed.answers.lang == expected_answer(model, state, "lang", wire["lang"]["criteria"])
+    level = expected_answer(model, state, "level", wire["level"]["criteria"])
+    assert isinstance(level, int)
+    assert mixed.answers.level is list(Level)[level]
+
+
+QUESTIONS: dict[str, Any] = {
+    "yesno": qa.YesNo("yes", "no"),
+    "choice": qa.Choice({"en": "English", "fr": "French"}),
+    "choice-enum": qa.Choice(Tone),
+    "score": qa.Score(["poor", "fair", "good"]),
+    "score-enum": qa.Score(Level),
+}
+
+GOOD_ANSWERS: list[tuple[str, object, object]] = [
+    ("yesno", True, True),
+    ("yesno", False, False),
+    ("choice", "en", "en"),
+    ("choice", "fr", "fr"),
+    ("choice-enum", "formal", Tone.formal),
+    ("choice-enum", "casual", Tone.casual),
+    ("score", 0, 0),
+    ("score", 2, 2),
+    ("score-enum", 0, Level.low),
+    ("score-enum", 2, Level.high),
+]
+
+
+@pytest.mark.parametrize(
+    ("kind", "wire", "expected"),
+    [pytest.param(k, w, e, id=f"{k}-{w!r}") for k, w, e in GOOD_ANSWERS],
+)
+def test_well_formed_answer_decodes(
+    shared: tuple[FakeService, qa.Client], kind: str, wire: object, expected: object
+) -> None:
+    svc, client = shared
+    svc.set_answers({"q": wire})
+    result = client.core(qa.Request(state="x", questions=[qa.NamedQuestion("q", QUESTIONS[kind])]))
+    answer = result.get("q")
+    assert answer == expected
+    assert type(answer) is type(expected)
+
+
+BAD_ANSWERS: list[tuple[str, object]] = [
+    ("yesno", 1),
+    ("yesno", 0),
+    ("yesno", "true"),
+    ("yesno", "yes"),
+    ("yesno", None),
+    ("yesno", [True]),
+    ("choice", "es"),
+    ("choice", "EN"),
+    ("choice", "English"),
+    ("choice", 0),
+    ("choice", True),
+    ("choice", None),
+    ("choice", ["en"]),
+    ("choice-enum", "Written casually"),
+    ("choice-enum", "Tone.formal"),
+    ("choice-enum", "neutral"),
+    ("choice-enum", 1),
+    ("score", True),
+    ("score", False),
+    ("score", 3),
+    ("score", -1),
+    ("score", 1.0),
+    ("score", "1"),
+    ("score", None),
+    ("score", "fair"),
+    ("score-enum", 3),
+    ("score-enum", True),
+    ("score-enum", "mid"),
+    ("score-enum", "Somewhat"),
+]
+
+
+@pytest.mark.parametrize(
+    ("kind", "wire"),
+    [pytest.param(k, w, id=f"{k}-{w!r}") for k, w in BAD_ANSWERS],
+)
+def test_wrong_answer_is_invalid_response(
+    shared: tuple[FakeService, qa.Client], kind: str, wire: object
+) -> None:
+    svc, client = shared
+    svc.set_answers({"q": wire})
+    request = qa.Request(state="x", questions=[qa.NamedQuestion("q", QUESTIONS[kind])])
+    with pytest.raises(qa.InvalidResponse) as caught:
+        client.core(request)
+    assert "'q'" in str(caught.value)  # the message names the question at fault
+
+
+def test_wrong_answer_in_ask_is_invalid_response(svc: FakeService, client: qa.Client) -> None:
+    svc.set_answers({"quality": True})
+    with pytest.raises(qa.InvalidResponse):
+        client.ask("x", Review)
+
+
+# -- the operations and their responses ---------------------------------------------------
+
+
+def test_ask_returns_typed_answers_on_a_questions_instance(svc: FakeService, client: qa.Client) -> None:
+    svc.set_answers({"toxic": False, "tone": "formal", "quality": 1})
+    r = client.ask("Some text", Review)
+    assert isinstance(r, qa.AskResponse)
+    assert isinstance(r.answers, Review)
+    assert r.answers.toxic is False
+    assert r.answers.tone is Tone.formal
+    assert r.answers.quality == 1
+    assert type(r.answers.quality) is int
+    assert (svc.requests[0].method, svc.requests[0].path) == ("POST", "/v1/core")
+    with pytest.raises(AttributeError):
+        r.answers.toxic = True
+
+
+def test_mypy_infers_answer_types(svc: FakeService, client: qa.Client) -> None:
+    # mypy --strict over this file checks the assert_type calls; at run time they are no-ops.
+    r = client.ask("Some text", Review)
+    assert_type(r.answers.toxic, bool)
+    assert_type(r.answers.tone, Tone)
+    assert_type(r.answers.quality, int)
+    m = client.ask("Some text", Mixed)
+    assert_type(m.answers.lang, str)
+    assert_type(m.answers.level, Level)
+    assert isinstance(r.answers.toxic, bool)
+
+
+def test_usage_is_the_servers_mapping(svc: FakeService, client: qa.Client) -> None:
+    r = client.ask("three words here", Review)
+    assert dict(r.usage) == {"input_tokens": 3, "output_tokens": 3}
+    r2 = client.core(qa.Request(state="two words", questions=[qa.NamedQuestion("a", qa.YesNo("y", "n"))]))
+    assert dict(r2.usage) == {"input_tokens": 2, "output_tokens": 1}
+
+
+def test_core_returns_answers_by_id(svc: FakeService, client: qa.Client) -> None:
+    svc.set_answers({"toxic": True, "lang": "en"})
+    req = qa.Request(
+        state="Some text",
+        questions=[
+            qa.NamedQuestion("toxic", qa.YesNo("insults someone", "insults no one")),
+            qa.NamedQuestion("lang", qa.Choice({"en": "English", "fr": "French"})),
+        ],
+        model=None,
+    )
+    r2 = client.core(req)
+    assert isinstance(r2, qa.CoreResponse)
+    assert r2.get("lang") == "en"
+    assert r2.get("toxic") is True
+    assert r2.get("nope") is None
+    assert r2.get("nope", "fallback") == "fallback"
+    assert dict(r2.answers) == {"toxic": True, "lang": "en"}
+    assert (svc.requests[0].method, svc.requests[0].path) == ("POST", "/v1/core")
+
+
+def test_core_answers_are_read_only(client: qa.Client) -> None:
+    r2 = client.core(qa.Request(state="x", questions=[qa.NamedQuestion("a", qa.YesNo("y", "n"))]))
+    answers: Any = r2.answers
+    with pytest.raises(TypeError):
+        answers["a"] = "changed"
+    with pytest.raises(TypeError):
+        del answers["a"]
+
+
+def test_request_accepts_name_question_pairs(svc: FakeService, client: qa.Client) -> None:
+    pairs: Any = [("a", qa.YesNo("y", "n"))]
+    client.core(qa.Request(state="x", questions=pairs))
+    assert list(svc.requests[0].json()["questions"]) == ["a"]
+
+
+def test_list_models_returns_model_names(svc: FakeService, client: qa.Client) -> None:
+    from qa_min.testing import DEFAULT_MODELS
+
+    models = client.list_models()
+    assert isinstance(models, qa.ModelList)
+    assert [m.name for m in models.models] == list(DEFAULT_MODELS)
+    assert all(isinstance(m, qa.Model) for m in models.models)
+    assert (svc.requests[0].method, svc.requests[0].path) == ("GET", "/v1/models")
+
+
+@pytest.mark.parametrize("operation", ["ask", "core", "list_models"])
+def test_every_operation_takes_the_per_call_options(operation: str) -> None:
+    params = inspect.signature(getattr(qa.Client, operation)).parameters
+    wanted = {"retry", "diagnostics", "cancel", "timeout"} | (
+        {"model"} if operation != "list_models" else set()
+    )
+    for name in wanted:
+        assert params[name].kind is inspect.Parameter.KEYWORD_ONLY, name
+
+
+Operation = Callable[..., object]
+
+
+def operations(client: qa.Client) -> dict[str, Operation]:
+    request = qa.Request(state="x", questions=[qa.NamedQuestion("toxic", qa.YesNo("y", "n"))])
+    return {
+        "ask": lambda **kw: client.ask("x", Review, **kw),
+        "core": lambda **kw: client.core(request, **kw),
+        "list_models": client.list_models,
+    }
+
+
+@pytest.mark.parametrize("operation", ["ask", "core", "list_models"])
+def test_per_call_retry_diagnostics_cancel_and_timeout_take_effect(svc: FakeService, operation: str) -> None:
+    with qa.Client(base_url=svc.url, sleep=no_sleep) as client:
+        call = operations(client)[operation]
+        # retry=: the client would retry a 503 twice; this call does not retry at all.
+        svc.script(reply(503, {"detail": "busy"}), reply(503, {"detail": "busy"}))
+        diagnostics = qa.Diagnostics()
+        with pytest.raises(qa.ServerError):
+            call(retry=qa.RetryPolicy.none, diagnostics=diagnostics)
+        assert (diagnostics.attempts, diagnostics.status) == (1, 503)
+        # ...and the next call, given a retry policy that retries, gets past the second 503.
+        diagnostics = qa.Diagnostics()
+        call(retry=qa.RetryPolicy(max_retries=1), diagnostics=diagnostics)
+        assert (diagnostics.attempts, diagnostics.status) == (2, 200)
+        # cancel=: a cancelled token stops the call before it sends anything.
+        token = qa.CancelToken()
+        token.cancel()
+        sent = len(svc.requests)
+        with pytest.raises(qa.Canceled):
+            call(cancel=token)
+        assert len(svc.requests) == sent
+        # timeout=: a hung response is given up on, promptly.
+        svc.script(hang())
+        started = time.monotonic()
+        with pytest.raises(qa.Canceled):
+            call(timeout=0.02)
+        assert time.monotonic() - started < 1.0
+
+
+@pytest.mark.parametrize("where", ["ask-model", "core-model", "request-model", "core-model-beats-request"])
+def test_model_override_is_sent_for_one_call(svc: FakeService, where: str) -> None:
+    named = [qa.NamedQuestion("toxic", qa.YesNo("y", "n"))]
+    with qa.Client(base_url=svc.url, model="judge-latest") as client:
+        if where == "ask-model":
+            client.ask("x", Review, model="judge-mini-latest")
+        elif where == "core-model":
+            client.core(qa.Request(state="x", questions=named), model="judge-mini-latest")
+        elif where == "request-model":
+            client.core(qa.Request(state="x", questions=named, model="judge-mini-latest"))
+        else:
+            client.core(qa.Request(state="x", questions=named, model="judge-2.1"), model="judge-mini-latest")
+        client.ask("x", Review)  # the override lasted one call
+        client.core(qa.Request(state="x", questions=named, model=None))
+    models = [r.json()["model"] for r in svc.requests]
+    assert models == ["judge-mini-latest", "judge-latest", "judge-latest"]
+
+
+@pytest.mark.parametrize(
+    "model",
+    ["judge-3.0", "judge-2.1.7", "judge-mini-1.0.3", "judge-9.99"],
+)
+@pytest.mark.parametrize("where", ["client", "ask", "request"])
+def test_versioned_model_ids_are_accepted(svc: FakeService, model: str, where: str) -> None:
+    with qa.Client(base_url=svc.url, model=model if where == "client" else None) as client:
+        assert model not in [m.name for m in client.list_models().models]
+        if where == "request":
+            request = qa.Request(
+                state="x", questions=[qa.NamedQuestion("a", qa.YesNo("y", "n"))], model=model
+            )
+            client.core(request)
+        else:
+            client.ask("x", Review, model=model if where == "ask" else None)
+    assert svc.requests[-1].json()["model"] == model
+
+
+# -- client-side validation -------------------------------------------------------------------
+
+
+class NoneAsked(qa.Questions):
+    pass
+
+
+def test_no_questions(listener: Listener, idle_client: qa.Client) -> None:
+    with pytest.raises(qa.NoQuestions):
+        qa.Request(state="x", questions=[])
+    with pytest.raises(qa.NoQuestions):
+        idle_client.ask("x", NoneAsked)
+    with pytest.raises(qa.NoQuestions):
+        idle_client.ask("x", qa.Questions)
+    assert issubclass(qa.NoQuestions, qa.ValidationError)
+    assert_nothing_sent(listener)
+
+
+def test_duplicate_question_name(listener: Listener, idle_client: qa.Client) -> None:
+    with pytest.raises(qa.DuplicateQuestionName) as caught:
+        qa.Request(
+            state="x",
+            questions=[
+                qa.NamedQuestion("same", qa.YesNo("y", "n")),
+                qa.NamedQuestion("other", qa.Score(["a", "b"])),
+                qa.NamedQuestion("same", qa.Choice({"a": "A", "b": "B"})),
+            ],
+        )
+    assert "same" in str(caught.value)
+    assert issubclass(qa.DuplicateQuestionName, qa.ValidationError)
+    assert_nothing_sent(listener)
+
+
+@pytest.mark.parametrize("name", ["", "   ", None, 5, b"name", ("a",)], ids=repr)
+def test_bad_question_name(listener: Listener, name: Any) -> None:
+    with pytest.raises(qa.ValidationError):
+        qa.Request(state="x", questions=[qa.NamedQuestion(name, qa.YesNo("y", "n"))])
+    assert_nothing_sent(listener)
+
+
+BAD_STATES: list[Any] = ["", "   ", "\n\t", None, 5, b"bytes", ["text"]]
+
+
+@pytest.mark.parametrize("state", BAD_STATES, ids=repr)
+def test_bad_state_for_ask(listener: Listener, idle_client: qa.Client, state: Any) -> None:
+    with pytest.raises(qa.InvalidState) as caught:
+        idle_client.ask(state, Review)
+    assert isinstance(caught.value, qa.ValidationError)
+    assert_nothing_sent(listener)
+
+
+@pytest.mark.parametrize("state", BAD_STATES, ids=repr)
+def test_bad_state_for_request(listener: Listener, state: Any) -> None:
+    with pytest.raises(qa.InvalidState):
+        qa.Request(state=state, questions=[qa.NamedQuestion("a", qa.YesNo("y", "n"))])
+    assert_nothing_sent(listener)
+
+
+def test_str_subclass_is_a_string(svc: FakeService, client: qa.Client) -> None:
+    class Text(str):
+        pass
+
+    client.ask(Text("some text"), Review)
+    client.core(
+        qa.Request(state=Text("more text"), questions=[qa.NamedQuestion(Text("a"), qa.YesNo("y", "n"))])
+    )
+    assert [r.json()["state"] for r in svc.requests] == ["some text", "more text"]
+
+
+class One(enum.Enum):
+    only = "The only member"
+
+
+class Empty(enum.Enum):
+    pass
+
+
+class NotText(enum.Enum):
+    a = 1
+    b = 2
+
+
+def _bad_questions() -> list[tuple[str, Callable[[], object]]]:
+    # Lambdas: each definition must fail inside the test, not while the module loads.
+    return [
+        ("yesno-empty-yes", lambda: qa.YesNo("", "no")),
+        ("yesno-empty-no", lambda: qa.YesNo("yes", "")),
+        ("yesno-blank", lambda: qa.YesNo("   ", "no")),
+        ("yesno-non-str", lambda: qa.YesNo(1, "no")),  # type: ignore[arg-type]
+        ("yesno-none", lambda: qa.YesNo("yes", None)),  # type: ignore[arg-type]
+        ("choice-empty", lambda: qa.Choice({})),
+        ("choice-one", lambda: qa.Choice({"a": "A"})),
+        ("choice-enum-one", lambda: qa.Choice(One)),
+        ("choice-enum-empty", lambda: qa.Choice(Empty)),
+        ("choice-enum-non-str", lambda: qa.Choice(NotText)),
+        ("choice-list", lambda: qa.Choice(["a", "b"])),  # type: ignore[call-overload]
+        ("choice-empty-key", lambda: qa.Choice({"": "A", "b": "B"})),
+        ("choice-empty-text", lambda: qa.Choice({"a": "", "b": "B"})),
+        ("choice-non-str-text", lambda: qa.Choice({"a": 1, "b": "B"})),  # type: ignore[dict-item]
+        ("score-empty", lambda: qa.Score([])),
+        ("score-one", lambda: qa.Score(["only"])),
+        ("score-enum-one", lambda: qa.Score(One)),
+        ("score-str", lambda: qa.Score("abc")),
+        ("score-empty-level", lambda: qa.Score(["a", ""])),
+        ("score-non-str-level", lambda: qa.Score(["a", 2])),  # type: ignore[list-item]
+        ("score-dict", lambda: qa.Score({"a": "A", "b": "B"})),  # type: ignore[call-overload]
+    ]
+
+
+@pytest.mark.parametrize("make", [pytest.param(make, id=name) for name, make in _bad_questions()])
+def test_bad_question_definition(listener: Listener, make: Callable[[], object]) -> None:
+    with pytest.raises(qa.ValidationError):
+        make()
+    assert_nothing_sent(listener)
+
+
+@pytest.mark.parametrize(
+    "questions",
+    [
+        [qa.NamedQuestion("a", "not a question")],  # type: ignore[arg-type]
+        [qa.NamedQuestion("a", qa.YesNo)],  # type: ignore[arg-type]
+        [qa.NamedQuestion("a", 5)],  # type: ignore[arg-type]
+        [qa.NamedQuestion("a", {"true": "y", "false": "n"})],  # type: ignore[arg-type]
+        [5],
+        ["ab"],
+        ["abc"],
+        "abc",
+        None,
+        5,
+    ],
+    ids=[
+        "str-question",
+        "question-class",
+        "int-question",
+        "raw-criteria",
+        "int-item",
+        "two-char-str-item",
+        "str-item",
+        "str",
+        "none",
+        "int",
+    ],
+)
+def test_non_question_objects_are_refused(listener: Listener, questions: Any) -> None:
+    with pytest.raises(qa.ValidationError):
+        qa.Request(state="x", questions=questions)
+    assert_nothing_sent(listener)
+
+
+@pytest.mark.parametrize(
+    "questions",
+    [Review(toxic=True, tone=Tone.formal, quality=0), int, "Review", None, Tone, qa.YesNo("y", "n")],
+    ids=["instance", "int", "name", "none", "enum", "question"],
+)
+def test_ask_refuses_what_is_not_a_questions_class(
+    listener: Listener, idle_client: qa.Client, questions: Any
+) -> None:
+    with pytest.raises(qa.ValidationError):
+        idle_client.ask("x", questions)
+    assert_nothing_sent(listener)
+
+
+@pytest.mark.parametrize(
+    "request_",
+    [None, "x", {"state": "x", "questions": {}}, Review],
+    ids=["none", "str", "dict", "questions-class"],
+)
+def test_core_refuses_what_is_not_a_request(
+    listener: Listener, idle_client: qa.Client, request_: Any
+) -> None:
+    with pytest.raises(qa.ValidationError):
+        idle_client.core(request_)
+    assert_nothing_sent(listener)
+
+
+@pytest.mark.parametrize("model", ["", "   ", 5, b"judge-latest"], ids=repr)
+@pytest.mark.parametrize("where", ["ask", "core", "request"])
+def test_bad_model_is_refused_before_sending(
+    listener: Listener, idle_client: qa.Client, model: Any, where: str
+) -> None:
+    named = [qa.NamedQuestion("a", qa.YesNo("y", "n"))]
+    calls: dict[str, Callable[[], object]] = {
+        "ask": lambda: idle_client.ask("x", Review, model=model),
+        "core": lambda: idle_client.core(qa.Request(state="x", questions=named), model=model),
+        "request": lambda: idle_client.core(qa.Request(state="x", questions=named, model=model)),
+    }
+    with pytest.raises(qa.ValidationError):
+        calls[where]()
+    assert_nothing_sent(listener)
