@@ -1,0 +1,249 @@
+"""The ``qa_min`` logger: silent unless asked, one DEBUG record per attempt, one INFO per retry.
+
+Records must never carry the API key or a body (the state sent, the answers or error detail
+received). In-process tests read records through ``caplog``; the default silence and the
+``SERVICE_LOG`` switch are process-wide, so they run in a child interpreter that calls a
+``FakeService`` running here.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import qa_min as qa
+from qa_min.testing import FakeService, drop, reply
+
+ROOT = Path(__file__).resolve().parent.parent
+KEY = "sk-secret-123"
+STATE = "A distinctive state sentence 7f3a"
+DETAIL = "overloaded-detail-9c1e"
+# Held by every response body of the fake, and by no log message the library should write.
+BODY_MARKERS = (STATE, DETAIL, '"answers"', "input_tokens", KEY)
+
+
+class Review(qa.Questions):
+    toxic = qa.YesNo("The text insults someone", "The text insults no one")
+
+
+def no_sleep(seconds: float, wake: threading.Event) -> None:
+    """Backoff without waiting; the delay is still computed and logged."""
+
+
+@pytest.fixture
+def svc() -> Iterator[FakeService]:
+    with FakeService(api_key=KEY) as service:
+        yield service
+
+
+@pytest.fixture
+def client(svc: FakeService) -> Iterator[qa.Client]:
+    # random() == 0 takes no jitter off: the delays are exactly 0.5 s, 1 s, ...
+    with qa.Client(base_url=svc.url, api_key=KEY, sleep=no_sleep, random=lambda: 0.0) as c:
+        yield c
+
+
+def records(caplog: pytest.LogCaptureFixture, level: int) -> list[logging.LogRecord]:
+    return [r for r in caplog.records if r.name == "qa_min" and r.levelno == level]
+
+
+def seconds_in(message: str) -> list[float]:
+    """Every duration written in ``message`` ("0.500 s", "250 ms"), in seconds."""
+    found = re.findall(r"(\d+(?:\.\d+)?)\s*(ms|s)\b", message)
+    return [float(value) / (1000.0 if unit == "ms" else 1.0) for value, unit in found]
+
+
+def assert_no_secret_or_body(caplog: pytest.LogCaptureFixture) -> None:
+    texts = [caplog.text] + [r.getMessage() for r in caplog.records] + [repr(r.args) for r in caplog.records]
+    for text in texts:
+        for marker in BODY_MARKERS:
+            assert marker not in text
+
+
+# -- records, in process ------------------------------------------------------------------------
+
+
+def test_each_attempt_logs_one_debug_record(
+    svc: FakeService, client: qa.Client, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="qa_min")
+    svc.script(reply(503, {"detail": DETAIL}), reply(429, {"detail": DETAIL}))
+    client.ask(STATE, Review)
+
+    debug = records(caplog, logging.DEBUG)
+    assert len(debug) == 3
+    for attempt, (record, status) in enumerate(zip(debug, ["503", "429", "200"]), start=1):
+        message = record.getMessage()
+        assert "POST" in message
+        assert f"{svc.url}/v1/core" in message
+        assert re.search(rf"\b{status}\b", message), message
+        assert re.search(rf"\battempt {attempt}\b", message), message
+        assert seconds_in(message), f"no duration in {message!r}"
+
+
+def test_list_models_attempt_logs_get_and_its_url(
+    svc: FakeService, client: qa.Client, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="qa_min")
+    client.list_models()
+    [record] = records(caplog, logging.DEBUG)
+    assert "GET" in record.getMessage()
+    assert f"{svc.url}/v1/models" in record.getMessage()
+
+
+def test_each_retry_logs_one_info_record_with_its_delay(
+    svc: FakeService, client: qa.Client, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="qa_min")
+    svc.script(
+        reply(503, {"detail": DETAIL}),
+        reply(503, {"detail": DETAIL}),
+        reply(429, {"detail": DETAIL}, headers=[("retry-after-ms", "250")]),
+    )
+    client.ask(STATE, Review, retry=qa.RetryPolicy(max_retries=3))
+
+    info = records(caplog, logging.INFO)
+    # Backoff 0.5 s then 1 s; then the server's 250 ms.
+    expected = [0.5, 1.0, 0.25]
+    assert len(info) == len(expected)
+    for record, delay in zip(info, expected):
+        assert delay in [pytest.approx(s) for s in seconds_in(record.getMessage())], record.getMessage()
+    assert len(records(caplog, logging.DEBUG)) == 4
+
+
+def test_failed_connection_attempt_is_logged_and_retried(
+    svc: FakeService, client: qa.Client, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="qa_min")
+    svc.script(drop())
+    client.ask(STATE, Review)
+    debug = records(caplog, logging.DEBUG)
+    assert len(debug) == 2
+    assert re.search(r"\battempt 1\b", debug[0].getMessage())
+    assert not re.search(r"\b200\b", debug[0].getMessage())
+    assert len(records(caplog, logging.INFO)) == 1
+
+
+def test_records_never_hold_the_key_or_a_body(
+    svc: FakeService, client: qa.Client, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    svc.script(reply(503, {"detail": DETAIL}), reply(503, {"detail": DETAIL}), reply(503, {"detail": DETAIL}))
+    with pytest.raises(qa.ServerError):
+        client.ask(STATE, Review)
+    client.ask(STATE, Review)
+    client.list_models()
+    assert len(records(caplog, logging.DEBUG)) == 5
+    assert_no_secret_or_body(caplog)
+
+
+def test_rejected_key_is_not_logged(svc: FakeService, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+    with (
+        qa.Client(base_url=svc.url, api_key="sk-wrong-key-777", sleep=no_sleep) as c,
+        pytest.raises(qa.Unauthorized),
+    ):
+        c.ask(STATE, Review)
+    assert records(caplog, logging.DEBUG)
+    assert "sk-wrong-key-777" not in caplog.text
+
+
+def test_nothing_is_logged_at_warning_level(
+    svc: FakeService, client: qa.Client, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="qa_min")
+    svc.script(reply(503, {"detail": DETAIL}), drop())
+    client.ask(STATE, Review)
+    assert [r for r in caplog.records if r.name.startswith("qa_min")] == []
+
+
+# -- process-wide behaviour, in a child interpreter ---------------------------------------------
+
+CHILD = """
+import sys
+sys.path.insert(0, {root!r})
+{prelude}
+import qa_min as qa
+
+class Review(qa.Questions):
+    toxic = qa.YesNo("The text insults someone", "The text insults no one")
+
+with qa.Client(base_url={url!r}, api_key={key!r}, sleep=lambda seconds, wake: None) as client:
+    client.ask({state!r}, Review)
+{epilogue}
+"""
+
+
+def run_child(
+    svc: FakeService, *, service_log: str | None, prelude: str = "", epilogue: str = ""
+) -> tuple[str, str]:
+    """(stdout, stderr) of a child that makes one call, retried once, to ``svc``."""
+    svc.script(reply(503, {"detail": DETAIL}))
+    env = {k: v for k, v in os.environ.items() if k not in ("SERVICE_LOG", "PYTHONPATH")}
+    if service_log is not None:
+        env["SERVICE_LOG"] = service_log
+    code = CHILD.format(root=str(ROOT), url=svc.url, key=KEY, state=STATE, prelude=prelude, epilogue=epilogue)
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert len(svc.requests) == 2
+    return done.stdout, done.stderr
+
+
+def test_logger_is_silent_by_default_with_a_null_handler(svc: FakeService) -> None:
+    # The application imports logging but configures nothing: Python's last-resort handler
+    # would print WARNING and above to stderr if the library logged at those levels.
+    stdout, stderr = run_child(
+        svc,
+        service_log=None,
+        prelude="import logging",
+        epilogue="print([type(h).__name__ for h in logging.getLogger('qa_min').handlers])",
+    )
+    assert stderr == ""
+    assert stdout.strip() == "['NullHandler']"
+
+
+def test_call_does_not_import_logging_when_application_does_not(svc: FakeService) -> None:
+    stdout, stderr = run_child(svc, service_log=None, epilogue="print('logging' in sys.modules)")
+    assert stderr == ""
+    assert stdout.strip() == "False"
+
+
+@pytest.mark.parametrize("value", ["debug", "DEBUG", " debug "])
+def test_service_log_debug_prints_attempts_and_retries_on_stderr(svc: FakeService, value: str) -> None:
+    _, stderr = run_child(svc, service_log=value)
+    lines = stderr.splitlines()
+    debug = [line for line in lines if "DEBUG" in line]
+    info = [line for line in lines if "INFO" in line]
+    assert len(debug) == 2
+    assert all("POST" in line and f"{svc.url}/v1/core" in line for line in debug)
+    assert len(info) == 1
+    assert len(lines) == 3
+    for marker in BODY_MARKERS:
+        assert marker not in stderr
+
+
+def test_service_log_info_prints_only_retries_on_stderr(svc: FakeService) -> None:
+    _, stderr = run_child(svc, service_log="info")
+    lines = stderr.splitlines()
+    assert len(lines) == 1
+    assert "INFO" in lines[0]
+    # The first backoff, 0.5 s less up to 25 % jitter.
+    assert any(0.375 <= s <= 0.5 for s in seconds_in(lines[0])), lines[0]
+    for marker in BODY_MARKERS:
+        assert marker not in stderr
+
+
+@pytest.mark.parametrize("value", ["", "   "], ids=["empty", "blank"])
+def test_empty_service_log_is_ignored(svc: FakeService, value: str) -> None:
+    _, stderr = run_child(svc, service_log=value)
+    assert stderr == ""
