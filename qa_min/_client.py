@@ -167,6 +167,7 @@ class Client:
         self._sender = Sender(self._transport, budget, _wait if sleep is None else sleep, random, self._key)
         self._executor_lock = threading.Lock()
         self._futures: Any = None
+        self._closed = False
         self.base_url = origin.url()
 
     @staticmethod
@@ -317,7 +318,7 @@ class Client:
                 from ._futures import Executor
 
                 self._futures = Executor(self._max_workers)
-            if self._transport.pool.closed:
+            if self._closed:
                 raise ClientClosed("the client is closed")
             return self._futures.submit(fn, args, kwargs)  # type: ignore[no-any-return]
 
@@ -328,12 +329,17 @@ class Client:
 
         Idempotent. Calls made afterwards raise ``ClientClosed``.
         """
-        self._transport.pool.close()
-        self._sender.closer.cancel()
         with self._executor_lock:
             futures, self._futures = self._futures, None
+            self._closed = True
+        # Calls queued on the executor end as Canceled before the pool closes: otherwise a
+        # worker freed in between would start one on a closed client.
         if futures is not None:
-            futures.shutdown()
+            futures.cancel_all()
+        self._transport.pool.close()
+        self._sender.closer.cancel()
+        if futures is not None:
+            futures.join()
 
     def __enter__(self) -> Client:
         return self

@@ -24,7 +24,7 @@ import os
 import select
 import socket
 import time
-from http.client import HTTPResponse
+from http.client import HTTPException, HTTPResponse
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -137,19 +137,22 @@ class _Reader(io.RawIOBase):
             conn.sock.settimeout(_remaining(conn.deadline))
         count = conn.sock.recv_into(buffer)
         conn.received += count
+        if not count:
+            conn.eof = True
         return count
 
 
 class Connection:
     """A socket to one origin (or a proxy), used by one request at a time."""
 
-    __slots__ = ("deadline", "idle_since", "key", "received", "sock")
+    __slots__ = ("deadline", "eof", "idle_since", "key", "received", "sock")
 
     def __init__(self, sock: socket.socket, key: tuple[object, ...]) -> None:
         self.sock = sock
         self.key = key
         self.deadline: Optional[float] = None
         self.received = 0
+        self.eof = False
         self.idle_since = 0.0
 
     def makefile(self, mode: str) -> io.BufferedReader:
@@ -191,11 +194,16 @@ class Connection:
         """
         self.deadline = deadline
         self.received = 0
+        self.eof = False
         self.sock.settimeout(_remaining(deadline))
         self.sock.sendall(request)
         response = HTTPResponse(self, method=method)  # type: ignore[arg-type]
         try:
             response.begin()
+            if self.eof:
+                # http.client takes end-of-stream for the blank line that ends the headers; a
+                # complete header block never needs to read that far.
+                raise IncompleteHeaders("the connection closed inside the response headers")
             length = response.length
             if length is not None and length <= max_body:
                 body = response.read()
@@ -212,6 +220,10 @@ class Connection:
         finally:
             response.close()
         return response.status, response.msg, body, reusable
+
+
+class IncompleteHeaders(HTTPException):
+    """The connection closed before the response headers were complete."""
 
 
 class Oversized(Exception):

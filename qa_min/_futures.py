@@ -101,10 +101,13 @@ class Executor:
         self._threads.submit(call._run, fn, args, {**kwargs, "cancel": token})
         return call
 
-    def shutdown(self) -> None:
-        """Cancel every unfinished call and wait for the worker threads to end."""
+    def cancel_all(self) -> None:
+        """Cancel every unfinished call, queued or running."""
         with self._lock:
             calls = list(self._calls)
         for call in calls:
             call.cancel()
+
+    def join(self) -> None:
+        """Wait for the worker threads to end."""
         self._threads.shutdown(wait=True)

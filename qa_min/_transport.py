@@ -91,12 +91,14 @@ class CancelToken:
             self._hooks.append(hook)
             return True
 
-    def _remove_hook(self, hook: Callable[[], object]) -> None:
+    def _remove_hook(self, hook: Callable[[], object]) -> bool:
+        """Forget ``hook``; False if ``cancel()`` already took it (it runs or will run)."""
         with self._lock:
             try:
                 self._hooks.remove(hook)
             except ValueError:
-                pass
+                return False
+            return True
 
     def __repr__(self) -> str:
         return f"CancelToken(cancelled={self.cancelled})"
@@ -200,13 +202,14 @@ class Transport:
         self, conn: Optional[Connection], request: bytes, method: str, call: CallState
     ) -> tuple[int, HTTPMessage, bytes]:
         token = call.token
-        hooked = False
+        lease: Optional[_Lease] = None
         try:
             if conn is None:
                 conn = self._open(call)
             if token is not None:
-                hooked = token._add_hook(conn.abort)
-                if not hooked:
+                lease = _Lease(conn)
+                if not token._add_hook(lease.abort):
+                    lease = None
                     raise Stopped
             status, headers, body, reusable = conn.exchange(request, method, call.deadline, self.max_body)
         except _NETWORK_ERRORS as exc:
@@ -222,8 +225,10 @@ class Transport:
                 self.pool.discard(conn)
             raise
         finally:
-            if hooked:
-                token._remove_hook(conn.abort)  # type: ignore[union-attr]
+            if lease is not None:
+                token._remove_hook(lease.abort)  # type: ignore[union-attr]
+                if not lease.end():
+                    reusable = False  # the cancel lost the race with the answer, but shut the socket
         if reusable:
             self.pool.release(conn)
         else:
@@ -282,6 +287,36 @@ class Transport:
 
             self._ssl_context = ssl.create_default_context()
         return self._ssl_context
+
+
+class _Lease:
+    """A call's hold on a connection, so that a cancel arriving late cannot hit the next call.
+
+    ``cancel()`` runs hooks outside its lock; by then the call may have finished and its
+    connection may serve another call. ``end()`` closes the window: an abort after it does
+    nothing, and an abort before it makes the connection unfit for the pool.
+    """
+
+    __slots__ = ("_conn", "_lock", "_state")
+
+    def __init__(self, conn: Connection) -> None:
+        self._conn = conn
+        self._lock = _thread.allocate_lock()
+        self._state = 0  # 0 in use, 1 ended, 2 aborted
+
+    def abort(self) -> None:
+        with self._lock:
+            if self._state:
+                return
+            self._state = 2
+        self._conn.abort()
+
+    def end(self) -> bool:
+        """Stop honouring aborts; False if one already happened."""
+        with self._lock:
+            aborted = self._state == 2
+            self._state = 1
+        return not aborted
 
 
 class _Stale(Exception):

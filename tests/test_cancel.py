@@ -33,7 +33,7 @@ from faultservers import (
 )
 
 import qa_min as qa
-from qa_min._connection import Connection
+from qa_min._transport import _Lease
 from qa_min.testing import FakeService, delay, expected_answer, hang, reply
 
 PROMPT = 1.0  # seconds within which a cancelled call must have returned
@@ -668,19 +668,19 @@ def test_context_manager_closes_the_client_and_its_pooled_connection(svc: FakeSe
 def test_cancel_that_loses_the_race_with_the_answer_never_breaks_the_next_call_on_that_connection(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # cancel() takes the hooks (the socket's abort) under its lock and runs them after. If the
-    # call finishes in between, its connection goes back to the pool and the next call on it
-    # must not be aborted by a cancel meant for the first. The patched abort pauses to hold
+    # cancel() takes the hooks under its lock and runs them after. If the call finishes in
+    # between, its connection goes back to the pool and the next call on it must not be
+    # aborted by a cancel meant for the first. The patched hook pauses before it runs to hold
     # that window open; the race itself is the library's.
     aborting, proceed = threading.Event(), threading.Event()
-    real_abort = Connection.abort
+    real_abort = _Lease.abort
 
-    def slow_abort(conn: Connection) -> None:
+    def slow_abort(lease: _Lease) -> None:
         aborting.set()
         proceed.wait(BOUND)
-        real_abort(conn)
+        real_abort(lease)
 
-    monkeypatch.setattr(Connection, "abort", slow_abort)
+    monkeypatch.setattr(_Lease, "abort", slow_abort)
     first_in, answer_first, second_in = threading.Event(), threading.Event(), threading.Event()
     # Mid-body, after complete headers: a cut there is unambiguously a dropped connection.
     split = OK_RESPONSE.index(b"\r\n\r\n") + 10

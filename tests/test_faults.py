@@ -496,3 +496,24 @@ def test_error_status_with_body_over_cap_is_handled_as_its_status(policy: str, e
         assert diag.attempts == expect.attempts
         assert diag.status == expect.status
         assert served.connections() == expect.attempts
+
+
+@pytest.mark.parametrize(
+    "cut", [20, 57, -4], ids=["in-status-line-headers", "mid-headers", "before-blank-line"]
+)
+def test_response_cut_inside_headers_is_a_dropped_connection_not_an_empty_200(cut: int) -> None:
+    # http.client reads end-of-stream as the end of the headers; without a check, a cut header
+    # block would pass for a complete 200 with an empty body.
+    head_end = OK_RESPONSE.index(b"\r\n\r\n") + 4
+    partial = OK_RESPONSE[: head_end + cut] if cut < 0 else OK_RESPONSE[:cut]
+
+    def handler(conn: socket.socket, stop: threading.Event) -> None:
+        if read_request(conn):
+            conn.sendall(partial)
+
+    with RawServer(handler) as server, make_client(server.url) as client:
+        diagnostics = qa.Diagnostics()
+        with pytest.raises(qa.ConnectionFailed):
+            client.list_models(retry=qa.RetryPolicy.none, diagnostics=diagnostics)
+        assert diagnostics.attempts == 1
+        assert diagnostics.transport_error is not None
