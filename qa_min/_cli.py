@@ -119,16 +119,20 @@ class _Output:
 
     def __init__(self, as_json: bool, secrets: Iterable[Optional[str]]) -> None:
         self.json = as_json
-        self._secrets = [s for s in secrets if s]
+        # A server may echo the key anywhere (an error body, usage), raw or JSON-escaped.
+        forms = set()
+        for secret in filter(None, secrets):
+            forms |= {secret, json.dumps(secret)[1:-1], json.dumps(secret, ensure_ascii=False)[1:-1]}
+        self._secrets = sorted(forms, key=len, reverse=True)
 
     def line(self, text: str = "") -> None:
-        print(text, flush=True)
+        print(self.scrub(text), flush=True)
 
     def data(self, value: object) -> None:
-        print(json.dumps(value, ensure_ascii=False), flush=True)
+        print(self.scrub(json.dumps(value, ensure_ascii=False)), flush=True)
 
     def scrub(self, text: str) -> str:
-        # The library never puts the key in a message; a server may still echo it in a body.
+        """``text`` without any form of the API key."""
         for secret in self._secrets:
             text = text.replace(secret, "[redacted]")
         return text

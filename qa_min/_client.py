@@ -75,8 +75,13 @@ def _wait(seconds: float, wake: threading.Event) -> None:
 def _number(name: str, value: object, minimum: float, allow_none: bool = False) -> Any:
     if value is None and allow_none:
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > minimum:
-        raise InvalidOption(f"{name} must be a number > {minimum:g}, got {value!r}")
+    # TIMEOUT_MAX bounds what sockets and locks accept; "no limit" is None, not inf.
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not minimum < value <= threading.TIMEOUT_MAX
+    ):
+        raise InvalidOption(f"{name} must be a finite number > {minimum:g}, got {value!r}")
     return value
 
 
@@ -102,7 +107,9 @@ class Client:
             ``SSL_CERT_DIR`` honoured.
         proxy: An ``http://[user:pass@]host:port`` proxy for every request; https goes
             through a CONNECT tunnel.
-        trust_env: Read ``HTTPS_PROXY``/``HTTP_PROXY``/``ALL_PROXY``/``NO_PROXY`` (True).
+        trust_env: Read the environment (True): ``SERVICE_API_KEY``, ``SERVICE_BASE_URL``,
+            ``SERVICE_DEFAULT_MODEL``, and ``HTTPS_PROXY``/``HTTP_PROXY``/``ALL_PROXY``/``NO_PROXY``.
+            False suits a library that must not be steered by its host's environment.
         retry_budget: The retry budget shared by this client's threads; None disables it.
         sleep: ``sleep(seconds, wake)`` used for backoff; it must return early once ``wake``
             is set. For tests: the default waits on ``wake``.
@@ -160,6 +167,14 @@ class Client:
             ssl_context,
             int(_number("max_response_bytes", max_response_bytes, 0)),
         )
+        for name, function in (("sleep", sleep), ("random", random)):
+            if function is not None and not callable(function):
+                raise InvalidOption(f"{name} must be a function, got {_short(function)}")
+        if ssl_context is not None:
+            import ssl
+
+            if not isinstance(ssl_context, ssl.SSLContext):
+                raise InvalidOption(f"ssl_context must be an ssl.SSLContext, got {_short(ssl_context)}")
         if random is None:
             import random as _random_module
 
@@ -232,7 +247,7 @@ class Client:
         try:
             answers = spec.decode(obj.get("answers", _MISSING))
         except _Mismatch as exc:
-            raise InvalidResponse(f"the service's answers do not fit: {exc}", call.fill()) from None
+            raise self._invalid(f"the service's answers do not fit: {exc}", call) from None
         return AskResponse(questions._qa_from(answers), self._usage(obj, call))
 
     def core(
@@ -265,7 +280,7 @@ class Client:
         try:
             answers = request._spec.decode(obj.get("answers", _MISSING))
         except _Mismatch as exc:
-            raise InvalidResponse(f"the service's answers do not fit: {exc}", call.fill()) from None
+            raise self._invalid(f"the service's answers do not fit: {exc}", call) from None
         return CoreResponse(readonly(answers), self._usage(obj, call))
 
     def list_models(
@@ -285,13 +300,11 @@ class Client:
         obj = self._json(self._sender.send(self._heads[1], "GET", self._policy(retry), call), call)
         items = obj.get("models")
         if type(items) is not list:
-            raise InvalidResponse(f'"models" must be a list, got {_short(items)}', call.fill())
+            raise self._invalid(f'"models" must be a list, got {_short(items)}', call)
         models = []
         for item in items:
             if type(item) is not dict or type(item.get("name")) is not str:
-                raise InvalidResponse(
-                    f"a model must be an object with a name, got {_short(item)}", call.fill()
-                )
+                raise self._invalid(f"a model must be an object with a name, got {_short(item)}", call)
             models.append(Model(item["name"], readonly(item)))
         return ModelList(models)
 
@@ -370,22 +383,25 @@ class Client:
     def _policy(self, retry: Optional[RetryPolicy]) -> PolicyLike:
         return self._retry if retry is None else _check_retry(retry)
 
+    def _invalid(self, message: str, call: CallState) -> InvalidResponse:
+        # Bad data is quoted in the message, and a server may have echoed the key into it.
+        return InvalidResponse(self._sender.redact(message), call.fill())
+
     def _json(self, data: bytes, call: CallState) -> dict[str, Any]:
         try:
             obj = json.loads(data)
         except ValueError as exc:
-            raise InvalidResponse(f"the response is not JSON ({exc}): {_short(data)}", call.fill()) from None
+            raise self._invalid(f"the response is not JSON ({exc}): {_short(data)}", call) from None
         if type(obj) is not dict:
-            raise InvalidResponse(f"the response is not a JSON object: {_short(obj)}", call.fill())
+            raise self._invalid(f"the response is not a JSON object: {_short(obj)}", call)
         return obj
 
-    @staticmethod
-    def _usage(obj: dict[str, Any], call: CallState) -> Mapping[str, Any]:
+    def _usage(self, obj: dict[str, Any], call: CallState) -> Mapping[str, Any]:
         usage = obj.get("usage", _MISSING)
         if usage is _MISSING:
             return _EMPTY
         if type(usage) is not dict:
-            raise InvalidResponse(f'"usage" must be an object, got {_short(usage)}', call.fill())
+            raise self._invalid(f'"usage" must be an object, got {_short(usage)}', call)
         return readonly(usage)
 
 

@@ -16,7 +16,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     import logging
     from collections.abc import Mapping, Sequence
-    from typing import Optional
+    from typing import Callable, Optional
 
 __version__ = "0.1.0"
 
@@ -144,6 +144,24 @@ def header_block(api_key: Optional[str], extra: Sequence[tuple[str, str]]) -> by
             raise InvalidOption(f"extra_headers must not set {name!r}: qa_min sets it")
         lines.append((name, value))
     return "".join(f"{k}: {v}\r\n" for k, v in lines).encode("latin-1")
+
+
+def redactor(api_key: Optional[str]) -> Callable[[str], str]:
+    """A function that hides ``api_key`` in text, also as JSON would escape it."""
+    if api_key is None:
+        return str
+    import json
+
+    escaped = json.dumps(api_key)[1:-1]
+    forms = sorted({api_key, escaped, escaped.replace("/", "\\/")}, key=len, reverse=True)
+
+    def redact(text: str) -> str:
+        for form in forms:
+            if form in text:
+                text = text.replace(form, "[redacted]")
+        return text
+
+    return redact
 
 
 def env_proxy(origin: Origin, env: Mapping[str, str]) -> Optional[str]:

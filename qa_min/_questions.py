@@ -241,7 +241,7 @@ class _Spec:
 
     def body(self, state: object, model: str) -> bytes:
         """The JSON request body; ``state`` is checked here, the one per-call input."""
-        if type(state) is not str or not state or state.isspace():
+        if not isinstance(state, str) or not state or state.isspace():
             raise InvalidState(f"state must be a non-empty string, got {_short(state)}")
         return b"".join(
             (

@@ -17,7 +17,7 @@ import math
 import threading
 import time
 
-from ._config import get_logger
+from ._config import get_logger, redactor
 from ._errors import Canceled, ConnectionFailed, QAError, status_error_class
 from ._transport import CallState, CancelToken, Transport
 
@@ -210,7 +210,7 @@ class Sender:
         self._budget = budget
         self._sleep = sleep
         self._random = random
-        self._key = api_key
+        self.redact = redactor(api_key)
         self.closer = CancelToken()
 
     def send(self, request: bytes, method: str, policy: PolicyLike, call: CallState) -> bytes:
@@ -305,12 +305,11 @@ class Sender:
     def _status_error(
         self, status: int, headers: HTTPMessage, body: bytes, method: str, call: CallState
     ) -> QAError:
-        text = body.decode("utf-8", "replace")
-        if self._key is not None:
-            text = text.replace(self._key, "[redacted]")
+        text = self.redact(body.decode("utf-8", "replace"))
         call.body = text
         path = "/v1/core" if method == "POST" else "/v1/models"
-        message = f"HTTP {status} from {method} {self.base_url}{path}: {_detail(text, headers)}"
+        # Redacted again: a key JSON-escaped in the body comes out plain once `detail` is decoded.
+        message = self.redact(f"HTTP {status} from {method} {self.base_url}{path}: {_detail(text, headers)}")
         return status_error_class(status)(message, status=status)
 
 
