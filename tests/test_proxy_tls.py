@@ -150,6 +150,20 @@ def test_ssl_cert_file_environment_makes_default_client_trust_the_ca(
         assert c.ask(STATE, Review).answers.toxic is True
 
 
+@pytest.mark.parametrize("via_proxy", [False, True], ids=["direct", "through-proxy"])
+def test_tls_connection_closed_by_server_while_idle_is_replaced_silently(
+    tls_service: TLSService, proxy: Proxy, ca_context: ssl.SSLContext, via_proxy: bool
+) -> None:
+    with client(tls_service.url, ssl_context=ca_context, proxy=proxy.url if via_proxy else None) as c:
+        c.ask(STATE, Review)
+        tls_service.drop_connections()
+        diagnostics = qa.Diagnostics()
+        assert c.ask(STATE, Review, diagnostics=diagnostics).answers.toxic is True
+    assert diagnostics.attempts == 1
+    assert tls_service.handshakes == 2
+    assert len(tls_service.seen) == 2
+
+
 # -- https through a proxy --------------------------------------------------------------------
 
 

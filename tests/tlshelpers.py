@@ -24,6 +24,7 @@ import socket
 import ssl
 import subprocess
 import threading
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -246,6 +247,21 @@ class _LoopbackServer:
     def _serve(self, conn: socket.socket) -> None:
         raise NotImplementedError
 
+    def drop_connections(self) -> None:
+        """Shut every open connection down, as a server ending idle keep-alives does, and wait."""
+        with self._lock:
+            socks = list(self._socks)
+        for sock in socks:
+            _shutdown(sock)
+        deadline = time.monotonic() + IO_TIMEOUT
+        while True:
+            with self._lock:
+                if not self._socks:
+                    return
+            if time.monotonic() > deadline:
+                raise TimeoutError("connections still open after drop_connections()")
+            time.sleep(0.005)
+
     def close(self) -> None:
         """Stop accepting, shut every connection down and join every thread. Idempotent."""
         self._stopping.set()
@@ -322,13 +338,15 @@ class _ServiceHandler(http.server.BaseHTTPRequestHandler):
 class TLSService(_LoopbackServer):
     """The service over HTTPS on 127.0.0.1, with the given certificate.
 
-    ``seen`` lists the requests that completed a TLS handshake; ``handshake_failures`` counts
-    the connections whose handshake failed (a client that did not trust the certificate).
+    ``seen`` lists the requests that completed a TLS handshake; ``handshakes`` and
+    ``handshake_failures`` count the connections whose handshake succeeded or failed (a
+    client that did not trust the certificate).
     """
 
     def __init__(self, cert: Path, key: Path) -> None:
         self._context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         self._context.load_cert_chain(cert, key)
+        self.handshakes = 0
         self.handshake_failures = 0
         super().__init__()
 
@@ -347,6 +365,8 @@ class TLSService(_LoopbackServer):
         if not self._track(tls):
             tls.close()
             return
+        with self._lock:
+            self.handshakes += 1
         try:
             # BaseRequestHandler only hands ``server`` back to the handler, as its _owner.
             _ServiceHandler(tls, tls.getpeername(), cast(Any, self))

@@ -90,6 +90,8 @@ def every_operation_has_its_response_type(client: qa.Client, cancel: qa.CancelTo
 def submit_keeps_the_operation_result_type(client: qa.Client) -> None:
     assert_type(client.submit(client.ask, "Some text", Review), qa.Call[qa.AskResponse[Review]])
     assert_type(client.submit(client.list_models), qa.Call[qa.ModelList])
+    request = qa.Request("Some text", [qa.NamedQuestion("toxic", qa.YesNo("yes", "no"))])
+    assert_type(client.submit(client.core, request), qa.Call[qa.CoreResponse])
     call = client.submit(client.ask, "Some text", Review, timeout=2.0)
     assert_type(call.result().answers.toxic, bool)
 
