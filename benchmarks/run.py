@@ -159,25 +159,33 @@ def parse_importtime(stderr: str) -> float:
     return total / 1000.0
 
 
-def importtime_ms(settings: Settings, env: dict[str, str], statement: str) -> float:
-    code = f"import sys; sys.stderr.write({MARK!r} + '\\n'); sys.stderr.flush(); {statement}"
-    runs = [
-        parse_importtime(_python(settings, env, "-X", "importtime", "-c", code).stderr)
-        for _ in range(settings.import_runs)
-    ]
-    return statistics.median(runs)
+def import_times(
+    settings: Settings, env: dict[str, str], statements: Sequence[str]
+) -> dict[str, tuple[float, float]]:
+    """Per statement: (``-X importtime`` ms, wall ms over ``python -c pass``), medians of the runs.
 
-
-def import_wall_ms(settings: Settings, env: dict[str, str], statement: str) -> float:
-    """Median wall time of ``python -c statement`` minus that of ``python -c pass``."""
-    base: list[float] = []
-    timed: list[float] = []
+    The statements take turns run by run, so that a burst of load on the machine lands on all
+    of them rather than on whichever was being measured at the time.
+    """
+    importtime: dict[str, list[float]] = {statement: [] for statement in statements}
+    wall: dict[str, list[float]] = {statement: [] for statement in ("pass", *statements)}
     for _ in range(settings.import_runs):
-        for code, into in (("pass", base), (statement, timed)):
+        for statement in statements:
+            code = f"import sys; sys.stderr.write({MARK!r} + '\\n'); sys.stderr.flush(); {statement}"
+            stderr = _python(settings, env, "-X", "importtime", "-c", code).stderr
+            importtime[statement].append(parse_importtime(stderr))
+        for statement, times in wall.items():
             started = time.perf_counter()
-            _python(settings, env, "-c", code)
-            into.append(time.perf_counter() - started)
-    return (statistics.median(timed) - statistics.median(base)) * 1000.0
+            _python(settings, env, "-c", statement)
+            times.append(time.perf_counter() - started)
+    base = statistics.median(wall["pass"])
+    return {
+        statement: (
+            statistics.median(importtime[statement]),
+            (statistics.median(wall[statement]) - base) * 1000.0,
+        )
+        for statement in statements
+    }
 
 
 # -- the rounds -----------------------------------------------------------------------------
@@ -207,13 +215,9 @@ def run_round(
     for spec in order:
         rss = run_client(settings, env, spec.name, "rss", url, settings.rss_calls)
         values[spec.name]["rss_mib"] = rss["rss_kib"] / 1024.0
-    measured: dict[str, tuple[float, float]] = {}
+    # qa_core and qa_ask share `import qa_min`: measured once.
+    measured = import_times(settings, env, list(dict.fromkeys(spec.statement for spec in order)))
     for spec in order:
-        if spec.statement not in measured:  # qa_core and qa_ask share `import qa_min`
-            measured[spec.statement] = (
-                importtime_ms(settings, env, spec.statement),
-                import_wall_ms(settings, env, spec.statement),
-            )
         values[spec.name]["importtime_ms"], values[spec.name]["import_wall_ms"] = measured[spec.statement]
     return values
 
