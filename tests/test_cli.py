@@ -482,11 +482,18 @@ def test_timeout_expiry_exits_7_with_canceled(run: Any, svc: FakeService) -> Non
     assert result.err.startswith("error: Canceled: ")
 
 
+KEYS = ["sk-very-secret-0123", 'sk-"quoted"\\slash', "sk-caf\u00e9"]
+
+
+def key_forms(key: str) -> list[str]:
+    return [key, json.dumps(key)[1:-1], json.dumps(key, ensure_ascii=False)[1:-1]]
+
+
+@pytest.mark.parametrize("key", KEYS, ids=["plain", "json-escaped", "non-ascii"])
 @pytest.mark.parametrize("source", ["option", "environment"])
 def test_error_output_never_contains_the_api_key(
-    run: Any, svc: FakeService, monkeypatch: pytest.MonkeyPatch, source: str
+    run: Any, svc: FakeService, monkeypatch: pytest.MonkeyPatch, source: str, key: str
 ) -> None:
-    key = "sk-very-secret-0123"
     # A misbehaving server echoing the key in its error body: the CLI still must not print it.
     svc.script(reply(500, {"detail": f"key {key} is revoked"}))
     argv = ["--base-url", svc.url, "--retries", "0", "--json"]
@@ -496,9 +503,25 @@ def test_error_output_never_contains_the_api_key(
         monkeypatch.setenv("SERVICE_API_KEY", key)
     result = run(*argv, "models")
     assert result.code == 5
-    assert key not in result.out + result.err
+    for form in key_forms(key):
+        assert form not in result.out + result.err
     assert "[redacted]" in result.err
+    assert json.loads(result.out)["error"]["type"] == "ServerError"
     assert svc.requests[0].headers["authorization"] == f"Bearer {key}"
+
+
+@pytest.mark.parametrize("key", KEYS, ids=["plain", "json-escaped", "non-ascii"])
+def test_answer_output_never_contains_the_api_key(run: Any, svc: FakeService, key: str) -> None:
+    # A server echoing the key in "usage", which `ask --json` prints.
+    svc.script(reply(200, {"answers": {"t": True}, "usage": {"account": key, "input_tokens": 1}}))
+    result = run("--base-url", svc.url, "--api-key", key, "--json", "ask", STATE, "--yes-no", "t", "y", "n")
+    assert result.code == 0, result.err
+    for form in key_forms(key):
+        assert form not in result.out
+    assert json.loads(result.out) == {
+        "answers": {"t": True},
+        "usage": {"account": "[redacted]", "input_tokens": 1},
+    }
 
 
 def test_ctrl_c_exits_130(run: Any, svc: FakeService, monkeypatch: pytest.MonkeyPatch) -> None:
