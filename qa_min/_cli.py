@@ -78,7 +78,14 @@ an object with exactly one of these keys:
    "lang":    {"choice": {"en": "English", "fr": "French"}},
    "quality": {"score":  ["poor", "fair", "good"]}}
 Questions are asked in command-line order, files and flags alike; ids must be unique.
---choice and --score take several values: put the state before them, or after `--`.
+--choice and --score take several values: put the state (or input file) first, or after `--`.
+
+"""
+
+_BATCH_HELP = """\
+input: one state per line, a JSON string or {"state": ..., "id": ...}; blank lines are skipped.
+output, in input order: {"id" or "line": ..., "answers": {...}}
+                     or {"id" or "line": ..., "error": {"type", "message", "status", ...}}
 
 """
 
@@ -307,6 +314,9 @@ def _cmd_models(args: argparse.Namespace, out: _Output) -> int:
 def _read_state(arg: Optional[str]) -> str:
     if arg is not None and arg != "-":
         return arg
+    if sys.stdin.isatty():
+        # Otherwise a user who forgot the state sees a command that seems to hang.
+        print("reading the state from stdin; end it with Ctrl-D", file=sys.stderr, flush=True)
     # A shell pipe adds a final newline that is not part of the text.
     return sys.stdin.read().rstrip("\r\n")
 
@@ -632,6 +642,27 @@ def _add_question_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_batch_options(batch: argparse.ArgumentParser) -> None:
+    batch.add_argument("input", nargs="?", help="JSONL file; '-' or absent: read stdin")
+    batch.add_argument("--concurrency", type=_count(1), default=4, metavar="N", help="calls in flight (4)")
+    batch.add_argument(
+        "--progress",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="show done/total on stderr (default: when stderr is a terminal)",
+    )
+
+
+def _add_fake_options(fake: argparse.ArgumentParser) -> None:
+    fake.add_argument("--host", default="127.0.0.1", help="address to listen on (127.0.0.1)")
+    fake.add_argument("--port", type=_count(0), default=8080, help="port (8080; 0 picks a free one)")
+    fake.add_argument("--prefix", default="", help="path prefix the service lives under")
+    # dest api_key, default SUPPRESS: `qa-min --api-key K fake` works too, and the environment's
+    # key is never required by accident.
+    fake.add_argument("--api-key", default=argparse.SUPPRESS, help="require this key (default: none)")
+    fake.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print the URL as JSON")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``qa-min`` argument parser."""
     formatter = argparse.RawDescriptionHelpFormatter
@@ -651,7 +682,12 @@ def build_parser() -> argparse.ArgumentParser:
         sub.set_defaults(run=run)
         return sub
 
-    command("demo", _cmd_demo, "show every operation against an in-process fake service (the default)", "")
+    command(
+        "demo",
+        _cmd_demo,
+        "show every operation on an in-process fake service (the default; ignores connection options)",
+        "",
+    )
     models = command("models", _cmd_models, "list the model names, one per line", _EXIT_HELP)
     _add_connection_options(models, top=False)
     ask = command(
@@ -663,33 +699,16 @@ def build_parser() -> argparse.ArgumentParser:
     _add_connection_options(ask, top=False)
     ask.add_argument("state", nargs="?", help="the text to judge; '-' or absent: read stdin")
     _add_question_options(ask)
-    batch_help = (
-        'input: one state per line, a JSON string or {"state": ..., "id": ...}; blank lines are skipped.\n'
-        'output, in input order: {"id" or "line": ..., "answers": {...}}\n'
-        '                     or {"id" or "line": ..., "error": {"type", "message", "status", ...}}\n'
-    )
     batch = command(
         "batch",
         _cmd_batch,
         "ask questions about each state of a JSONL file; writes JSONL",
-        batch_help + _QUESTIONS_HELP + _EXIT_HELP,
+        _BATCH_HELP + _QUESTIONS_HELP + _EXIT_HELP,
     )
     _add_connection_options(batch, top=False)
-    batch.add_argument("input", nargs="?", help="JSONL file; '-' or absent: read stdin")
-    batch.add_argument("--concurrency", type=_count(1), default=4, metavar="N", help="calls in flight (4)")
-    batch.add_argument(
-        "--progress",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="show done/total on stderr (default: when stderr is a terminal)",
-    )
+    _add_batch_options(batch)
     _add_question_options(batch)
-    fake = command("fake", _cmd_fake, "serve the fake service locally until Ctrl-C", "")
-    fake.add_argument("--host", default="127.0.0.1", help="address to listen on (127.0.0.1)")
-    fake.add_argument("--port", type=_count(0), default=8080, help="port (8080; 0 picks a free one)")
-    fake.add_argument("--prefix", default="", help="path prefix the service lives under")
-    fake.add_argument("--api-key", default=argparse.SUPPRESS, help="require this key (default: none)")
-    fake.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print the URL as JSON")
+    _add_fake_options(command("fake", _cmd_fake, "serve the fake service locally until Ctrl-C", ""))
     return parser
 
 

@@ -187,6 +187,25 @@ def test_ask_prints_one_id_answer_line_per_question(
     assert svc.requests[0].json()["state"] == STATE
 
 
+def test_ask_takes_the_state_after_double_dash_behind_many_valued_flags(run: Any, svc: FakeService) -> None:
+    result = run("--base-url", svc.url, "ask", "--score", "quality", *SCORE, "--", "-starts with a dash")
+    assert result.code == 0, result.err
+    assert svc.requests[0].json()["state"] == "-starts with a dash"
+    assert svc.requests[0].json()["questions"] == {"quality": {"criteria": SCORE}}
+
+
+def test_ask_says_it_reads_stdin_when_stdin_is_a_terminal(
+    run: Any, svc: FakeService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    terminal = io.StringIO(STATE + "\n")
+    monkeypatch.setattr(terminal, "isatty", lambda: True, raising=False)
+    monkeypatch.setattr(sys, "stdin", terminal)
+    result = run("--base-url", svc.url, "ask", "--yes-no", "t", "y", "n")
+    assert result.code == 0
+    assert result.err == "reading the state from stdin; end it with Ctrl-D\n"
+    assert svc.requests[0].json()["state"] == STATE
+
+
 def test_ask_json_prints_answers_and_usage(run: Any, svc: FakeService) -> None:
     result = run("--base-url", svc.url, "--json", "ask", STATE, *FLAGS)
     assert result.code == 0
