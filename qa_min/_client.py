@@ -53,7 +53,7 @@ if TYPE_CHECKING:
     import ssl
     from collections.abc import Mapping, Sequence
     from types import TracebackType
-    from typing import Any, Callable, Optional, TypeVar, Union
+    from typing import Any, Callable, Optional, ParamSpec, TypeVar, Union
 
     from ._futures import Call
     from ._retry import RetryPolicy
@@ -61,6 +61,7 @@ if TYPE_CHECKING:
 
     Q = TypeVar("Q", bound=Questions)
     R = TypeVar("R")
+    P = ParamSpec("P")
     Timeout = Union[float, None, Unset]
 
 _EMPTY: Mapping[str, Any] = readonly({})
@@ -308,7 +309,7 @@ class Client:
             models.append(Model(item["name"], readonly(item)))
         return ModelList(models)
 
-    def submit(self, fn: Callable[..., R], /, *args: Any, **kwargs: Any) -> Call[R]:
+    def submit(self, fn: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -> Call[R]:
         """Run ``client.ask``, ``client.core`` or ``client.list_models`` on the client's executor.
 
         Returns:

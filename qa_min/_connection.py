@@ -235,12 +235,21 @@ class Oversized(Exception):
         self.status = status
 
 
-def wrap_tls(
-    sock: socket.socket, context: ssl.SSLContext, host: str, deadline: Optional[float]
-) -> socket.socket:
-    """TLS over ``sock``, the certificate checked against ``host``."""
-    sock.settimeout(_remaining(deadline))
-    return context.wrap_socket(sock, server_hostname=host)
+def start_tls(
+    conn: Connection,
+    context: ssl.SSLContext,
+    host: str,
+    deadline: Optional[float],
+    stopped: Callable[[], bool],
+) -> None:
+    """TLS over ``conn``, the certificate checked against ``host``."""
+    # The TLS socket replaces the plain one before the handshake starts, so that abort() from
+    # another thread reaches the socket the handshake is blocked on.
+    conn.sock = context.wrap_socket(conn.sock, server_hostname=host, do_handshake_on_connect=False)
+    if stopped():
+        raise Stopped
+    conn.sock.settimeout(_remaining(deadline))
+    conn.sock.do_handshake()
 
 
 def open_tunnel(conn: Connection, target: str, headers: bytes, deadline: Optional[float]) -> None:

@@ -29,7 +29,7 @@ from ._connection import (
     Stopped,
     connect_tcp,
     open_tunnel,
-    wrap_tls,
+    start_tls,
 )
 from ._errors import Canceled, ConnectionFailed, Diagnostics, InvalidResponse
 
@@ -272,7 +272,13 @@ class Transport:
             if self.proxy is not None:
                 target = f"{self.origin.host}:{self.origin.port}"
                 open_tunnel(conn, target, self.proxy_headers, call.deadline)
-            conn.sock = wrap_tls(conn.sock, self.ssl_context(), self.origin.host, call.deadline)
+            start_tls(
+                conn,
+                self.ssl_context(),
+                self.origin.host,
+                call.deadline,
+                lambda: self.stop_reason(call) is not None,
+            )
         except BaseException:
             self.pool.discard(conn)
             raise
