@@ -116,7 +116,8 @@ def render(
         " on Linux `ru_maxrss` is inherited across exec, so it would show the runner's own size).",
         f"- Import: medians of {_count(settings.import_runs, 'process', 'processes')} per round;"
         " `-X importtime` sums the top-level cumulative times of the statement's imports"
-        " (raw: `import http.client, json`); wall is `python -c 'import X'` minus `python -c pass`.",
+        " (raw: `import http.client, json`); wall is `python -c 'import X'` minus a"
+        " `python -c pass` run next to it.",
         "- Server: asyncio HTTP/1.1 keep-alive, in its own process, fixed JSON reply." + server,
         "",
         *table(results, settings.threads),

@@ -162,7 +162,7 @@ def parse_importtime(stderr: str) -> float:
 def import_times(
     settings: Settings, env: dict[str, str], statements: Sequence[str]
 ) -> dict[str, tuple[float, float]]:
-    """Per statement: (``-X importtime`` ms, wall ms over ``python -c pass``), medians of the runs.
+    """Per statement: (``-X importtime`` ms, wall ms over ``python -c pass``), medians over the runs.
 
     The statements take turns run by run, so that a burst of load on the machine lands on all
     of them rather than on whichever was being measured at the time.
@@ -178,11 +178,11 @@ def import_times(
             started = time.perf_counter()
             _python(settings, env, "-c", statement)
             times.append(time.perf_counter() - started)
-    base = statistics.median(wall["pass"])
+    # Each run's difference from the `pass` run next to it: a slow spell cancels out.
     return {
         statement: (
             statistics.median(importtime[statement]),
-            (statistics.median(wall[statement]) - base) * 1000.0,
+            statistics.median(t - b for t, b in zip(wall[statement], wall["pass"])) * 1000.0,
         )
         for statement in statements
     }
@@ -258,7 +258,7 @@ def benchmark(settings: Settings, specs: Sequence[ClientSpec], progress: bool = 
 # -- the command ----------------------------------------------------------------------------
 
 QUICK = {"rounds": 1, "calls": 300, "warmup": 50, "thread_calls": 800, "rss_calls": 300, "import_runs": 2}
-FULL = {"rounds": 5, "calls": 2000, "warmup": 200, "thread_calls": 4000, "rss_calls": 1000, "import_runs": 5}
+FULL = {"rounds": 5, "calls": 2000, "warmup": 200, "thread_calls": 4000, "rss_calls": 1000, "import_runs": 10}
 
 
 def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
@@ -280,7 +280,8 @@ http.client floor measured in the same round:
   * CPU us per call on one thread (time.process_time over --calls calls after --warmup);
   * calls/s with --threads threads sharing one client (raw: one HTTPConnection per thread);
   * import time: top-level cumulative times of `python -X importtime -c STATEMENT`, and the
-    wall time of `python -c STATEMENT` minus `python -c pass` (medians of --import-runs);
+    wall time of `python -c STATEMENT` minus that of a `python -c pass` run next to it
+    (medians of --import-runs);
   * peak RSS after --rss-calls calls, in MiB and as a difference from raw: VmHWM from
     /proc/self/status on Linux (ru_maxrss there is inherited across exec from the
     runner), ru_maxrss elsewhere.
