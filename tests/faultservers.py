@@ -105,10 +105,7 @@ def read_request(conn: socket.socket) -> bytes:
             return b""
         tail = head[-3:]
         end = (tail + peeked).find(b"\r\n\r\n")
-        if end == -1:
-            got = _recv_exact(conn, len(peeked))
-        else:
-            got = _recv_exact(conn, end + 4 - len(tail))
+        got = _recv_exact(conn, len(peeked)) if end == -1 else _recv_exact(conn, end + 4 - len(tail))
         if got is None:
             return b""
         head += got
@@ -292,11 +289,7 @@ def truncated_body() -> Handler:
     def handler(conn: socket.socket, stop: threading.Event) -> None:
         if read_request(conn):
             conn.sendall(
-                b"HTTP/1.1 200 OK\r\n"
-                b"Content-Type: application/json\r\n"
-                b"Content-Length: 100\r\n"
-                b"\r\n"
-                b'{"answers"'
+                b'HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{"answers"'
             )
 
     return handler

@@ -48,8 +48,7 @@ def post(conn: http.client.HTTPConnection) -> http.client.HTTPResponse:
 def test_ok_response_is_well_formed() -> None:
     response = ok_response(b"{}", extra_headers=b"X-Request-Id: 7\r\n")
     assert response == (
-        b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n"
-        b"X-Request-Id: 7\r\n\r\n{}"
+        b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\nX-Request-Id: 7\r\n\r\n{}"
     )
     assert OK_RESPONSE.endswith(b"\r\n\r\n" + OK_BODY)
 
