@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import statistics
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -88,14 +89,16 @@ def render(
     command: str,
 ) -> str:
     """The whole report, ready to paste into the README."""
+    threads_word = f"{settings.threads}-thread"
     libraries = ", ".join(f"{name} {version}" for name, version in versions.items()) or "none"
     server = ""
-    if results.server_us_per_request:
-        cost = max(results.server_us_per_request)
-        fastest = max(max(per["calls_per_s"]) for per in results.samples.values())
+    if results.server_load:
+        # The server's CPU per request times the rate the clients drove it at, run by run.
+        name, cost, rate = max(results.server_load, key=lambda run: run[1] * run[2])
         server = (
-            f" It used at most {cost:.0f} µs of CPU per request, so at the highest rate measured"
-            f" ({fastest:,.0f} calls/s) it was busy at most {cost * fastest / 1e4:.0f}% of one core."
+            f" Its CPU cost was {statistics.median(run[1] for run in results.server_load):.0f} µs per"
+            f" request (median); the busiest {threads_word} run ({name}, {rate:,.0f} calls/s at"
+            f" {cost:.0f} µs) kept it busy {cost * rate / 1e4:.0f}% of one core."
         )
     lines = [
         "## Benchmark results",

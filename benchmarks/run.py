@@ -83,7 +83,8 @@ class Results:
     missing: list[ClientSpec]
     samples: dict[str, dict[str, list[float]]] = field(default_factory=dict)
     versus_raw: dict[str, dict[str, list[float]]] = field(default_factory=dict)
-    server_us_per_request: list[float] = field(default_factory=list)
+    # Per 8-thread run: (client, server CPU µs per request, calls/s): is the server the bottleneck?
+    server_load: list[tuple[str, float, float]] = field(default_factory=list)
 
     def add_round(self, values: dict[str, dict[str, float]]) -> None:
         raw = values["raw"]
@@ -211,7 +212,8 @@ def run_round(
         after = server.cpu_seconds()
         values[spec.name]["calls_per_s"] = threaded["calls_per_s"]
         if before is not None and after is not None:
-            results.server_us_per_request.append((after - before) / threaded["requests"] * 1e6)
+            cost = (after - before) / threaded["requests"] * 1e6
+            results.server_load.append((spec.name, cost, threaded["calls_per_s"]))
     for spec in order:
         rss = run_client(settings, env, spec.name, "rss", url, settings.rss_calls)
         values[spec.name]["rss_mib"] = rss["rss_kib"] / 1024.0
@@ -428,6 +430,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"written to {args.output}", file=sys.stderr)
     if args.json:
         Path(args.json).write_text(
-            json.dumps({"samples": results.samples, "versus_raw": results.versus_raw}, indent=1) + "\n"
+            json.dumps(
+                {
+                    "samples": results.samples,
+                    "versus_raw": results.versus_raw,
+                    "server_load": results.server_load,
+                },
+                indent=1,
+            )
+            + "\n"
         )
     return 0

@@ -374,6 +374,8 @@ def test_quick_run_of_the_stdlib_clients_writes_a_row_for_each(tmp_path: Path) -
     assert "python -m benchmarks --quick --clients raw,qa_core,qa_ask" in proc.stdout
     assert f"Python: CPython {sys.version.split()[0]}" in proc.stdout
     assert output.read_text() == proc.stdout
+    if Path("/proc/self/stat").exists():  # the server's load is read from /proc
+        assert "% of one core." in proc.stdout
 
 
 def test_whole_run_fails_with_status_1_when_the_server_answers_wrongly() -> None:
