@@ -14,8 +14,7 @@
 
 from __future__ import annotations
 
-from ._client import Client
-from ._config import DEFAULT_MODEL, PUBLIC_BASE_URL, __version__
+from ._client import CancelToken, Client, RetryBudget
 from ._errors import (
     APIStatusError,
     BadRequest,
@@ -59,8 +58,14 @@ from ._questions import (
     Score,
     YesNo,
 )
-from ._retrying import RetryBudget
-from ._transport import CancelToken
+
+__version__ = "0.1.0"
+
+PUBLIC_BASE_URL = "https://api.qa-service.com"
+"""The address of the public service; an API key is required there."""
+
+DEFAULT_MODEL = "judge-latest"
+"""The latest alias of the primary model family, used when no model is configured."""
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

@@ -8,22 +8,11 @@ question encoding, the TLS context) is done once per client or once per question
 
 from __future__ import annotations
 
+import _thread
 import json
 import os
 import threading
 
-from ._config import (
-    Origin,
-    check_model,
-    env_proxy,
-    header_block,
-    is_public,
-    parse_proxy,
-    resolve_api_key,
-    resolve_base_url,
-    resolve_model,
-)
-from ._connection import Pool
 from ._errors import (
     ClientClosed,
     Diagnostics,
@@ -43,10 +32,9 @@ from ._questions import (
     Unset,
     _Mismatch,
     _short,
+    check_model,
     readonly,
 )
-from ._retrying import DEFAULTS, RetryBudget, Sender
-from ._transport import CallState, CancelToken, Transport
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -55,9 +43,11 @@ if TYPE_CHECKING:
     from types import TracebackType
     from typing import Any, Callable, Optional, ParamSpec, TypeVar, Union
 
+    from ._config import Origin
     from ._futures import Call
     from ._retry import RetryPolicy
     from ._retrying import PolicyLike
+    from ._transport import CallState
 
     Q = TypeVar("Q", bound=Questions)
     R = TypeVar("R")
@@ -84,6 +74,124 @@ def _number(name: str, value: object, minimum: float, allow_none: bool = False) 
     ):
         raise InvalidOption(f"{name} must be a finite number > {minimum:g}, got {value!r}")
     return value
+
+
+# A call registers a hook on its token for as long as it holds a socket; ``cancel()`` runs the
+# hooks, which shut the socket down, so a thread blocked in ``recv`` or ``send`` wakes at once.
+# A backoff sleep waits on the token's event, so it ends at once too.
+class CancelToken:
+    """Cancels the calls it is passed to (``cancel=token``), from any thread.
+
+    A token is one-shot: once cancelled it stays cancelled, and every call given it afterwards
+    raises ``Canceled`` before sending anything.
+    """
+
+    __slots__ = ("_event", "_hooks", "_lock")
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+        self._hooks: list[Callable[[], object]] = []
+        self._lock = _thread.allocate_lock()
+
+    @property
+    def cancelled(self) -> bool:
+        """True once ``cancel()`` was called."""
+        return self._event.is_set()
+
+    def cancel(self) -> None:
+        """Cancel every call using this token; safe to call from any thread, any number of times."""
+        with self._lock:
+            if self._event.is_set():
+                return
+            self._event.set()
+            hooks, self._hooks = self._hooks, []
+        # Outside the lock: a hook may take other locks (the pool's), and must not deadlock.
+        for hook in hooks:
+            try:
+                hook()
+            except Exception:
+                pass
+
+    def _add_hook(self, hook: Callable[[], object]) -> bool:
+        """Run ``hook`` on cancel; False (hook not added) if already cancelled."""
+        with self._lock:
+            if self._event.is_set():
+                return False
+            self._hooks.append(hook)
+            return True
+
+    def _remove_hook(self, hook: Callable[[], object]) -> bool:
+        """Forget ``hook``; False if ``cancel()`` already took it (it runs or will run)."""
+        with self._lock:
+            try:
+                self._hooks.remove(hook)
+            except ValueError:
+                return False
+            return True
+
+    def __repr__(self) -> str:
+        return f"CancelToken(cancelled={self.cancelled})"
+
+
+class RetryBudget:
+    """A token bucket shared by every thread of one client, as the AWS SDKs' retry quota.
+
+    Each retry takes ``retry_cost`` tokens; each successful call puts back ``success_refund``
+    (up to ``capacity``). When the bucket cannot pay for a retry, the call fails after the
+    attempt it just made, with that attempt's error. The defaults allow a sustained retry rate
+    of one retry per ``retry_cost`` successful calls, so they never engage in normal
+    operation; during an outage they turn N calls into about N + capacity/retry_cost
+    attempts instead of N * (1 + max_retries).
+
+    Args:
+        capacity: Tokens in a full bucket (500).
+        retry_cost: Tokens one retry takes (5).
+        success_refund: Tokens a successful call puts back (1).
+    """
+
+    __slots__ = ("_lock", "_tokens", "capacity", "retry_cost", "success_refund")
+
+    def __init__(self, capacity: float = 500, retry_cost: float = 5, success_refund: float = 1) -> None:
+        for name, value in (
+            ("capacity", capacity),
+            ("retry_cost", retry_cost),
+            ("success_refund", success_refund),
+        ):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
+                from ._errors import InvalidOption
+
+                raise InvalidOption(f"RetryBudget {name} must be a number >= 0, got {value!r}")
+        self.capacity = float(capacity)
+        self.retry_cost = float(retry_cost)
+        self.success_refund = float(success_refund)
+        self._tokens = self.capacity
+        self._lock = _thread.allocate_lock()
+
+    @property
+    def tokens(self) -> float:
+        """Tokens left now."""
+        return self._tokens
+
+    def try_spend(self) -> bool:
+        """Take the cost of one retry; False (taking nothing) if the bucket cannot pay."""
+        with self._lock:
+            if self._tokens < self.retry_cost:
+                return False
+            self._tokens -= self.retry_cost
+            return True
+
+    def refund(self) -> None:
+        """Put back a successful call's refund."""
+        # The unlocked read keeps the success path lock-free while the bucket is full.
+        if self._tokens < self.capacity:
+            with self._lock:
+                self._tokens = min(self.capacity, self._tokens + self.success_refund)
+
+    def __repr__(self) -> str:
+        return (
+            f"RetryBudget(capacity={self.capacity:g}, retry_cost={self.retry_cost:g}, "
+            f"success_refund={self.success_refund:g}, tokens={self._tokens:g})"
+        )
 
 
 class Client:
@@ -142,6 +250,21 @@ class Client:
         sleep: Optional[Callable[[float, threading.Event], object]] = None,
         random: Optional[Callable[[], float]] = None,
     ) -> None:
+        # The transport loads with the first client, not with ``import qa_min``: code that only
+        # imports the package (for its types or errors) does not pay for sockets and pools.
+        from ._config import (
+            env_proxy,
+            header_block,
+            is_public,
+            parse_proxy,
+            resolve_api_key,
+            resolve_base_url,
+            resolve_model,
+        )
+        from ._connection import Pool
+        from ._retrying import DEFAULTS, Sender
+        from ._transport import CallState, Transport
+
         env = os.environ if trust_env else {}
         self._key = resolve_api_key(api_key, env)
         origin = resolve_base_url(base_url, env)
@@ -180,6 +303,7 @@ class Client:
             import random as _random_module
 
             random = _random_module.random
+        self._new_call = CallState
         self._sender = Sender(self._transport, budget, _wait if sleep is None else sleep, random, self._key)
         self._executor_lock = threading.Lock()
         self._futures: Any = None
@@ -376,7 +500,7 @@ class Client:
         if diagnostics is not None and not isinstance(diagnostics, Diagnostics):
             raise InvalidOption(f"diagnostics must be a Diagnostics, got {_short(diagnostics)}")
         seconds = self._timeout if timeout is UNSET else _number("timeout", timeout, 0, True)
-        return CallState(cancel, seconds, diagnostics)
+        return self._new_call(cancel, seconds, diagnostics)
 
     def _post(self, body: bytes) -> bytes:
         return b"%s%d\r\n\r\n%s" % (self._heads[0], len(body), body)

@@ -10,21 +10,17 @@ import os
 import sys
 from urllib.parse import unquote, urlsplit
 
+from . import DEFAULT_MODEL as DEFAULT_MODEL
+from . import PUBLIC_BASE_URL as PUBLIC_BASE_URL
+from . import __version__
 from ._errors import InvalidBaseUrl, InvalidOption
+from ._questions import check_model
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     import logging
     from collections.abc import Mapping, Sequence
     from typing import Callable, Optional
-
-__version__ = "0.1.0"
-
-PUBLIC_BASE_URL = "https://api.qa-service.com"
-"""The address of the public service; a key is required there."""
-
-DEFAULT_MODEL = "judge-latest"
-"""The latest alias of the primary model family."""
 
 USER_AGENT = f"qa_min/{__version__}"
 _DEFAULT_PORTS = {"http": 80, "https": 443}
@@ -107,14 +103,6 @@ def resolve_model(model: Optional[str], env: Mapping[str, str]) -> str:
     if model is None:
         return from_env("SERVICE_DEFAULT_MODEL", env) or DEFAULT_MODEL
     return check_model(model)
-
-
-def check_model(model: object) -> str:
-    if not isinstance(model, str) or not model.strip():
-        from ._errors import InvalidModel
-
-        raise InvalidModel(f"model must be a non-empty string, got {model!r}")
-    return model
 
 
 def _check_header(name: object, value: object) -> tuple[str, str]:

@@ -13,8 +13,8 @@ import _thread
 import os
 from concurrent.futures import Future, ThreadPoolExecutor
 
+from ._client import CancelToken
 from ._errors import Canceled, InvalidOption
-from ._transport import CancelToken
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

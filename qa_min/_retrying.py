@@ -11,20 +11,22 @@ when used; ``DEFAULTS`` mirrors its field defaults and serves every client that 
 
 from __future__ import annotations
 
-import _thread
 import json
 import math
 import threading
 import time
 
+from ._client import CancelToken
 from ._config import get_logger, redactor
 from ._errors import Canceled, ConnectionFailed, QAError, status_error_class
-from ._transport import CallState, CancelToken, Transport
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from http.client import HTTPMessage
     from typing import Callable, Optional, Protocol
+
+    from ._client import RetryBudget
+    from ._transport import CallState, Transport
 
     class PolicyLike(Protocol):
         """The fields of ``RetryPolicy`` that the retry loop reads."""
@@ -131,67 +133,6 @@ def _looks_numeric(text: str) -> bool:
     return bool(stripped) and (
         stripped[0].isdigit() or stripped[0] == "." or stripped.lower()[:3] in ("nan", "inf")
     )
-
-
-class RetryBudget:
-    """A token bucket shared by every thread of one client, as the AWS SDKs' retry quota.
-
-    Each retry takes ``retry_cost`` tokens; each successful call puts back ``success_refund``
-    (up to ``capacity``). When the bucket cannot pay for a retry, the call fails after the
-    attempt it just made, with that attempt's error. The defaults allow a sustained retry rate
-    of one retry per ``retry_cost`` successful calls, so they never engage in normal
-    operation; during an outage they turn N calls into about N + capacity/retry_cost
-    attempts instead of N * (1 + max_retries).
-
-    Args:
-        capacity: Tokens in a full bucket (500).
-        retry_cost: Tokens one retry takes (5).
-        success_refund: Tokens a successful call puts back (1).
-    """
-
-    __slots__ = ("_lock", "_tokens", "capacity", "retry_cost", "success_refund")
-
-    def __init__(self, capacity: float = 500, retry_cost: float = 5, success_refund: float = 1) -> None:
-        for name, value in (
-            ("capacity", capacity),
-            ("retry_cost", retry_cost),
-            ("success_refund", success_refund),
-        ):
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
-                from ._errors import InvalidOption
-
-                raise InvalidOption(f"RetryBudget {name} must be a number >= 0, got {value!r}")
-        self.capacity = float(capacity)
-        self.retry_cost = float(retry_cost)
-        self.success_refund = float(success_refund)
-        self._tokens = self.capacity
-        self._lock = _thread.allocate_lock()
-
-    @property
-    def tokens(self) -> float:
-        """Tokens left now."""
-        return self._tokens
-
-    def try_spend(self) -> bool:
-        """Take the cost of one retry; False (taking nothing) if the bucket cannot pay."""
-        with self._lock:
-            if self._tokens < self.retry_cost:
-                return False
-            self._tokens -= self.retry_cost
-            return True
-
-    def refund(self) -> None:
-        """Put back a successful call's refund."""
-        # The unlocked read keeps the success path lock-free while the bucket is full.
-        if self._tokens < self.capacity:
-            with self._lock:
-                self._tokens = min(self.capacity, self._tokens + self.success_refund)
-
-    def __repr__(self) -> str:
-        return (
-            f"RetryBudget(capacity={self.capacity:g}, retry_cost={self.retry_cost:g}, "
-            f"success_refund={self.success_refund:g}, tokens={self._tokens:g})"
-        )
 
 
 class Sender:
