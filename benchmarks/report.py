@@ -16,6 +16,8 @@ COLUMNS = (
     ("calls_per_s", "calls/s, {threads} threads", "{:,.0f}", "x raw"),
     ("importtime_ms", "import ms (-X importtime)", "{:.2f}", "x raw"),
     ("import_wall_ms", "import ms (wall)", "{:.1f}", "x raw"),
+    ("cold_ms", "import + new client ms (-X importtime)", "{:.2f}", "x raw"),
+    ("cold_wall_ms", "import + new client ms (wall)", "{:.1f}", "x raw"),
     ("rss_mib", "peak RSS MiB", "{:.1f}", "Δ raw MiB"),
 )
 
@@ -31,6 +33,13 @@ TARGETS = (
         1.10,
         "max",
         "`import qa_min` ≤ 1.10x `import http.client, json` (-X importtime)",
+    ),
+    (
+        "qa_core",
+        "cold_ms",
+        1.10,
+        "max",
+        "(not a target; for honesty) import + new `Client` ≤ 1.10x import + new `HTTPConnection`",
     ),
     ("qa_core", "rss_mib", 1.5, "max", "core() peak RSS ≤ raw + 1.5 MiB"),
     ("qa_ask", "rss_mib", 1.5, "max", "ask() peak RSS ≤ raw + 1.5 MiB"),
@@ -120,7 +129,10 @@ def render(
         f"- Import: medians of {_count(settings.import_runs, 'process', 'processes')} per round;"
         " `-X importtime` sums the top-level cumulative times of the statement's imports"
         " (raw: `import http.client, json`); wall is `python -c 'import X'` minus a"
-        " `python -c pass` run next to it.",
+        " `python -c pass` run next to it. `import + new client` adds making a client object"
+        " without a request (raw: an `HTTPConnection`; qa_min: a `Client`, which loads its"
+        " transport then, not at import), so it counts everything a cold start pays before"
+        " its first request.",
         "- Server: asyncio HTTP/1.1 keep-alive, in its own process, fixed JSON reply." + server,
         "",
         *table(results, settings.threads),

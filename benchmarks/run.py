@@ -42,18 +42,41 @@ class ClientSpec:
     label: str
     package: Optional[str]  # None: the standard library only
     statement: str  # what its import time is measured on
+    cold: str  # import plus a client object, no request: what a cold start pays before a call
 
 
 CLIENTS = (
-    ClientSpec("raw", "raw http.client + json", None, "import http.client, json"),
-    ClientSpec("urllib3", "urllib3 PoolManager", "urllib3", "import urllib3"),
-    ClientSpec("requests", "requests Session", "requests", "import requests"),
-    ClientSpec("httpx", "httpx Client", "httpx", "import httpx"),
-    ClientSpec("qa_core", "qa_min core()", "qa_min", "import qa_min"),
-    ClientSpec("qa_ask", "qa_min ask()", "qa_min", "import qa_min"),
+    ClientSpec(
+        "raw",
+        "raw http.client + json",
+        None,
+        "import http.client, json",
+        "import http.client, json; http.client.HTTPConnection('127.0.0.1', 9)",
+    ),
+    ClientSpec(
+        "urllib3", "urllib3 PoolManager", "urllib3", "import urllib3", "import urllib3; urllib3.PoolManager()"
+    ),
+    ClientSpec(
+        "requests", "requests Session", "requests", "import requests", "import requests; requests.Session()"
+    ),
+    ClientSpec("httpx", "httpx Client", "httpx", "import httpx", "import httpx; httpx.Client()"),
+    ClientSpec(
+        "qa_core",
+        "qa_min core()",
+        "qa_min",
+        "import qa_min",
+        "import qa_min; qa_min.Client(base_url='http://127.0.0.1:9')",
+    ),
+    ClientSpec(
+        "qa_ask",
+        "qa_min ask()",
+        "qa_min",
+        "import qa_min",
+        "import qa_min; qa_min.Client(base_url='http://127.0.0.1:9')",
+    ),
 )
 BY_NAME = {spec.name: spec for spec in CLIENTS}
-METRICS = ("cpu_us", "calls_per_s", "importtime_ms", "import_wall_ms", "rss_mib")
+METRICS = ("cpu_us", "calls_per_s", "importtime_ms", "import_wall_ms", "cold_ms", "cold_wall_ms", "rss_mib")
 DIFFERENCE_METRICS = {"rss_mib"}  # compared with raw as a difference, the others as a ratio
 MARK = "--benchmarks: import starts--"
 
@@ -218,9 +241,11 @@ def run_round(
         rss = run_client(settings, env, spec.name, "rss", url, settings.rss_calls)
         values[spec.name]["rss_mib"] = rss["rss_kib"] / 1024.0
     # qa_core and qa_ask share `import qa_min`: measured once.
-    measured = import_times(settings, env, list(dict.fromkeys(spec.statement for spec in order)))
+    statements = [spec.statement for spec in order] + [spec.cold for spec in order]
+    measured = import_times(settings, env, list(dict.fromkeys(statements)))
     for spec in order:
         values[spec.name]["importtime_ms"], values[spec.name]["import_wall_ms"] = measured[spec.statement]
+        values[spec.name]["cold_ms"], values[spec.name]["cold_wall_ms"] = measured[spec.cold]
     return values
 
 

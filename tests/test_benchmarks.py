@@ -341,7 +341,9 @@ def test_rounds_rotate_the_client_order() -> None:
 
 
 def test_a_client_whose_package_is_missing_is_reported_not_installed() -> None:
-    ghost = run.ClientSpec("ghost", "ghost Client", "no_such_package_for_qa_min_tests", "import ghost")
+    ghost = run.ClientSpec(
+        "ghost", "ghost Client", "no_such_package_for_qa_min_tests", "import ghost", "import ghost"
+    )
     installed, missing = run.available([run.BY_NAME["raw"], ghost])
     assert (installed, missing) == ([run.BY_NAME["raw"]], [ghost])
     results = run.Results(installed, missing)
