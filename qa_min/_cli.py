@@ -27,7 +27,6 @@ This module is imported only when the command line runs, never by ``import qa_mi
 from __future__ import annotations
 
 import argparse
-import enum
 import json
 import os
 import sys
@@ -47,7 +46,6 @@ from . import (
     NamedQuestion,
     NoQuestions,
     QAError,
-    Questions,
     Request,
     Score,
     ServiceBusy,
@@ -68,8 +66,6 @@ if TYPE_CHECKING:
     Job = Union[QAError, "Future[CoreResponse]"]
 
 PROG = "qa-min"
-_DEMO_KEY = "sk-demo"
-_DEMO_STATE = "The parcel arrived two weeks late and the box was crushed, but support sorted it out."
 
 _QUESTIONS_HELP = """\
 questions file (--questions FILE.json): one JSON object, question id -> question, each question
@@ -445,111 +441,10 @@ def _cmd_fake(args: argparse.Namespace, out: _Output) -> int:
     return 0
 
 
-# -- demo --------------------------------------------------------------------------------
-
-
-_LEVELS = ["poor", "fair", "good"]
-
-
-class Tone(enum.Enum):
-    formal = "Written in a formal register"
-    casual = "Written casually"
-
-
-class Review(Questions):
-    toxic = YesNo("The text insults someone", "The text insults no one")
-    tone = Choice(Tone)
-    quality = Score(_LEVELS)
-
-
-def _rows(out: _Output, title: str, rows: Sequence[tuple[str, object]]) -> None:
-    out.line(title)
-    width = max(len(label) for label, _ in rows)
-    for label, value in rows:
-        out.line(f"  {label.ljust(width)}  {value}")
-    out.line()
-
-
-def _demo_calls(client: Client) -> dict[str, Any]:
-    typed = client.ask(_DEMO_STATE, Review)
-    runtime = client.core(
-        Request(
-            _DEMO_STATE,
-            [
-                NamedQuestion("late", YesNo("The delivery was late", "The delivery was on time")),
-                NamedQuestion("lang", Choice({"en": "English", "fr": "French"})),
-            ],
-        )
-    )
-    return {
-        "ask": {
-            "toxic": typed.answers.toxic,
-            "tone": typed.answers.tone.name,
-            "quality": typed.answers.quality,
-            "usage": dict(typed.usage),
-        },
-        "core": {**dict(runtime.answers), "usage": dict(runtime.usage)},
-        "models": [model.name for model in client.list_models()],
-    }
-
-
-def _demo_error(client: Client, out: _Output) -> dict[str, Any]:
-    diagnostics = Diagnostics()
-    try:
-        client.ask(_DEMO_STATE, Review, diagnostics=diagnostics)
-    except ServiceBusy as exc:
-        # exc.diagnostics and the Diagnostics passed in hold the same record of the call.
-        return out.error_info(exc)
-    raise RuntimeError("the fake service was scripted to reply 429")  # pragma: no cover
-
-
 def _cmd_demo(args: argparse.Namespace, out: _Output) -> int:
-    from .testing import FakeService, reply
+    from ._demo import run_demo
 
-    with (
-        FakeService(api_key=_DEMO_KEY) as service,
-        Client(api_key=_DEMO_KEY, base_url=service.url, trust_env=False) as client,
-    ):
-        result = {"url": service.url, **_demo_calls(client)}
-        # Three 429s use up the first attempt and both default retries; retry-after-ms keeps
-        # the demo fast, and shows that the server's requested delay is honoured.
-        busy = reply(429, {"detail": "slow down"}, headers=[("retry-after-ms", "20")])
-        service.script(busy, busy, busy)
-        result["error"] = _demo_error(client, out)
-    if out.json:
-        out.data(result)
-        return 0
-    out.line(f"qa_min {__version__} demo, against a fake service at {result['url']}")
-    out.line(f"state: {_DEMO_STATE!r}")
-    out.line("(the fake answers by a fixed hash of model, state and question id, not by reading the text)")
-    out.line()
-    ask = result["ask"]
-    _rows(
-        out,
-        "client.ask(state, Review): typed answers",
-        [
-            ("toxic", ask["toxic"]),
-            ("tone", f"Tone.{ask['tone']}"),
-            ("quality", f"{ask['quality']} ({_LEVELS[ask['quality']]})"),
-            ("usage", ask["usage"]),
-        ],
-    )
-    core = dict(result["core"])
-    usage = core.pop("usage")
-    _rows(out, "client.core(Request(...)): questions built at run time", [*core.items(), ("usage", usage)])
-    _rows(out, "client.list_models()", [("models", ", ".join(result["models"]))])
-    error = result["error"]
-    _rows(
-        out,
-        "an error: three 429 replies use up the retries, then ServiceBusy is raised",
-        [
-            ("error", f"{error['type']}: {error['message']}"),
-            ("status", error["status"]),
-            ("attempts", error["attempts"]),
-            ("body", error["body"]),
-        ],
-    )
-    return 0
+    return run_demo(out)
 
 
 # -- the parser --------------------------------------------------------------------------
