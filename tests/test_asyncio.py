@@ -4,7 +4,6 @@ the awaiting task cancels the call itself, down to its socket."""
 from __future__ import annotations
 
 import asyncio
-import re
 import socket
 import threading
 import time
@@ -12,14 +11,13 @@ from collections.abc import Iterator
 
 import pytest
 from faultservers import RawServer, read_request
+from support import BOUND, executor_threads
 
 import qa_min as qa
 from qa_min.testing import FakeService, expected_answer, hang
 
-BOUND = 5.0  # bounds waits for things that happen at once, so a bug fails instead of hanging
 PROMPT = 1.0  # seconds within which a cancelled call must have ended
 TOXIC = ("The text insults someone", "The text insults no one")
-_EXECUTOR_THREAD = re.compile(r"qa_min_\d+$")
 
 
 class Review(qa.Questions):
@@ -40,38 +38,38 @@ def answers_of(response: qa.AskResponse[Review]) -> tuple[object, object]:
 
 
 @pytest.fixture
-def svc() -> Iterator[FakeService]:
-    with FakeService() as service:
-        yield service
-
-
-@pytest.fixture
-def client(svc: FakeService) -> Iterator[qa.Client]:
+def env_free_client(svc: FakeService) -> Iterator[qa.Client]:
+    """Unlike conftest's ``client``, the default retry policy and the environment ignored."""
     with qa.Client(base_url=svc.url, trust_env=False) as c:
         yield c
-    assert [t.name for t in threading.enumerate() if _EXECUTOR_THREAD.match(t.name)] == []
+    assert executor_threads() == []
 
 
-def test_awaiting_a_submitted_call_returns_its_answer(client: qa.Client) -> None:
+def test_awaiting_a_submitted_call_returns_its_answer(env_free_client: qa.Client) -> None:
     async def main() -> qa.AskResponse[Review]:
-        return await asyncio.wrap_future(client.submit(client.ask, "Some text", Review))
+        return await asyncio.wrap_future(env_free_client.submit(env_free_client.ask, "Some text", Review))
 
     response = asyncio.run(main())
     assert answers_of(response) == expected("Some text")
 
 
-def test_awaiting_list_models_through_submit(client: qa.Client) -> None:
+def test_awaiting_list_models_through_submit(env_free_client: qa.Client) -> None:
     async def main() -> qa.ModelList:
-        return await asyncio.wrap_future(client.submit(client.list_models))
+        return await asyncio.wrap_future(env_free_client.submit(env_free_client.list_models))
 
     assert "judge-latest" in [model.name for model in asyncio.run(main()).models]
 
 
-def test_gather_of_twenty_calls_returns_each_its_own_answer(svc: FakeService, client: qa.Client) -> None:
+def test_gather_of_twenty_calls_returns_each_its_own_answer(
+    svc: FakeService, env_free_client: qa.Client
+) -> None:
     states = [f"text number {i}" for i in range(20)]
 
     async def main() -> list[qa.AskResponse[Review]]:
-        calls = [asyncio.wrap_future(client.submit(client.ask, state, Review)) for state in states]
+        calls = [
+            asyncio.wrap_future(env_free_client.submit(env_free_client.ask, state, Review))
+            for state in states
+        ]
         responses: list[qa.AskResponse[Review]] = await asyncio.gather(*calls)
         return responses
 
@@ -82,9 +80,11 @@ def test_gather_of_twenty_calls_returns_each_its_own_answer(svc: FakeService, cl
     assert svc.connections <= 8
 
 
-def test_errors_reach_the_awaiting_task_as_qa_errors(svc: FakeService, client: qa.Client) -> None:
+def test_errors_reach_the_awaiting_task_as_qa_errors(svc: FakeService, env_free_client: qa.Client) -> None:
     async def main() -> None:
-        await asyncio.wrap_future(client.submit(client.ask, "Some text", Review, model="no-such-model"))
+        await asyncio.wrap_future(
+            env_free_client.submit(env_free_client.ask, "Some text", Review, model="no-such-model")
+        )
 
     with pytest.raises(qa.NotFound):
         asyncio.run(main())

@@ -11,7 +11,6 @@ interrupted connection is not pooled, and the client still works afterwards.
 from __future__ import annotations
 
 import asyncio
-import re
 import socket
 import threading
 import time
@@ -31,43 +30,21 @@ from faultservers import (
     respond_sequence,
     slow_bytes,
 )
+from support import BOUND, executor_threads, make_client, wait_until
 
 import qa_min as qa
 from qa_min._transport import _Lease
 from qa_min.testing import FakeService, delay, expected_answer, hang, reply
 
 PROMPT = 1.0  # seconds within which a cancelled call must have returned
-BOUND = 5.0  # bounds waits for things that happen at once, so a bug fails instead of hanging
 TIMEOUT = 0.3  # the timeout= of the rows that cancel by deadline
 STATE = "You are a fool and your code is worse."
 YES_NO = qa.YesNo("The text insults someone", "The text insults no one")
 CRITERIA = {"true": "The text insults someone", "false": "The text insults no one"}
-_EXECUTOR_THREAD = re.compile(r"qa_min_\d+$")
 
 
 class Review(qa.Questions):
     toxic = YES_NO
-
-
-def executor_threads() -> list[str]:
-    """Names of live worker threads of any client's executor."""
-    return [t.name for t in threading.enumerate() if _EXECUTOR_THREAD.match(t.name)]
-
-
-def make_client(url: str, **options: Any) -> qa.Client:
-    # trust_env=False: a proxy variable in the environment must not reroute 127.0.0.1.
-    return qa.Client(base_url=url, trust_env=False, **options)
-
-
-def wait_until(condition: Callable[[], bool], timeout: float = BOUND) -> bool:
-    """Poll ``condition`` until it holds; False after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    pause = threading.Event()
-    while not condition():
-        if time.monotonic() >= deadline:
-            return False
-        pause.wait(0.005)
-    return True
 
 
 def syn_sent_to(port: int) -> Optional[int]:
@@ -278,13 +255,8 @@ def test_blocked_call_is_canceled_promptly_and_client_stays_usable(situation: st
 
 
 @pytest.fixture
-def svc() -> Iterator[FakeService]:
-    with FakeService() as service:
-        yield service
-
-
-@pytest.fixture
-def client(svc: FakeService) -> Iterator[qa.Client]:
+def env_free_client(svc: FakeService) -> Iterator[qa.Client]:
+    """Unlike conftest's ``client``, the default retry policy; ``make_client`` ignores the environment."""
     with make_client(svc.url) as c:
         yield c
 
@@ -293,32 +265,42 @@ def answer_for(state: str) -> object:
     return expected_answer(qa.DEFAULT_MODEL, state, "toxic", CRITERIA)
 
 
-def test_token_cancelled_before_the_call_raises_without_sending(svc: FakeService, client: qa.Client) -> None:
+def submit_hung_call(
+    svc: FakeService, client: qa.Client, token: qa.CancelToken, diag: Optional[qa.Diagnostics] = None
+) -> qa.Call[qa.AskResponse[Review]]:
+    """A call submitted with ``token`` that the fake has received and will never answer."""
+    svc.script(hang())
+    call = client.submit(client.ask, STATE, Review, cancel=token, diagnostics=diag)
+    assert svc.wait_for_requests(1, BOUND)
+    return call
+
+
+def test_token_cancelled_before_the_call_raises_without_sending(
+    svc: FakeService, env_free_client: qa.Client
+) -> None:
     token = qa.CancelToken()
     token.cancel()
     diag = qa.Diagnostics()
     with pytest.raises(qa.Canceled):
-        client.ask(STATE, Review, cancel=token, diagnostics=diag)
+        env_free_client.ask(STATE, Review, cancel=token, diagnostics=diag)
     assert diag.attempts == 0
     assert svc.connections == 0
     assert svc.requests == []
 
 
 def test_token_is_one_shot_a_new_call_given_a_cancelled_token_raises_at_once(
-    svc: FakeService, client: qa.Client
+    svc: FakeService, env_free_client: qa.Client
 ) -> None:
-    svc.script(hang())
     token = qa.CancelToken()
-    call = client.submit(client.ask, STATE, Review, cancel=token)
-    assert svc.wait_for_requests(1, BOUND)
+    call = submit_hung_call(svc, env_free_client, token)
     token.cancel()
     with pytest.raises(qa.Canceled):
         call.result(timeout=BOUND)
     assert token.cancelled
     started = time.monotonic()
     for operation in (
-        lambda: client.ask(STATE, Review, cancel=token),
-        lambda: client.list_models(cancel=token),
+        lambda: env_free_client.ask(STATE, Review, cancel=token),
+        lambda: env_free_client.list_models(cancel=token),
     ):
         with pytest.raises(qa.Canceled):
             operation()
@@ -360,8 +342,10 @@ def test_call_cancel_on_a_pending_call_resolves_it_with_canceled_and_never_sends
     assert len(svc.requests) == 1
 
 
-def test_call_cancel_on_a_finished_call_returns_false_and_keeps_the_answer(client: qa.Client) -> None:
-    call = client.submit(client.ask, STATE, Review)
+def test_call_cancel_on_a_finished_call_returns_false_and_keeps_the_answer(
+    env_free_client: qa.Client,
+) -> None:
+    call = env_free_client.submit(env_free_client.ask, STATE, Review)
     answer = call.result(timeout=BOUND)
     assert call.cancel() is False
     assert call.result(timeout=0) is answer
@@ -389,11 +373,11 @@ def test_cancelled_call_stays_not_cancelled_in_the_future_sense(svc: FakeService
 
 @pytest.mark.parametrize("outcome", ["answered", "cancelled-while-running"])
 def test_done_callbacks_run_once_whatever_the_outcome(
-    svc: FakeService, client: qa.Client, outcome: str
+    svc: FakeService, env_free_client: qa.Client, outcome: str
 ) -> None:
     if outcome != "answered":
         svc.script(hang())
-    call = client.submit(client.ask, STATE, Review)
+    call = env_free_client.submit(env_free_client.ask, STATE, Review)
     seen: list[object] = []
     ran = threading.Event()
 
@@ -413,44 +397,44 @@ def test_done_callbacks_run_once_whatever_the_outcome(
     assert late == [call]
 
 
-def test_user_token_passed_to_submit_cancels_the_running_call(svc: FakeService, client: qa.Client) -> None:
-    svc.script(hang())
+def test_user_token_passed_to_submit_cancels_the_running_call(
+    svc: FakeService, env_free_client: qa.Client
+) -> None:
     token = qa.CancelToken()
     diag = qa.Diagnostics()
-    call = client.submit(client.ask, STATE, Review, cancel=token, diagnostics=diag)
-    assert svc.wait_for_requests(1, BOUND)
+    call = submit_hung_call(svc, env_free_client, token, diag)
     fired = time.monotonic()
     token.cancel()
     with pytest.raises(qa.Canceled):
         call.result(timeout=BOUND)
     assert time.monotonic() - fired < PROMPT
     assert diag.attempts == 1
-    assert client._transport.pool.idle_count() == 0
+    assert env_free_client._transport.pool.idle_count() == 0
 
 
 def test_cancelled_user_token_passed_to_submit_resolves_the_call_without_sending(
-    svc: FakeService, client: qa.Client
+    svc: FakeService, env_free_client: qa.Client
 ) -> None:
     token = qa.CancelToken()
     token.cancel()
-    call = client.submit(client.ask, STATE, Review, cancel=token)
+    call = env_free_client.submit(env_free_client.ask, STATE, Review, cancel=token)
     with pytest.raises(qa.Canceled):
         call.result(timeout=BOUND)
     assert svc.connections == 0
 
 
-def test_cancelling_the_call_leaves_the_user_token_alone(svc: FakeService, client: qa.Client) -> None:
+def test_cancelling_the_call_leaves_the_user_token_alone(
+    svc: FakeService, env_free_client: qa.Client
+) -> None:
     # The call's own token is chained to the user's, not the other way round: one token may
     # serve several calls, and aborting one of them must not cancel the rest.
-    svc.script(hang())
     token = qa.CancelToken()
-    call = client.submit(client.ask, STATE, Review, cancel=token)
-    assert svc.wait_for_requests(1, BOUND)
+    call = submit_hung_call(svc, env_free_client, token)
     call.cancel()
     with pytest.raises(qa.Canceled):
         call.result(timeout=BOUND)
     assert not token.cancelled
-    assert client.ask(STATE, Review, cancel=token).answers.toxic is answer_for(STATE)
+    assert env_free_client.ask(STATE, Review, cancel=token).answers.toxic is answer_for(STATE)
 
 
 # -- timeouts ----------------------------------------------------------------------------------
@@ -516,10 +500,10 @@ def test_timeout_bounds_retries_and_backoff(svc: FakeService) -> None:
 
 @pytest.mark.parametrize("timeout", [0, -1, float("nan"), "1", True], ids=repr)
 def test_invalid_timeout_is_refused_before_sending(
-    svc: FakeService, client: qa.Client, timeout: object
+    svc: FakeService, env_free_client: qa.Client, timeout: object
 ) -> None:
     with pytest.raises(qa.InvalidOption):
-        client.ask(STATE, Review, timeout=timeout)  # type: ignore[arg-type]
+        env_free_client.ask(STATE, Review, timeout=timeout)  # type: ignore[arg-type]
     assert svc.connections == 0
 
 

@@ -12,7 +12,6 @@ import socket
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -51,12 +50,6 @@ def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in list(os.environ):
         if name.lower().endswith("_proxy"):
             monkeypatch.delenv(name)
-
-
-@pytest.fixture
-def svc() -> Iterator[FakeService]:
-    with FakeService() as service:
-        yield service
 
 
 @pytest.fixture

@@ -60,14 +60,14 @@ from __future__ import annotations
 import inspect
 import logging
 import math
-import socket
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 from faultservers import RawServer
+from support import Listener, no_sleep
 
 import qa_min as qa
 from qa_min.testing import FakeService, delay, hang, reply
@@ -81,10 +81,6 @@ class Review(qa.Questions):
     toxic = qa.YesNo("The text insults someone", "The text insults no one")
 
 
-def no_sleep(seconds: float, wake: threading.Event) -> None:
-    """Backoff without waiting, so retried tests stay fast."""
-
-
 @pytest.fixture(autouse=True)
 def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
     # The developer's own settings must not leak into these tests.
@@ -95,57 +91,11 @@ def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.delenv(name.upper(), raising=False)
 
 
-class Listener:
-    """A socket that listens but never accepts.
-
-    A client's connect() completes into the accept queue, so after a call a non-blocking
-    accept() tells whether the client opened a connection at all, with no server thread to
-    start and stop: validation tests stay cheap however many cases they run.
-    """
-
-    def __init__(self) -> None:
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(8)
-        self.sock.setblocking(False)
-        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
-
-    def connections(self) -> int:
-        count = 0
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except BlockingIOError:
-                return count
-            conn.close()
-            count += 1
-
-    def close(self) -> None:
-        self.sock.close()
-
-
-@pytest.fixture
-def listener() -> Iterator[Listener]:
-    sock = Listener()
-    try:
-        yield sock
-    finally:
-        sock.close()
-
-
 def test_listener_sees_a_connection(listener: Listener) -> None:
     # The "nothing was sent" checks below rely on this.
     assert listener.connections() == 0
-    host, port = listener.sock.getsockname()
-    with socket.create_connection((host, port), timeout=1):
-        pass
+    listener.connect_once()
     assert listener.connections() == 1
-
-
-@pytest.fixture
-def svc() -> Iterator[FakeService]:
-    with FakeService() as service:
-        yield service
 
 
 # -- the signature ---------------------------------------------------------------------------

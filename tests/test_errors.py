@@ -49,6 +49,7 @@ from typing import Any
 
 import pytest
 from faultservers import RawServer, ok_response, read_request
+from support import no_sleep
 
 import qa_min as qa
 from qa_min.testing import FakeService, drop, hang, reply
@@ -58,22 +59,6 @@ KEY = "sk-errors-test-SECRET-77"
 
 class Review(qa.Questions):
     toxic = qa.YesNo("The text insults someone", "The text insults no one")
-
-
-def no_sleep(seconds: float, wake: threading.Event) -> None:
-    """Backoff without waiting, so retried tests stay fast."""
-
-
-@pytest.fixture
-def svc() -> Iterator[FakeService]:
-    with FakeService() as service:
-        yield service
-
-
-@pytest.fixture
-def client(svc: FakeService) -> Iterator[qa.Client]:
-    with qa.Client(base_url=svc.url, retry=qa.RetryPolicy.none) as c:
-        yield c
 
 
 @pytest.fixture

@@ -8,7 +8,6 @@ import os
 import re
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -95,12 +94,6 @@ def assert_prints(proc: subprocess.CompletedProcess[str], patterns: list[str]) -
     assert proc.stderr == ""
     for pattern in patterns:
         assert re.search(pattern, proc.stdout, re.MULTILINE), f"{pattern!r} not in:\n{proc.stdout}"
-
-
-@pytest.fixture
-def svc() -> Iterator[FakeService]:
-    with FakeService() as service:
-        yield service
 
 
 def test_every_example_is_tested() -> None:

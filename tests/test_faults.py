@@ -37,6 +37,7 @@ from faultservers import (
     slow_bytes,
     truncated_body,
 )
+from support import SleepRecorder, make_recording_client
 
 import qa_min as qa
 from qa_min._connection import idle_clock
@@ -46,26 +47,6 @@ from qa_min.testing import FakeService, Step, delay, drop, hang, reply, reset, t
 class Toxic(qa.Questions):
     # faultservers.OK_BODY answers exactly this question.
     toxic = qa.YesNo("The text insults someone", "The text insults no one")
-
-
-class Recorder:
-    """An injected ``sleep``: records the seconds asked for and returns at once."""
-
-    def __init__(self) -> None:
-        self.seconds: list[float] = []
-
-    def __call__(self, seconds: float, wake: threading.Event) -> None:
-        self.seconds.append(seconds)
-
-
-def make_client(url: str, sleep: Optional[Recorder] = None, **options: Any) -> qa.Client:
-    return qa.Client(
-        base_url=url,
-        trust_env=False,
-        sleep=Recorder() if sleep is None else sleep,
-        random=lambda: 0.0,
-        **options,
-    )
 
 
 POLICIES: dict[str, Optional[qa.RetryPolicy]] = {
@@ -269,8 +250,8 @@ def call(client: qa.Client, **options: Any) -> tuple[Optional[qa.QAError], qa.Di
     [pytest.param(*row, id=f"{row[0].name}-{row[1]}-{row[2].name}") for row in MATRIX],
 )
 def test_fault_matrix(fault: Fault, policy: str, expect: Expect) -> None:
-    sleep = Recorder()
-    with fault.serve() as served, make_client(served.url, sleep) as client:
+    sleep = SleepRecorder()
+    with fault.serve() as served, make_recording_client(served.url, sleep) as client:
         if fault.warm:
             warm_error, _ = call(client)
             assert warm_error is None
@@ -305,9 +286,9 @@ def test_fault_matrix(fault: Fault, policy: str, expect: Expect) -> None:
 
 
 def test_pooled_connection_closed_by_server_while_idle_succeeds_with_no_error_and_no_retry() -> None:
-    sleep = Recorder()
+    sleep = SleepRecorder()
     rounds = 10
-    with FakeService() as svc, make_client(svc.url, sleep, retry=qa.RetryPolicy.none) as client:
+    with FakeService() as svc, make_recording_client(svc.url, sleep, retry=qa.RetryPolicy.none) as client:
         assert call(client)[0] is None
         for _ in range(rounds):
             svc.close_idle_connections()
@@ -329,7 +310,7 @@ def test_pooled_connection_closed_by_server_while_idle_succeeds_with_no_error_an
     ],
 )
 def test_failure_of_a_fresh_connection_follows_the_policy(policy: str, expect: Expect) -> None:
-    with FakeService() as svc, make_client(svc.url) as client:
+    with FakeService() as svc, make_recording_client(svc.url) as client:
         svc.script(drop())
         error, diag = call(client, retry=POLICIES[policy])
         assert svc.connections == expect.attempts
@@ -353,7 +334,7 @@ def wait_for_idle_clock(since: float, seconds: float) -> None:
 
 def test_connection_idle_longer_than_idle_timeout_is_not_reused() -> None:
     idle_timeout = 0.005
-    with FakeService() as svc, make_client(svc.url, idle_timeout=idle_timeout) as client:
+    with FakeService() as svc, make_recording_client(svc.url, idle_timeout=idle_timeout) as client:
         for n in range(1, 4):
             assert call(client)[0] is None
             released = idle_clock()  # the connection went back to the pool before the call returned
@@ -367,7 +348,7 @@ def test_connection_idle_longer_than_idle_timeout_is_not_reused() -> None:
 
 
 def test_connection_idle_within_idle_timeout_is_reused() -> None:
-    with FakeService() as svc, make_client(svc.url) as client:
+    with FakeService() as svc, make_recording_client(svc.url) as client:
         for _ in range(5):
             assert call(client)[0] is None
         assert svc.connections == 1
@@ -375,7 +356,7 @@ def test_connection_idle_within_idle_timeout_is_reused() -> None:
 
 
 def test_client_sockets_have_tcp_keepalive_enabled() -> None:
-    with FakeService() as svc, make_client(svc.url) as client:
+    with FakeService() as svc, make_recording_client(svc.url) as client:
         assert call(client)[0] is None
         idle = [conn for stack in client._transport.pool._idle.values() for conn in stack]
         assert len(idle) == 1
@@ -411,7 +392,7 @@ INTERRUPTIONS = [
 
 @pytest.mark.parametrize("case", INTERRUPTIONS, ids=lambda case: f"{case.name}-not-pooled")
 def test_failed_response_is_not_returned_to_the_pool(case: Interruption) -> None:
-    with case.serve() as served, make_client(served.url, max_response_bytes=CAP) as client:
+    with case.serve() as served, make_recording_client(served.url, max_response_bytes=CAP) as client:
         pool = client._transport.pool
         assert call(client)[0] is None
         assert pool.idle_count() == 1
@@ -428,7 +409,7 @@ def test_failed_response_is_not_returned_to_the_pool(case: Interruption) -> None
 
 
 def test_cancelled_read_is_not_returned_to_the_pool() -> None:
-    with FakeService() as svc, make_client(svc.url) as client:
+    with FakeService() as svc, make_recording_client(svc.url) as client:
         pool = client._transport.pool
         assert call(client)[0] is None
         svc.script(hang())
@@ -446,7 +427,7 @@ def test_cancelled_read_is_not_returned_to_the_pool() -> None:
 
 def test_response_under_the_cap_is_read_and_pooled() -> None:
     with raw_server(respond_sequence(*[chunked_response(b'{"answers": {"toxic": false}}')] * 3)) as served:
-        with make_client(served.url, max_response_bytes=CAP) as client:
+        with make_recording_client(served.url, max_response_bytes=CAP) as client:
             for _ in range(3):
                 assert call(client)[0] is None
             assert client._transport.pool.idle_count() == 1
@@ -455,8 +436,8 @@ def test_response_under_the_cap_is_read_and_pooled() -> None:
 
 def test_request_dropped_on_a_reused_connection_is_resent_once_without_spending_budget() -> None:
     budget = qa.RetryBudget(capacity=5, retry_cost=5, success_refund=0)
-    sleep = Recorder()
-    with FakeService() as svc, make_client(svc.url, sleep, retry_budget=budget) as client:
+    sleep = SleepRecorder()
+    with FakeService() as svc, make_recording_client(svc.url, sleep, retry_budget=budget) as client:
         assert call(client)[0] is None
         svc.script(drop())
         error, diag = call(client)
@@ -486,7 +467,7 @@ BIG_503 = (
 def test_error_status_with_body_over_cap_is_handled_as_its_status(policy: str, expect: Expect) -> None:
     # The cap protects memory, not the status: a proxy's oversized 503 page is still a 503.
     with raw_server(respond_sequence(BIG_503, OK_RESPONSE)) as served:
-        with make_client(served.url, max_response_bytes=CAP) as client:
+        with make_recording_client(served.url, max_response_bytes=CAP) as client:
             error, diag = call(client, retry=POLICIES[policy])
             assert client._transport.pool._busy == set()
         if expect.error is None:
@@ -511,7 +492,7 @@ def test_response_cut_inside_headers_is_a_dropped_connection_not_an_empty_200(cu
         if read_request(conn):
             conn.sendall(partial)
 
-    with RawServer(handler) as server, make_client(server.url) as client:
+    with RawServer(handler) as server, make_recording_client(server.url) as client:
         diagnostics = qa.Diagnostics()
         with pytest.raises(qa.ConnectionFailed):
             client.list_models(retry=qa.RetryPolicy.none, diagnostics=diagnostics)

@@ -13,11 +13,11 @@ import os
 import re
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from support import no_sleep
 
 import qa_min as qa
 from qa_min.testing import FakeService, drop, reply
@@ -34,20 +34,17 @@ class Review(qa.Questions):
     toxic = qa.YesNo("The text insults someone", "The text insults no one")
 
 
-def no_sleep(seconds: float, wake: threading.Event) -> None:
-    """Backoff without waiting; the delay is still computed and logged."""
-
-
 @pytest.fixture
-def svc() -> Iterator[FakeService]:
+def keyed_svc() -> Iterator[FakeService]:
     with FakeService(api_key=KEY) as service:
         yield service
 
 
 @pytest.fixture
-def client(svc: FakeService) -> Iterator[qa.Client]:
+def keyed_client(keyed_svc: FakeService) -> Iterator[qa.Client]:
+    # no_sleep: the delay is still computed and logged, only not waited for.
     # random() == 0 takes no jitter off: the delays are exactly 0.5 s, 1 s, ...
-    with qa.Client(base_url=svc.url, api_key=KEY, sleep=no_sleep, random=lambda: 0.0) as c:
+    with qa.Client(base_url=keyed_svc.url, api_key=KEY, sleep=no_sleep, random=lambda: 0.0) as c:
         yield c
 
 
@@ -72,43 +69,43 @@ def assert_no_secret_or_body(caplog: pytest.LogCaptureFixture) -> None:
 
 
 def test_each_attempt_logs_one_debug_record(
-    svc: FakeService, client: qa.Client, caplog: pytest.LogCaptureFixture
+    keyed_svc: FakeService, keyed_client: qa.Client, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.DEBUG, logger="qa_min")
-    svc.script(reply(503, {"detail": DETAIL}), reply(429, {"detail": DETAIL}))
-    client.ask(STATE, Review)
+    keyed_svc.script(reply(503, {"detail": DETAIL}), reply(429, {"detail": DETAIL}))
+    keyed_client.ask(STATE, Review)
 
     debug = records(caplog, logging.DEBUG)
     assert len(debug) == 3
     for attempt, (record, status) in enumerate(zip(debug, ["503", "429", "200"]), start=1):
         message = record.getMessage()
         assert "POST" in message
-        assert f"{svc.url}/v1/core" in message
+        assert f"{keyed_svc.url}/v1/core" in message
         assert re.search(rf"\b{status}\b", message), message
         assert re.search(rf"\battempt {attempt}\b", message), message
         assert seconds_in(message), f"no duration in {message!r}"
 
 
 def test_list_models_attempt_logs_get_and_its_url(
-    svc: FakeService, client: qa.Client, caplog: pytest.LogCaptureFixture
+    keyed_svc: FakeService, keyed_client: qa.Client, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.DEBUG, logger="qa_min")
-    client.list_models()
+    keyed_client.list_models()
     [record] = records(caplog, logging.DEBUG)
     assert "GET" in record.getMessage()
-    assert f"{svc.url}/v1/models" in record.getMessage()
+    assert f"{keyed_svc.url}/v1/models" in record.getMessage()
 
 
 def test_each_retry_logs_one_info_record_with_its_delay(
-    svc: FakeService, client: qa.Client, caplog: pytest.LogCaptureFixture
+    keyed_svc: FakeService, keyed_client: qa.Client, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.DEBUG, logger="qa_min")
-    svc.script(
+    keyed_svc.script(
         reply(503, {"detail": DETAIL}),
         reply(503, {"detail": DETAIL}),
         reply(429, {"detail": DETAIL}, headers=[("retry-after-ms", "250")]),
     )
-    client.ask(STATE, Review, retry=qa.RetryPolicy(max_retries=3))
+    keyed_client.ask(STATE, Review, retry=qa.RetryPolicy(max_retries=3))
 
     info = records(caplog, logging.INFO)
     # Backoff 0.5 s then 1 s; then the server's 250 ms.
@@ -120,11 +117,11 @@ def test_each_retry_logs_one_info_record_with_its_delay(
 
 
 def test_failed_connection_attempt_is_logged_and_retried(
-    svc: FakeService, client: qa.Client, caplog: pytest.LogCaptureFixture
+    keyed_svc: FakeService, keyed_client: qa.Client, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.DEBUG, logger="qa_min")
-    svc.script(drop())
-    client.ask(STATE, Review)
+    keyed_svc.script(drop())
+    keyed_client.ask(STATE, Review)
     debug = records(caplog, logging.DEBUG)
     assert len(debug) == 2
     assert re.search(r"\battempt 1\b", debug[0].getMessage())
@@ -133,22 +130,24 @@ def test_failed_connection_attempt_is_logged_and_retried(
 
 
 def test_records_never_hold_the_key_or_a_body(
-    svc: FakeService, client: qa.Client, caplog: pytest.LogCaptureFixture
+    keyed_svc: FakeService, keyed_client: qa.Client, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.DEBUG)
-    svc.script(reply(503, {"detail": DETAIL}), reply(503, {"detail": DETAIL}), reply(503, {"detail": DETAIL}))
+    keyed_svc.script(
+        reply(503, {"detail": DETAIL}), reply(503, {"detail": DETAIL}), reply(503, {"detail": DETAIL})
+    )
     with pytest.raises(qa.ServerError):
-        client.ask(STATE, Review)
-    client.ask(STATE, Review)
-    client.list_models()
+        keyed_client.ask(STATE, Review)
+    keyed_client.ask(STATE, Review)
+    keyed_client.list_models()
     assert len(records(caplog, logging.DEBUG)) == 5
     assert_no_secret_or_body(caplog)
 
 
-def test_rejected_key_is_not_logged(svc: FakeService, caplog: pytest.LogCaptureFixture) -> None:
+def test_rejected_key_is_not_logged(keyed_svc: FakeService, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.DEBUG)
     with (
-        qa.Client(base_url=svc.url, api_key="sk-wrong-key-777", sleep=no_sleep) as c,
+        qa.Client(base_url=keyed_svc.url, api_key="sk-wrong-key-777", sleep=no_sleep) as c,
         pytest.raises(qa.Unauthorized),
     ):
         c.ask(STATE, Review)
@@ -157,11 +156,11 @@ def test_rejected_key_is_not_logged(svc: FakeService, caplog: pytest.LogCaptureF
 
 
 def test_nothing_is_logged_at_warning_level(
-    svc: FakeService, client: qa.Client, caplog: pytest.LogCaptureFixture
+    keyed_svc: FakeService, keyed_client: qa.Client, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.WARNING, logger="qa_min")
-    svc.script(reply(503, {"detail": DETAIL}), drop())
-    client.ask(STATE, Review)
+    keyed_svc.script(reply(503, {"detail": DETAIL}), drop())
+    keyed_client.ask(STATE, Review)
     assert [r for r in caplog.records if r.name.startswith("qa_min")] == []
 
 
@@ -199,11 +198,11 @@ def run_child(
     return done.stdout, done.stderr
 
 
-def test_logger_is_silent_by_default_with_a_null_handler(svc: FakeService) -> None:
+def test_logger_is_silent_by_default_with_a_null_handler(keyed_svc: FakeService) -> None:
     # The application imports logging but configures nothing: Python's last-resort handler
     # would print WARNING and above to stderr if the library logged at those levels.
     stdout, stderr = run_child(
-        svc,
+        keyed_svc,
         service_log=None,
         prelude="import logging",
         epilogue="print([type(h).__name__ for h in logging.getLogger('qa_min').handlers])",
@@ -212,28 +211,28 @@ def test_logger_is_silent_by_default_with_a_null_handler(svc: FakeService) -> No
     assert stdout.strip() == "['NullHandler']"
 
 
-def test_call_does_not_import_logging_when_application_does_not(svc: FakeService) -> None:
-    stdout, stderr = run_child(svc, service_log=None, epilogue="print('logging' in sys.modules)")
+def test_call_does_not_import_logging_when_application_does_not(keyed_svc: FakeService) -> None:
+    stdout, stderr = run_child(keyed_svc, service_log=None, epilogue="print('logging' in sys.modules)")
     assert stderr == ""
     assert stdout.strip() == "False"
 
 
 @pytest.mark.parametrize("value", ["debug", "DEBUG", " debug "])
-def test_service_log_debug_prints_attempts_and_retries_on_stderr(svc: FakeService, value: str) -> None:
-    _, stderr = run_child(svc, service_log=value)
+def test_service_log_debug_prints_attempts_and_retries_on_stderr(keyed_svc: FakeService, value: str) -> None:
+    _, stderr = run_child(keyed_svc, service_log=value)
     lines = stderr.splitlines()
     debug = [line for line in lines if "DEBUG" in line]
     info = [line for line in lines if "INFO" in line]
     assert len(debug) == 2
-    assert all("POST" in line and f"{svc.url}/v1/core" in line for line in debug)
+    assert all("POST" in line and f"{keyed_svc.url}/v1/core" in line for line in debug)
     assert len(info) == 1
     assert len(lines) == 3
     for marker in BODY_MARKERS:
         assert marker not in stderr
 
 
-def test_service_log_info_prints_only_retries_on_stderr(svc: FakeService) -> None:
-    _, stderr = run_child(svc, service_log="info")
+def test_service_log_info_prints_only_retries_on_stderr(keyed_svc: FakeService) -> None:
+    _, stderr = run_child(keyed_svc, service_log="info")
     lines = stderr.splitlines()
     assert len(lines) == 1
     assert "INFO" in lines[0]
@@ -244,6 +243,6 @@ def test_service_log_info_prints_only_retries_on_stderr(svc: FakeService) -> Non
 
 
 @pytest.mark.parametrize("value", ["", "   "], ids=["empty", "blank"])
-def test_empty_service_log_is_ignored(svc: FakeService, value: str) -> None:
-    _, stderr = run_child(svc, service_log=value)
+def test_empty_service_log_is_ignored(keyed_svc: FakeService, value: str) -> None:
+    _, stderr = run_child(keyed_svc, service_log=value)
     assert stderr == ""

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 from faultservers import RawServer
+from support import no_sleep
 from tlshelpers import Certs, OpenSSLUnavailable, Proxy, TLSService, make_certs
 
 import qa_min as qa
@@ -28,10 +29,6 @@ KEY = "sk-tunnelled-key-42"
 
 class Review(qa.Questions):
     toxic = qa.YesNo("The text insults someone", "The text insults no one")
-
-
-def no_sleep(seconds: float, wake: threading.Event) -> None:
-    """Backoff without waiting: retries still happen and are counted."""
 
 
 ENV_NAMES = (

@@ -14,10 +14,10 @@ import random
 import socket
 import threading
 import time
-from collections.abc import Iterator
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 import pytest
+from support import SleepRecorder, make_recording_client
 
 import qa_min as qa
 from qa_min._retrying import backoff_ms, server_delay_ms
@@ -32,37 +32,6 @@ ANSWER_BODY = {"answers": {"toxic": True}, "usage": {}}
 
 class Toxic(qa.Questions):
     toxic = qa.YesNo("The text insults someone", "The text insults no one")
-
-
-class Recorder:
-    """An injected ``sleep``: records the seconds asked for and returns at once."""
-
-    def __init__(self) -> None:
-        self.seconds: list[float] = []
-
-    def __call__(self, seconds: float, wake: threading.Event) -> None:
-        self.seconds.append(seconds)
-
-
-@pytest.fixture
-def svc() -> Iterator[FakeService]:
-    with FakeService() as service:
-        yield service
-
-
-def make_client(
-    url: str,
-    sleep: Optional[Recorder] = None,
-    rand: Callable[[], float] = lambda: 0.0,
-    **options: Any,
-) -> qa.Client:
-    return qa.Client(
-        base_url=url,
-        trust_env=False,
-        sleep=Recorder() if sleep is None else sleep,
-        random=rand,
-        **options,
-    )
 
 
 def ask(client: qa.Client, **options: Any) -> qa.Diagnostics:
@@ -200,7 +169,7 @@ def test_replace_with_an_invalid_value_raises_invalid_option() -> None:
 def test_retry_option_that_is_not_a_policy_raises_invalid_option(svc: FakeService) -> None:
     with pytest.raises(qa.InvalidOption):
         qa.Client(base_url=svc.url, trust_env=False, retry={"max_retries": 1})  # type: ignore[arg-type]
-    with make_client(svc.url) as client, pytest.raises(qa.InvalidOption):
+    with make_recording_client(svc.url) as client, pytest.raises(qa.InvalidOption):
         client.ask("text", Toxic, retry=3)  # type: ignore[arg-type]
     assert svc.requests == []
 
@@ -349,8 +318,8 @@ def test_server_requested_delay(
     svc: FakeService, first: Step, policy: Optional[qa.RetryPolicy], expected_sleep: float
 ) -> None:
     svc.script(first)
-    sleep = Recorder()
-    with make_client(svc.url, sleep) as client:
+    sleep = SleepRecorder()
+    with make_recording_client(svc.url, sleep) as client:
         diag = ask(client, retry=policy)
     assert sleep.seconds == [pytest.approx(expected_sleep)]
     assert diag.attempts == 2
@@ -359,8 +328,8 @@ def test_server_requested_delay(
 
 def test_retry_after_http_date_is_honoured(svc: FakeService) -> None:
     svc.script(reply(503, headers=[("Retry-After", http_date(time.time() + 3))]))
-    sleep = Recorder()
-    with make_client(svc.url, sleep) as client:
+    sleep = SleepRecorder()
+    with make_recording_client(svc.url, sleep) as client:
         assert ask(client).attempts == 2
     # The date has whole seconds, so up to one second of it has already passed.
     assert len(sleep.seconds) == 1
@@ -382,7 +351,7 @@ def test_x_should_retry_overrides_retry_status(
     svc: FakeService, status: int, header: str, error: type[qa.QAError], attempts: int
 ) -> None:
     svc.script(*[reply(status, {"detail": "x"}, headers=[("x-should-retry", header)])] * 5)
-    with make_client(svc.url) as client:
+    with make_recording_client(svc.url) as client:
         exc = ask_error(client)
     assert type(exc) is error
     assert exc.diagnostics.attempts == attempts
@@ -391,7 +360,7 @@ def test_x_should_retry_overrides_retry_status(
 
 def test_x_should_retry_true_on_400_then_success(svc: FakeService) -> None:
     svc.script(reply(400, {"detail": "try again"}, headers=[("x-should-retry", "true")]))
-    with make_client(svc.url) as client:
+    with make_recording_client(svc.url) as client:
         diag = ask(client)
     assert diag.attempts == 2
     assert diag.status == 200
@@ -399,7 +368,7 @@ def test_x_should_retry_true_on_400_then_success(svc: FakeService) -> None:
 
 def test_x_should_retry_true_does_not_exceed_max_retries(svc: FakeService) -> None:
     svc.script(reply(400, {"detail": "x"}, headers=[("x-should-retry", "true")]))
-    with make_client(svc.url) as client:
+    with make_recording_client(svc.url) as client:
         exc = ask_error(client, retry=qa.RetryPolicy.none)
     assert isinstance(exc, qa.BadRequest)
     assert exc.diagnostics.attempts == 1
@@ -435,8 +404,8 @@ def test_status_maps_to_error_after_attempts(
 ) -> None:
     body = {"detail": f"the detail of {status}"}
     svc.script(*[reply(status, body)] * 5)
-    sleep = Recorder()
-    with make_client(svc.url, sleep) as client:
+    sleep = SleepRecorder()
+    with make_recording_client(svc.url, sleep) as client:
         exc = ask_error(client)
     assert type(exc) is error
     assert isinstance(exc, qa.APIStatusError)
@@ -456,7 +425,7 @@ def test_status_maps_to_error_after_attempts(
 @pytest.mark.parametrize("status", [429, 529])
 def test_rate_limited_and_overloaded_share_service_busy(svc: FakeService, status: int) -> None:
     svc.script(reply(status))
-    with make_client(svc.url) as client:
+    with make_recording_client(svc.url) as client:
         exc = ask_error(client, retry=qa.RetryPolicy.none)
     assert isinstance(exc, qa.ServiceBusy)
 
@@ -465,7 +434,7 @@ def test_rate_limited_and_overloaded_share_service_busy(svc: FakeService, status
 def test_redirect_is_unexpected_status_and_not_followed(svc: FakeService, status: int) -> None:
     with FakeService() as elsewhere:
         svc.script(reply(status, headers=[("Location", f"{elsewhere.url}/v1/core")]))
-        with make_client(svc.url, api_key="sk-secret") as client:
+        with make_recording_client(svc.url, api_key="sk-secret") as client:
             exc = ask_error(client)
         assert elsewhere.requests == []
     assert isinstance(exc, qa.UnexpectedStatus)
@@ -478,7 +447,7 @@ def test_redirect_is_unexpected_status_and_not_followed(svc: FakeService, status
 @pytest.mark.parametrize("status", [200, 201, 203, 299])
 def test_any_2xx_is_success(svc: FakeService, status: int) -> None:
     svc.script(reply(status, ANSWER_BODY))
-    with make_client(svc.url) as client:
+    with make_recording_client(svc.url) as client:
         diag = ask(client)
     assert diag.status == status
     assert diag.attempts == 1
@@ -486,7 +455,7 @@ def test_any_2xx_is_success(svc: FakeService, status: int) -> None:
 
 def test_success_after_retry_fills_diagnostics(svc: FakeService) -> None:
     svc.script(reply(503, "busy now"))
-    with make_client(svc.url) as client:
+    with make_recording_client(svc.url) as client:
         diag = ask(client)
     assert diag.status == 200
     assert diag.attempts == 2
@@ -497,7 +466,7 @@ def test_success_after_retry_fills_diagnostics(svc: FakeService) -> None:
 def test_custom_retry_status_decides_which_statuses_are_retried(svc: FakeService) -> None:
     policy = qa.RetryPolicy(retry_status=lambda status: status == 409)
     svc.script(reply(409), reply(503))
-    with make_client(svc.url) as client:
+    with make_recording_client(svc.url) as client:
         exc = ask_error(client, retry=policy)
     assert isinstance(exc, qa.ServerError)
     assert exc.diagnostics.attempts == 2
@@ -513,7 +482,7 @@ def test_custom_retry_status_decides_which_statuses_are_retried(svc: FakeService
 )
 def test_max_retries_bounds_attempts(svc: FakeService, policy: qa.RetryPolicy, attempts: int) -> None:
     svc.script(*[reply(503)] * 10)
-    with make_client(svc.url, retry_budget=None) as client:
+    with make_recording_client(svc.url, retry_budget=None) as client:
         exc = ask_error(client, retry=policy)
     assert isinstance(exc, qa.ServerError)
     assert exc.diagnostics.attempts == attempts
@@ -522,7 +491,7 @@ def test_max_retries_bounds_attempts(svc: FakeService, policy: qa.RetryPolicy, a
 
 def test_client_wide_policy_is_used_unless_the_call_passes_one(svc: FakeService) -> None:
     svc.script(*[reply(503)] * 10)
-    with make_client(svc.url, retry=qa.RetryPolicy.none) as client:
+    with make_recording_client(svc.url, retry=qa.RetryPolicy.none) as client:
         assert ask_error(client).diagnostics.attempts == 1
         assert ask_error(client, retry=qa.RetryPolicy(max_retries=1)).diagnostics.attempts == 2
 
@@ -540,8 +509,8 @@ def bounds_s(policy: qa.RetryPolicy, retries: int) -> tuple[float, float]:
 @pytest.mark.parametrize("seed", [0, 1, 2, 12345])
 def test_always_503_makes_3_attempts_and_sleeps_within_formula_bounds(svc: FakeService, seed: int) -> None:
     svc.script(*[reply(503, {"detail": "unavailable"})] * 10)
-    sleep = Recorder()
-    with make_client(svc.url, sleep, rand=random.Random(seed).random) as client:
+    sleep = SleepRecorder()
+    with make_recording_client(svc.url, sleep, rand=random.Random(seed).random) as client:
         exc = ask_error(client)
     assert isinstance(exc, qa.ServerError)
     assert exc.diagnostics.attempts == 3
@@ -560,8 +529,8 @@ def test_always_503_makes_3_attempts_and_sleeps_within_formula_bounds(svc: FakeS
 )
 def test_always_503_total_sleep_at_the_formula_extremes(svc: FakeService, draw: float, total: float) -> None:
     svc.script(*[reply(503)] * 10)
-    sleep = Recorder()
-    with make_client(svc.url, sleep, rand=lambda: draw) as client:
+    sleep = SleepRecorder()
+    with make_recording_client(svc.url, sleep, rand=lambda: draw) as client:
         ask_error(client)
     assert sum(sleep.seconds) == pytest.approx(total)
 
@@ -609,7 +578,7 @@ def attempts_of(client: qa.Client) -> int:
 
 def test_drained_budget_allows_one_attempt_per_call_until_successes_refill_it(svc: FakeService) -> None:
     budget = qa.RetryBudget(capacity=10, retry_cost=5, success_refund=5)
-    with make_client(svc.url, retry_budget=budget) as client:
+    with make_recording_client(svc.url, retry_budget=budget) as client:
         # A dead server: the first call spends the whole bucket on its two retries.
         svc.script(*[reply(503)] * 5)
         assert [attempts_of(client) for _ in range(3)] == [3, 1, 1]
@@ -632,7 +601,7 @@ def test_drained_budget_allows_one_attempt_per_call_until_successes_refill_it(sv
 def test_drained_budget_raises_the_attempts_own_error(svc: FakeService) -> None:
     budget = qa.RetryBudget(capacity=5, retry_cost=5, success_refund=5)
     svc.script(*[reply(503, {"detail": "down"})] * 3)
-    with make_client(svc.url, retry_budget=budget) as client:
+    with make_recording_client(svc.url, retry_budget=budget) as client:
         assert attempts_of(client) == 2
         exc = ask_error(client)
     assert isinstance(exc, qa.ServerError)
@@ -649,7 +618,7 @@ def free_port() -> int:
 
 def test_unreachable_server_drains_the_budget_too() -> None:
     budget = qa.RetryBudget(capacity=10, retry_cost=5, success_refund=5)
-    with make_client(f"http://127.0.0.1:{free_port()}", retry_budget=budget) as client:
+    with make_recording_client(f"http://127.0.0.1:{free_port()}", retry_budget=budget) as client:
         attempts = []
         for _ in range(3):
             diag = qa.Diagnostics()
@@ -661,7 +630,7 @@ def test_unreachable_server_drains_the_budget_too() -> None:
 
 def test_no_retry_budget_never_limits_retries(svc: FakeService) -> None:
     svc.script(*[reply(503)] * 30)
-    with make_client(svc.url, retry_budget=None) as client:
+    with make_recording_client(svc.url, retry_budget=None) as client:
         assert [attempts_of(client) for _ in range(10)] == [3] * 10
     assert len(svc.requests) == 30
 
@@ -674,7 +643,7 @@ def test_default_budget_never_engages_in_normal_operation(svc: FakeService) -> N
             steps.append(reply(503))
         steps.append(delay(0))
     svc.script(*steps)
-    with make_client(svc.url) as client:
+    with make_recording_client(svc.url) as client:
         attempts = [ask(client).attempts for _ in range(200)]
     assert attempts == [2 if i % 10 == 0 else 1 for i in range(200)]
     assert len(svc.requests) == 220
@@ -685,7 +654,7 @@ def test_retry_budget_is_shared_by_the_clients_threads(svc: FakeService) -> None
     svc.script(*[reply(503)] * 40)
     outcomes: list[int] = []
     lock = threading.Lock()
-    with make_client(svc.url, retry_budget=budget) as client:
+    with make_recording_client(svc.url, retry_budget=budget) as client:
 
         def worker() -> None:
             for _ in range(3):

@@ -81,12 +81,6 @@ def read(conn: http.client.HTTPConnection) -> tuple[int, Any]:
 
 
 @pytest.fixture
-def svc() -> Iterator[FakeService]:
-    with FakeService() as service:
-        yield service
-
-
-@pytest.fixture
 def connect() -> Iterator[Connect]:
     opened: list[http.client.HTTPConnection] = []
 

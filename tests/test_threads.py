@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import random
-import re
 import signal
 import socket
 import threading
@@ -20,12 +19,10 @@ from typing import Any, Optional
 
 import pytest
 from faultservers import OK_RESPONSE, RawServer, read_request
+from support import BOUND, executor_threads, make_client, wait_until
 
 import qa_min as qa
 from qa_min.testing import FakeService, delay, expected_answer
-
-BOUND = 5.0  # bounds waits for things that happen at once, so a bug fails instead of hanging
-_EXECUTOR_THREAD = re.compile(r"qa_min_\d+$")
 
 TOXIC = ("The text insults someone", "The text insults no one")
 LANGUAGES = {"en": "English", "fr": "French", "de": "German"}
@@ -52,32 +49,12 @@ def answers_of(response: qa.AskResponse[Review]) -> tuple[object, object, object
     return response.answers.toxic, response.answers.lang, response.answers.quality
 
 
-def make_client(url: str, **options: Any) -> qa.Client:
-    # trust_env=False: a proxy variable in the environment must not reroute 127.0.0.1.
-    return qa.Client(base_url=url, trust_env=False, **options)
-
-
-def wait_until(condition: Callable[[], bool], timeout: float = BOUND) -> bool:
-    """Poll ``condition`` until it holds; False after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    pause = threading.Event()
-    while not condition():
-        if time.monotonic() >= deadline:
-            return False
-        pause.wait(0.005)
-    return True
-
-
 def open_fds() -> Optional[int]:
     """Descriptors open in this process, or None where /proc/self/fd does not exist."""
     try:
         return len(os.listdir("/proc/self/fd"))
     except OSError:
         return None
-
-
-def executor_threads() -> list[str]:
-    return [t.name for t in threading.enumerate() if _EXECUTOR_THREAD.match(t.name)]
 
 
 # -- stress ------------------------------------------------------------------------------------

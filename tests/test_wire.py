@@ -49,11 +49,11 @@ from __future__ import annotations
 import json
 import socket
 import threading
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from faultservers import RawServer, ok_response, read_request
+from support import no_sleep
 
 import qa_min as qa
 from qa_min.testing import FakeService, reply
@@ -67,22 +67,6 @@ class Review(qa.Questions):
 
 
 GOOD_BODY = {"answers": {"toxic": True, "quality": 2}, "usage": {"input_tokens": 3}}
-
-
-def no_sleep(seconds: float, wake: threading.Event) -> None:
-    """Backoff without waiting, so retried tests stay fast."""
-
-
-@pytest.fixture
-def svc() -> Iterator[FakeService]:
-    with FakeService() as service:
-        yield service
-
-
-@pytest.fixture
-def client(svc: FakeService) -> Iterator[qa.Client]:
-    with qa.Client(base_url=svc.url, retry=qa.RetryPolicy.none) as c:
-        yield c
 
 
 class Recorder:

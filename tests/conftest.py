@@ -1,0 +1,38 @@
+"""Fixtures shared by the test modules; plain helpers are in ``support.py``.
+
+A module that needs a different service or client defines its own fixture under another name
+(``env_free_client``, ``keyed_svc``, ...), so a name here always means the same thing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from support import Listener
+
+import qa_min as qa
+from qa_min.testing import FakeService
+
+
+@pytest.fixture
+def svc() -> Iterator[FakeService]:
+    """A fake service with no key and the default answers."""
+    with FakeService() as service:
+        yield service
+
+
+@pytest.fixture
+def client(svc: FakeService) -> Iterator[qa.Client]:
+    """A client of ``svc`` that never retries: a scripted failure surfaces on the first attempt."""
+    with qa.Client(base_url=svc.url, retry=qa.RetryPolicy.none) as c:
+        yield c
+
+
+@pytest.fixture
+def listener() -> Iterator[Listener]:
+    sock = Listener()
+    try:
+        yield sock
+    finally:
+        sock.close()
