@@ -493,7 +493,8 @@ class Client:
     # -- the call machinery -----------------------------------------------------------------
 
     def _call(self, cancel: object, timeout: Timeout, diagnostics: object) -> CallState:
-        if self._transport.pool.closed:
+        # _closed is set first thing in close(), before the pool closes: no call starts after.
+        if self._closed:
             raise ClientClosed("the client is closed")
         if cancel is not None and not isinstance(cancel, CancelToken):
             raise InvalidOption(f"cancel must be a CancelToken, got {_short(cancel)}")

@@ -105,6 +105,9 @@ class Executor:
         """Cancel every unfinished call, queued or running."""
         with self._lock:
             calls = list(self._calls)
+        # Queued calls first: cancelling a running one frees a worker, which must find nothing
+        # left to start.
+        calls.sort(key=lambda call: call._claimed)
         for call in calls:
             call.cancel()
 
