@@ -8,8 +8,9 @@
     with qa.Client(base_url="http://127.0.0.1:8080") as client:
         print(client.ask("Some text", Review).answers.toxic)
 
-``RetryPolicy`` and ``Call`` are loaded on first use, to keep ``import qa_min`` as cheap as
-``import http.client``; ``qa_min.testing`` holds a fake service to test against.
+Only the question, error and client classes load with ``import qa_min``; the transport loads
+with the first ``Client``, and ``RetryPolicy`` and ``Call`` on first use, so that importing the
+package stays cheap. ``qa_min.testing`` holds a fake service to test against.
 """
 
 from __future__ import annotations
