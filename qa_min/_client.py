@@ -1,9 +1,11 @@
 """``Client``, the public facade, and its option types ``CancelToken`` and ``RetryBudget``.
 
-The client encodes requests, hands them to the retry loop (``_retrying``), and decodes and checks
-the responses. Its transport modules load with the first ``Client``, not at import. The hot path of a call is: validate the few per-call inputs, splice the state and model into the
-question set's pre-encoded JSON, prepend the client's fixed header block, one ``attempt``, one
-``json.loads``, one decoder per question. Everything else (header validation, URL parsing,
+The client encodes requests, hands them to the retry loop (``_retrying``), and decodes and
+checks the responses. Its transport modules load with the first ``Client``, not at import.
+
+The hot path of a call is: validate the few per-call inputs, splice the state and model into
+the question set's pre-encoded JSON, prepend the client's fixed header block, one ``attempt``,
+one ``json.loads``, one decoder per question. Everything else (header validation, URL parsing,
 question encoding, the TLS context) is done once per client or once per question class.
 """
 
