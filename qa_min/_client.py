@@ -46,7 +46,6 @@ if TYPE_CHECKING:
     from types import TracebackType
     from typing import Any, Callable, Optional, ParamSpec, TypeVar, Union
 
-    from ._config import Origin
     from ._futures import Call
     from ._retry import RetryPolicy
     from ._retrying import PolicyLike
@@ -260,6 +259,7 @@ class Client:
             header_block,
             is_public,
             parse_proxy,
+            request_heads,
             resolve_api_key,
             resolve_base_url,
             resolve_model,
@@ -278,15 +278,10 @@ class Client:
         self._model = resolve_model(model, env)
         self._retry: PolicyLike = DEFAULTS if retry is None else _check_retry(retry)
         self._timeout = _number("timeout", timeout, 0, allow_none=True)
-        budget = RetryBudget() if retry_budget is UNSET else retry_budget
-        if budget is not None and not isinstance(budget, RetryBudget):
-            raise InvalidOption(f"retry_budget must be a RetryBudget or None, got {retry_budget!r}")
-        _number("max_idle_per_host", max_idle_per_host, -1)
-        _number("max_workers", max_workers, 0)
-        self._max_workers = int(max_workers)
+        budget = _check_options(retry_budget, ssl_context, sleep, random, max_idle_per_host, max_workers)
         proxy_url = proxy if proxy is not None else (env_proxy(origin, env) if trust_env else None)
         proxy_origin = None if proxy_url is None else parse_proxy(proxy_url)
-        self._heads = self._build_heads(origin, proxy_origin, header_block(self._key, extra_headers))
+        self._heads = request_heads(origin, proxy_origin, header_block(self._key, extra_headers))
         self._transport = Transport(
             origin,
             proxy_origin,
@@ -294,43 +289,17 @@ class Client:
             ssl_context,
             int(_number("max_response_bytes", max_response_bytes, 0)),
         )
-        for name, function in (("sleep", sleep), ("random", random)):
-            if function is not None and not callable(function):
-                raise InvalidOption(f"{name} must be a function, got {_short(function)}")
-        if ssl_context is not None:
-            import ssl
-
-            if not isinstance(ssl_context, ssl.SSLContext):
-                raise InvalidOption(f"ssl_context must be an ssl.SSLContext, got {_short(ssl_context)}")
         if random is None:
             import random as _random_module
 
             random = _random_module.random
         self._new_call = CallState
         self._sender = Sender(self._transport, budget, _wait if sleep is None else sleep, random, self._key)
+        self._max_workers = int(max_workers)
         self._executor_lock = threading.Lock()
         self._futures: Any = None
         self._closed = False
         self.base_url = origin.url()
-
-    @staticmethod
-    def _build_heads(origin: Origin, proxy: Optional[Origin], block: bytes) -> tuple[bytes, bytes]:
-        # Through a plain-http proxy the request line carries the absolute URL.
-        base = origin.url() if proxy is not None and origin.scheme == "http" else origin.path
-        if proxy is not None and origin.scheme == "http":
-            auth = proxy.basic_auth()
-            if auth is not None:
-                block += f"Proxy-Authorization: {auth}\r\n".encode()
-        host = f"Host: {origin.netloc}\r\n".encode("idna" if not origin.netloc.isascii() else "ascii")
-        post = (
-            f"POST {base}/v1/core HTTP/1.1\r\n".encode()
-            + host
-            + b"Content-Type: application/json\r\n"
-            + block
-            + b"Content-Length: "
-        )
-        get = f"GET {base}/v1/models HTTP/1.1\r\n".encode() + host + block + b"\r\n"
-        return post, get
 
     @property
     def model(self) -> str:
@@ -532,6 +501,31 @@ class Client:
         if type(usage) is not dict:
             raise self._invalid(f'"usage" must be an object, got {_short(usage)}', call)
         return readonly(usage)
+
+
+def _check_options(
+    retry_budget: object,
+    ssl_context: object,
+    sleep: object,
+    random: object,
+    max_idle_per_host: object,
+    max_workers: object,
+) -> Optional[RetryBudget]:
+    """Check the options that need no resolving; return the retry budget to use."""
+    budget = RetryBudget() if retry_budget is UNSET else retry_budget
+    if budget is not None and not isinstance(budget, RetryBudget):
+        raise InvalidOption(f"retry_budget must be a RetryBudget or None, got {_short(retry_budget)}")
+    _number("max_idle_per_host", max_idle_per_host, -1)
+    _number("max_workers", max_workers, 0)
+    for name, function in (("sleep", sleep), ("random", random)):
+        if function is not None and not callable(function):
+            raise InvalidOption(f"{name} must be a function, got {_short(function)}")
+    if ssl_context is not None:
+        import ssl
+
+        if not isinstance(ssl_context, ssl.SSLContext):
+            raise InvalidOption(f"ssl_context must be an ssl.SSLContext, got {_short(ssl_context)}")
+    return budget
 
 
 def _check_retry(retry: object) -> PolicyLike:

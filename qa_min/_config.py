@@ -134,6 +134,29 @@ def header_block(api_key: Optional[str], extra: Sequence[tuple[str, str]]) -> by
     return "".join(f"{k}: {v}\r\n" for k, v in lines).encode("latin-1")
 
 
+def request_heads(origin: Origin, proxy: Optional[Origin], block: bytes) -> tuple[bytes, bytes]:
+    """The fixed start of every request: (POST /v1/core up to ``Content-Length: ``, GET /v1/models)."""
+    # Through a plain-http proxy the request line carries the absolute URL.
+    base = origin.url() if proxy is not None and origin.scheme == "http" else origin.path
+    if proxy is not None and origin.scheme == "http":
+        auth = proxy.basic_auth()
+        if auth is not None:
+            block += f"Proxy-Authorization: {auth}\r\n".encode()
+    netloc = origin.netloc
+    if not netloc.isascii():
+        netloc = netloc.encode("idna").decode("ascii")  # an internationalised host name
+    host = f"Host: {netloc}\r\n".encode("ascii")
+    post = (
+        f"POST {base}/v1/core HTTP/1.1\r\n".encode()
+        + host
+        + b"Content-Type: application/json\r\n"
+        + block
+        + b"Content-Length: "
+    )
+    get = f"GET {base}/v1/models HTTP/1.1\r\n".encode() + host + block + b"\r\n"
+    return post, get
+
+
 def redactor(api_key: Optional[str]) -> Callable[[str], str]:
     """A function that hides ``api_key`` in text, also as JSON would escape it."""
     if api_key is None:
