@@ -31,7 +31,6 @@ import json
 import os
 import sys
 import time
-from collections import deque
 
 from . import (
     APIStatusError,
@@ -41,7 +40,6 @@ from . import (
     ConnectionFailed,
     Diagnostics,
     InvalidQuestion,
-    InvalidState,
     MissingApiKey,
     NamedQuestion,
     NoQuestions,
@@ -57,13 +55,7 @@ from . import (
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
-    from concurrent.futures import Future
     from typing import Any, Callable, Optional, Union
-
-    from . import CoreResponse
-
-    Line = Union[Request, QAError]
-    Job = Union[QAError, "Future[CoreResponse]"]
 
 PROG = "qa-min"
 
@@ -330,86 +322,10 @@ def _cmd_ask(args: argparse.Namespace, out: _Output) -> int:
     return 0
 
 
-def _parse_line(number: int, text: str, questions: list[NamedQuestion]) -> tuple[dict[str, Any], Line]:
-    """``({"id": ...} or {"line": n}, Request or the ValidationError the line earns)``."""
-    key: dict[str, Any] = {"line": number}
-    try:
-        doc = json.loads(text)
-    except ValueError as exc:
-        return key, InvalidState(f"line {number} is not JSON: {exc}")
-    if isinstance(doc, dict):
-        if "id" in doc:
-            key = {"id": doc["id"]}
-        doc = doc.get("state")
-    if not isinstance(doc, str):
-        return key, InvalidState(f'line {number}: expected a JSON string or an object with a string "state"')
-    try:
-        return key, Request(doc, questions)
-    except ValidationError as exc:
-        return key, exc
-
-
-def _read_jsonl(path: Optional[str]) -> list[tuple[int, str]]:
-    if path is None or path == "-":
-        lines = sys.stdin.readlines()
-    else:
-        try:
-            with open(path, encoding="utf-8") as file:
-                lines = file.readlines()
-        except OSError as exc:
-            raise InvalidState(f"cannot read {path!r}: {exc.strerror or exc}") from None
-    return [(n, text) for n, text in enumerate(lines, 1) if text.strip()]
-
-
-class _Progress:
-    """``\\r{done}/{total}`` on stderr, when asked for or when stderr is a terminal."""
-
-    def __init__(self, total: int, enabled: Optional[bool]) -> None:
-        self.total = total
-        self.done = 0
-        self.enabled = sys.stderr.isatty() if enabled is None else enabled
-
-    def step(self) -> None:
-        self.done += 1
-        if self.enabled:
-            print(f"\r{self.done}/{self.total}", end="", file=sys.stderr, flush=True)
-
-    def finish(self) -> None:
-        if self.enabled:
-            print(file=sys.stderr, flush=True)
-
-
 def _cmd_batch(args: argparse.Namespace, out: _Output) -> int:
-    questions = collect_questions(args)
-    items = [_parse_line(n, text, questions) for n, text in _read_jsonl(args.input)]
-    progress = _Progress(len(items), args.progress)
-    worst = 0
-    # A window of submitted calls bounds memory; two per worker keeps every worker busy while
-    # the oldest call, whose line must be written first, is still running.
-    window = 2 * args.concurrency
-    pending: deque[tuple[dict[str, Any], Job]] = deque()
-    with _client(args, max_workers=args.concurrency) as client:
+    from ._batch import run_batch
 
-        def emit() -> None:
-            nonlocal worst
-            key, job = pending.popleft()
-            try:
-                if isinstance(job, QAError):
-                    raise job
-                out.data({**key, "answers": dict(job.result().answers)})
-            except QAError as exc:
-                out.data({**key, "error": out.error_info(exc)})
-                worst = worst or exit_code(exc)
-            progress.step()
-
-        for key, job in items:
-            pending.append((key, job if isinstance(job, QAError) else client.submit(client.core, job)))
-            if len(pending) >= window:
-                emit()
-        while pending:
-            emit()
-    progress.finish()
-    return worst
+    return run_batch(args, out)
 
 
 def _serve_forever() -> None:  # pragma: no cover - runs in test_fake_process_stops_cleanly_on_sigint
