@@ -15,7 +15,9 @@ package stays cheap. ``qa_min.testing`` holds a fake service to test against.
 
 from __future__ import annotations
 
-from ._client import CancelToken, Client, RetryBudget
+from ._call import CancelToken, RetryBudget
+from ._client import Client
+from ._constants import DEFAULT_MODEL, PUBLIC_BASE_URL, __version__
 from ._errors import (
     APIStatusError,
     BadRequest,
@@ -59,14 +61,6 @@ from ._questions import (
     Score,
     YesNo,
 )
-
-__version__ = "0.1.0"
-
-PUBLIC_BASE_URL = "https://api.qa-service.com"
-"""The address of the public service; an API key is required there."""
-
-DEFAULT_MODEL = "judge-latest"
-"""The latest alias of the primary model family, used when no model is configured."""
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

@@ -1,7 +1,8 @@
-"""``Client``, the public facade, and its option types ``CancelToken`` and ``RetryBudget``.
+"""``Client``: encodes requests, hands them to the retry loop, decodes and checks the responses.
 
-The client encodes requests, hands them to the retry loop (``_retrying``), and decodes and
-checks the responses. Its transport modules load with the first ``Client``, not at import.
+It owns the lifecycle of everything below it: one closing token (``close()`` cancels it; the
+retry loop, the transport and the pool read it), one fork check (``_check_fork``), and the
+executor behind ``submit``. Its transport modules load with the first ``Client``, not at import.
 
 The hot path of a call is: validate the few per-call inputs, splice the state and model into
 the question set's pre-encoded JSON, prepend the client's fixed header block, one ``attempt``,
@@ -11,11 +12,13 @@ question encoding, the TLS context) is done once per client or once per question
 
 from __future__ import annotations
 
-import _thread
 import json
 import os
 import threading
 
+from ._backoff import DEFAULTS, RetryPolicy
+from ._call import CallState, CancelToken, RetryBudget
+from ._constants import MAX_RESPONSE_BYTES
 from ._errors import (
     ClientClosed,
     Diagnostics,
@@ -46,10 +49,7 @@ if TYPE_CHECKING:
     from types import TracebackType
     from typing import Any, Callable, Optional, ParamSpec, TypeVar, Union
 
-    from ._futures import Call
-    from ._retry import RetryPolicy
-    from ._retrying import PolicyLike
-    from ._transport import CallState
+    from ._futures import Call, Executor
 
     Q = TypeVar("Q", bound=Questions)
     R = TypeVar("R")
@@ -58,7 +58,6 @@ if TYPE_CHECKING:
 
 _EMPTY: Mapping[str, Any] = readonly({})
 _MISSING = object()
-MAX_RESPONSE_BYTES = 8 * 1024 * 1024
 
 
 def _wait(seconds: float, wake: threading.Event) -> None:
@@ -76,124 +75,6 @@ def _number(name: str, value: object, minimum: float, allow_none: bool = False) 
     ):
         raise InvalidOption(f"{name} must be a finite number > {minimum:g}, got {value!r}")
     return value
-
-
-# A call registers a hook on its token for as long as it holds a socket; ``cancel()`` runs the
-# hooks, which shut the socket down, so a thread blocked in ``recv`` or ``send`` wakes at once.
-# A backoff sleep waits on the token's event, so it ends at once too.
-class CancelToken:
-    """Cancels the calls it is passed to (``cancel=token``), from any thread.
-
-    A token is one-shot: once cancelled it stays cancelled, and every call given it afterwards
-    raises ``Canceled`` before sending anything.
-    """
-
-    __slots__ = ("_event", "_hooks", "_lock")
-
-    def __init__(self) -> None:
-        self._event = threading.Event()
-        self._hooks: list[Callable[[], object]] = []
-        self._lock = _thread.allocate_lock()
-
-    @property
-    def cancelled(self) -> bool:
-        """True once ``cancel()`` was called."""
-        return self._event.is_set()
-
-    def cancel(self) -> None:
-        """Cancel every call using this token; safe to call from any thread, any number of times."""
-        with self._lock:
-            if self._event.is_set():
-                return
-            self._event.set()
-            hooks, self._hooks = self._hooks, []
-        # Outside the lock: a hook may take other locks (the pool's), and must not deadlock.
-        for hook in hooks:
-            try:
-                hook()
-            except Exception:
-                pass
-
-    def _add_hook(self, hook: Callable[[], object]) -> bool:
-        """Run ``hook`` on cancel; False (hook not added) if already cancelled."""
-        with self._lock:
-            if self._event.is_set():
-                return False
-            self._hooks.append(hook)
-            return True
-
-    def _remove_hook(self, hook: Callable[[], object]) -> bool:
-        """Forget ``hook``; False if ``cancel()`` already took it (it runs or will run)."""
-        with self._lock:
-            try:
-                self._hooks.remove(hook)
-            except ValueError:
-                return False
-            return True
-
-    def __repr__(self) -> str:
-        return f"CancelToken(cancelled={self.cancelled})"
-
-
-class RetryBudget:
-    """A token bucket shared by every thread of one client, as the AWS SDKs' retry quota.
-
-    Each retry takes ``retry_cost`` tokens; each successful call puts back ``success_refund``
-    (up to ``capacity``). When the bucket cannot pay for a retry, the call fails after the
-    attempt it just made, with that attempt's error. The defaults allow a sustained retry rate
-    of one retry per ``retry_cost`` successful calls, so they never engage in normal
-    operation; during an outage they turn N calls into about N + capacity/retry_cost
-    attempts instead of N * (1 + max_retries).
-
-    Args:
-        capacity: Tokens in a full bucket (500).
-        retry_cost: Tokens one retry takes (5).
-        success_refund: Tokens a successful call puts back (1).
-    """
-
-    __slots__ = ("_lock", "_tokens", "capacity", "retry_cost", "success_refund")
-
-    def __init__(self, capacity: float = 500, retry_cost: float = 5, success_refund: float = 1) -> None:
-        for name, value in (
-            ("capacity", capacity),
-            ("retry_cost", retry_cost),
-            ("success_refund", success_refund),
-        ):
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
-                from ._errors import InvalidOption
-
-                raise InvalidOption(f"RetryBudget {name} must be a number >= 0, got {value!r}")
-        self.capacity = float(capacity)
-        self.retry_cost = float(retry_cost)
-        self.success_refund = float(success_refund)
-        self._tokens = self.capacity
-        self._lock = _thread.allocate_lock()
-
-    @property
-    def tokens(self) -> float:
-        """Tokens left now."""
-        return self._tokens
-
-    def try_spend(self) -> bool:
-        """Take the cost of one retry; False (taking nothing) if the bucket cannot pay."""
-        with self._lock:
-            if self._tokens < self.retry_cost:
-                return False
-            self._tokens -= self.retry_cost
-            return True
-
-    def refund(self) -> None:
-        """Put back a successful call's refund."""
-        # The unlocked read keeps the success path lock-free while the bucket is full.
-        if self._tokens < self.capacity:
-            with self._lock:
-                self._tokens = min(self.capacity, self._tokens + self.success_refund)
-
-    def __repr__(self) -> str:
-        return (
-            f"RetryBudget(capacity={self.capacity:g}, retry_cost={self.retry_cost:g}, "
-            f"success_refund={self.success_refund:g}, tokens={self._tokens:g})"
-        )
 
 
 class Client:
@@ -265,8 +146,8 @@ class Client:
             resolve_model,
         )
         from ._connection import Pool
-        from ._retrying import DEFAULTS, Sender
-        from ._transport import CallState, Transport
+        from ._retrying import Sender
+        from ._transport import Transport
 
         env = os.environ if trust_env else {}
         self._key = resolve_api_key(api_key, env)
@@ -276,29 +157,33 @@ class Client:
                 "no API key: pass api_key= or set SERVICE_API_KEY (required for the public service)"
             )
         self._model = resolve_model(model, env)
-        self._retry: PolicyLike = DEFAULTS if retry is None else _check_retry(retry)
+        self._retry: RetryPolicy = DEFAULTS if retry is None else _check_retry(retry)
         self._timeout = _number("timeout", timeout, 0, allow_none=True)
         budget = _check_options(retry_budget, ssl_context, sleep, random, max_idle_per_host, max_workers)
         proxy_url = proxy if proxy is not None else (env_proxy(origin, env) if trust_env else None)
         proxy_origin = None if proxy_url is None else parse_proxy(proxy_url)
         self._heads = request_heads(origin, proxy_origin, header_block(self._key, extra_headers))
+        # The one place "closed" lives: everything below reads this token.
+        self._closing = CancelToken()
         self._transport = Transport(
             origin,
             proxy_origin,
-            Pool(int(max_idle_per_host), float(_number("idle_timeout", idle_timeout, 0))),
+            Pool(int(max_idle_per_host), float(_number("idle_timeout", idle_timeout, 0)), self._closing),
             ssl_context,
             int(_number("max_response_bytes", max_response_bytes, 0)),
+            self._closing,
         )
         if random is None:
             import random as _random_module
 
             random = _random_module.random
-        self._new_call = CallState
-        self._sender = Sender(self._transport, budget, _wait if sleep is None else sleep, random, self._key)
+        self._sender = Sender(
+            self._transport, budget, _wait if sleep is None else sleep, random, self._key, self._closing
+        )
         self._max_workers = int(max_workers)
         self._executor_lock = threading.Lock()
-        self._futures: Any = None
-        self._closed = False
+        self._futures: Optional[Executor] = None
+        self._pid = os.getpid()
         self.base_url = origin.url()
 
     @property
@@ -394,7 +279,7 @@ class Client:
             The same errors as ``ask``, validation excepted.
         """
         call = self._call(cancel, timeout, diagnostics)
-        obj = self._json(self._sender.send(self._heads[1], "GET", self._policy(retry), call), call)
+        obj = self._json(self._sender.send(self._heads.get, "GET", self._policy(retry), call), call)
         items = obj.get("models")
         if type(items) is not list:
             raise self._invalid(f'"models" must be a list, got {_short(items)}', call)
@@ -422,15 +307,17 @@ class Client:
             "list_models",
         ):
             raise InvalidOption("submit() runs this client's ask, core or list_models")
+        self._check_fork()
         with self._executor_lock:
-            # After os.fork() the parent's worker threads do not exist in the child.
-            if self._futures is None or self._futures.pid != os.getpid():
+            if self._closing.cancelled:
+                raise ClientClosed("the client is closed")
+            futures = self._futures
+            if futures is None:
                 from ._futures import Executor
 
-                self._futures = Executor(self._max_workers)
-            if self._closed:
-                raise ClientClosed("the client is closed")
-            return self._futures.submit(fn, args, kwargs)  # type: ignore[no-any-return]
+                futures = self._futures = Executor(self._max_workers)
+            call: Call[R] = futures.submit(fn, args, kwargs)
+            return call
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -441,15 +328,24 @@ class Client:
         """
         with self._executor_lock:
             futures, self._futures = self._futures, None
-            self._closed = True
+            # First: no call starts after this, and every backoff sleep wakes.
+            self._closing.cancel()
         # Calls queued on the executor end as Canceled before the pool closes: otherwise a
         # worker freed in between would start one on a closed client.
         if futures is not None:
             futures.cancel_all()
         self._transport.pool.close()
-        self._sender.closer.cancel()
         if futures is not None:
             futures.join()
+
+    def _check_fork(self) -> None:
+        """In a child after ``os.fork()``: a fresh pool and executor, the parent's left alone."""
+        if self._pid != os.getpid():
+            # The parent's locks may have been held by its other threads at fork time.
+            self._executor_lock = threading.Lock()
+            self._futures = None  # the parent's worker threads do not exist in the child
+            self._transport.pool.forget()
+            self._pid = os.getpid()
 
     def __enter__(self) -> Client:
         return self
@@ -465,20 +361,21 @@ class Client:
     # -- the call machinery -----------------------------------------------------------------
 
     def _call(self, cancel: object, timeout: Timeout, diagnostics: object) -> CallState:
-        # _closed is set first thing in close(), before the pool closes: no call starts after.
-        if self._closed:
+        # The closing token is set first thing in close(), before the pool closes.
+        if self._closing.cancelled:
             raise ClientClosed("the client is closed")
+        self._check_fork()
         if cancel is not None and not isinstance(cancel, CancelToken):
             raise InvalidOption(f"cancel must be a CancelToken, got {_short(cancel)}")
         if diagnostics is not None and not isinstance(diagnostics, Diagnostics):
             raise InvalidOption(f"diagnostics must be a Diagnostics, got {_short(diagnostics)}")
         seconds = self._timeout if timeout is UNSET else _number("timeout", timeout, 0, True)
-        return self._new_call(cancel, seconds, diagnostics)
+        return CallState(cancel, seconds, diagnostics)
 
     def _post(self, body: bytes) -> bytes:
-        return b"%s%d\r\n\r\n%s" % (self._heads[0], len(body), body)
+        return b"%s%d\r\n\r\n%s" % (self._heads.post, len(body), body)
 
-    def _policy(self, retry: Optional[RetryPolicy]) -> PolicyLike:
+    def _policy(self, retry: Optional[RetryPolicy]) -> RetryPolicy:
         return self._retry if retry is None else _check_retry(retry)
 
     def _invalid(self, message: str, call: CallState) -> InvalidResponse:
@@ -528,10 +425,8 @@ def _check_options(
     return budget
 
 
-def _check_retry(retry: object) -> PolicyLike:
-    """``retry`` if it is a ``RetryPolicy``; loading the class only to check means it is in use."""
-    from ._retry import RetryPolicy
-
+def _check_retry(retry: object) -> RetryPolicy:
+    """``retry`` if it is a ``RetryPolicy``."""
     if not isinstance(retry, RetryPolicy):
         raise InvalidOption(f"retry must be a RetryPolicy, got {_short(retry)}")
     return retry

@@ -10,9 +10,7 @@ import os
 import sys
 from urllib.parse import unquote, urlsplit
 
-from . import DEFAULT_MODEL as DEFAULT_MODEL
-from . import PUBLIC_BASE_URL as PUBLIC_BASE_URL
-from . import __version__
+from ._constants import DEFAULT_MODEL, PUBLIC_BASE_URL, __version__
 from ._errors import InvalidBaseUrl, InvalidOption
 from ._questions import check_model
 
@@ -134,8 +132,23 @@ def header_block(api_key: Optional[str], extra: Sequence[tuple[str, str]]) -> by
     return "".join(f"{k}: {v}\r\n" for k, v in lines).encode("latin-1")
 
 
-def request_heads(origin: Origin, proxy: Optional[Origin], block: bytes) -> tuple[bytes, bytes]:
-    """The fixed start of every request: (POST /v1/core up to ``Content-Length: ``, GET /v1/models)."""
+class Heads:
+    """The fixed bytes that start every request of one client, built once.
+
+    Attributes:
+        post: ``POST /v1/core`` through ``Content-Length: ``; the length and the body follow.
+        get: The whole ``GET /v1/models`` request.
+    """
+
+    __slots__ = ("get", "post")
+
+    def __init__(self, post: bytes, get: bytes) -> None:
+        self.post = post
+        self.get = get
+
+
+def request_heads(origin: Origin, proxy: Optional[Origin], block: bytes) -> Heads:
+    """The fixed start of every request, for ``origin`` reached directly or through ``proxy``."""
     # Through a plain-http proxy the request line carries the absolute URL.
     base = origin.url() if proxy is not None and origin.scheme == "http" else origin.path
     if proxy is not None and origin.scheme == "http":
@@ -154,7 +167,7 @@ def request_heads(origin: Origin, proxy: Optional[Origin], block: bytes) -> tupl
         + b"Content-Length: "
     )
     get = f"GET {base}/v1/models HTTP/1.1\r\n".encode() + host + block + b"\r\n"
-    return post, get
+    return Heads(post, get)
 
 
 def redactor(api_key: Optional[str]) -> Callable[[str], str]:

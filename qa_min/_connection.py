@@ -33,6 +33,8 @@ if TYPE_CHECKING:
     from http.client import HTTPMessage
     from typing import Callable, Optional
 
+    from ._call import CancelToken
+
 _CONNECT_SLICE = 0.05  # how often a connect in progress looks at its cancel token, in seconds
 _IN_PROGRESS = {
     errno.EINPROGRESS,
@@ -284,40 +286,38 @@ def open_tunnel(conn: Connection, target: str, headers: bytes, deadline: Optiona
 #   (a NAT or load balancer may have forgotten it without a word);
 # * a zero-timeout poll finds nothing to read (the server closed it, or sent garbage).
 #
-# The pool remembers the pid that made it; in a child after ``os.fork()`` it forgets the
-# parent's connections (closing only the child's copies of the descriptors) and starts over.
+# The pool only holds and releases sockets. Whether the client is closed is its closing
+# token's business (read here under the pool's lock, so no connection is pooled after
+# ``close()``), and the client tells the pool to ``forget()`` everything in a forked child.
 class PoolClosed(Exception):
-    """The pool was closed; no connection can be checked out."""
+    """The client was closed; no connection can be checked out."""
 
 
 class Pool:
     """Idle connections by key, bounded to ``max_idle`` per key."""
 
-    def __init__(self, max_idle: int, idle_timeout: float) -> None:
+    def __init__(self, max_idle: int, idle_timeout: float, closing: CancelToken) -> None:
         self.max_idle = max_idle
         self.idle_timeout = idle_timeout
-        self._pid = os.getpid()
+        self._closing = closing
         self._lock = _thread.allocate_lock()
         self._idle: dict[Hashable, list[Connection]] = {}
         self._busy: set[Connection] = set()
-        self.closed = False
 
-    def _after_fork(self) -> None:
+    def forget(self) -> None:
+        """In a forked child: drop the parent's connections without touching its sockets."""
         # The parent's lock may have been held by another thread at fork time: make new state.
         old = [c for stack in self._idle.values() for c in stack] + list(self._busy)
         self._lock = _thread.allocate_lock()
         self._idle, self._busy = {}, set()
-        self._pid = os.getpid()
         for conn in old:
             conn.close()  # closes the child's descriptor only; the parent's socket lives on
 
     def checkout(self, key: Hashable) -> Connection | None:
         """A live idle connection for ``key``, now marked busy; None if there is none."""
-        if self._pid != os.getpid():
-            self._after_fork()
         while True:
             with self._lock:
-                if self.closed:
+                if self._closing.cancelled:
                     raise PoolClosed
                 stack = self._idle.get(key)
                 if not stack:
@@ -332,10 +332,8 @@ class Pool:
     def track(self, conn: Connection) -> None:
         """Mark a new connection busy, so ``close()`` can abort it."""
         with self._lock:
-            if self.closed:
-                closed = True
-            else:
-                closed = False
+            closed = self._closing.cancelled
+            if not closed:
                 self._busy.add(conn)
         if closed:
             conn.close()
@@ -346,7 +344,7 @@ class Pool:
         conn.idle_since = idle_clock()
         with self._lock:
             self._busy.discard(conn)
-            if not self.closed and self._pid == os.getpid():
+            if not self._closing.cancelled:
                 stack = self._idle.setdefault(conn.key, [])
                 if len(stack) < self.max_idle:
                     stack.append(conn)
@@ -365,9 +363,8 @@ class Pool:
             return sum(len(stack) for stack in self._idle.values())
 
     def close(self) -> None:
-        """Close every idle connection and abort every busy one. Idempotent."""
+        """Close every idle connection and abort every busy one; after the closing token is set."""
         with self._lock:
-            self.closed = True
             idle = [c for stack in self._idle.values() for c in stack]
             busy = list(self._busy)
             self._idle.clear()

@@ -10,16 +10,16 @@ case, and ``cancelled()`` stays False.
 from __future__ import annotations
 
 import _thread
-import os
+import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 
-from ._client import CancelToken
+from ._call import CancelToken
 from ._errors import Canceled, InvalidOption
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Mapping
-    from typing import Any, Callable, TypeVar
+    from typing import Any, Callable, Optional, TypeVar
 
     R = TypeVar("R")
 else:
@@ -34,9 +34,10 @@ class Call(Future[R]):
     ``asyncio.wrap_future(call)`` makes it awaitable, and cancelling the awaiting task cancels it.
     """
 
-    def __init__(self, token: CancelToken) -> None:
+    def __init__(self, token: CancelToken, outer: Optional[CancelToken] = None) -> None:
         super().__init__()
         self._token = token
+        self._outer = outer  # the caller's cancel= token, which cancels this call too
         self._claimed = False
         self._claim = _thread.allocate_lock()
 
@@ -60,7 +61,13 @@ class Call(Future[R]):
             self._claimed = True
         self.set_running_or_notify_cancel()
         try:
-            result = fn(*args, **kwargs)
+            if self._outer is None:
+                result = fn(*args, **kwargs)
+            else:
+                with self._outer.hooked(self._token.cancel) as armed:
+                    if not armed:
+                        self._token.cancel()
+                    result = fn(*args, **kwargs)
         except BaseException as exc:
             self.set_exception(exc)
         else:
@@ -75,7 +82,6 @@ class Executor:
     """The client's worker threads and the calls they owe, so ``close()`` can end them all."""
 
     def __init__(self, max_workers: int) -> None:
-        self.pid = os.getpid()
         self._threads = ThreadPoolExecutor(max_workers, thread_name_prefix="qa_min")
         self._calls: set[Call[Any]] = set()
         self._lock = _thread.allocate_lock()
@@ -85,21 +91,16 @@ class Executor:
         if outer is not None and not isinstance(outer, CancelToken):
             raise InvalidOption(f"cancel must be a CancelToken, got {outer!r}")
         token = CancelToken()
-        if outer is not None and not outer._add_hook(token.cancel):
-            token.cancel()
-        call: Call[R] = Call(token)
+        call: Call[R] = Call(token, outer)
         with self._lock:
             self._calls.add(call)
-
-        def finished(done: Future[R]) -> None:
-            with self._lock:
-                self._calls.discard(call)
-            if outer is not None:
-                outer._remove_hook(token.cancel)
-
-        call.add_done_callback(finished)
+        call.add_done_callback(self._finished)
         self._threads.submit(call._run, fn, args, {**kwargs, "cancel": token})
         return call
+
+    def _finished(self, call: Future[Any]) -> None:
+        with self._lock:
+            self._calls.discard(call)
 
     def cancel_all(self) -> None:
         """Cancel every unfinished call, queued or running."""
@@ -112,5 +113,7 @@ class Executor:
             call.cancel()
 
     def join(self) -> None:
-        """Wait for the worker threads to end."""
-        self._threads.shutdown(wait=True)
+        """Wait for the worker threads to end, unless called from one of them."""
+        # close() from a done-callback runs on a worker: waiting for itself would never end.
+        own = threading.current_thread() in getattr(self._threads, "_threads", ())
+        self._threads.shutdown(wait=not own)

@@ -1,138 +1,28 @@
-"""The retry loop, and what it decides with: backoff, server-requested delays, the budget.
+"""The retry loop: attempts until a 2xx, a final error, or cancellation.
 
-* ``backoff_ms``: the policy's exponential backoff with subtractive jitter.
-* ``server_delay_ms``: a delay the server asked for, or None when it asked for nothing usable.
-* ``RetryBudget``: the client-wide token bucket that keeps an outage from multiplying load.
-* ``Sender.send``: attempts until a 2xx, a final error, or cancellation.
-
-Free of ``dataclasses`` (slow to import): ``RetryPolicy`` lives in ``_retry`` and is loaded only
-when used; ``DEFAULTS`` mirrors its field defaults and serves every client that sets none.
+``Sender.send`` is the only loop. What it decides with lives below it: the delay formula,
+server-requested delays and should-retry in ``_backoff``; the retry budget and the call's
+state in ``_call``; one attempt on the wire in ``_transport``.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import threading
 import time
 
-from ._client import CancelToken
+from ._backoff import backoff_ms, server_delay_ms, should_retry
 from ._config import get_logger, redactor
 from ._errors import Canceled, ConnectionFailed, QAError, status_error_class
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from http.client import HTTPMessage
-    from typing import Callable, Optional, Protocol
+    from typing import Callable, Optional
 
-    from ._client import RetryBudget
-    from ._transport import CallState, Transport
-
-    class PolicyLike(Protocol):
-        """The fields of ``RetryPolicy`` that the retry loop reads."""
-
-        @property
-        def max_retries(self) -> int: ...
-        @property
-        def backoff_initial_ms(self) -> float: ...
-        @property
-        def backoff_max_ms(self) -> float: ...
-        @property
-        def backoff_jitter(self) -> float: ...
-        @property
-        def respect_retry_after(self) -> bool: ...
-        @property
-        def max_retry_after_ms(self) -> float: ...
-        @property
-        def retry_connection_errors(self) -> bool: ...
-        @property
-        def retry_status(self) -> Callable[[int], bool]: ...
-
-
-def default_retry_status(status: int) -> bool:
-    """True for 408, 429 and every 5xx (529 included): the statuses worth another try."""
-    return status in (408, 429) or 500 <= status <= 599
-
-
-class _Defaults:
-    """``RetryPolicy()``'s values, readable without building the dataclass."""
-
-    max_retries = 2
-    backoff_initial_ms = 500.0
-    backoff_max_ms = 5000.0
-    backoff_jitter = 0.25
-    respect_retry_after = True
-    max_retry_after_ms = 60000.0
-    retry_connection_errors = True
-    retry_status = staticmethod(default_retry_status)
-
-
-DEFAULTS = _Defaults()
-
-
-def backoff_ms(policy: PolicyLike, retry_index: int, uniform: float) -> float:
-    """The delay before retry ``retry_index`` (0 for the first retry), in milliseconds.
-
-    ``min(initial * 2**k, max) * (1 - jitter * U)``, ``uniform`` being U in [0, 1).
-    """
-    # 2**k overflows float conversion for absurd k; the cap applies long before.
-    base = policy.backoff_initial_ms * (2.0 ** min(retry_index, 64))
-    return min(base, policy.backoff_max_ms) * (1.0 - policy.backoff_jitter * uniform)
-
-
-def _positive_finite(text: str, scale: float) -> Optional[float]:
-    try:
-        value = float(text) * scale
-    except ValueError:
-        return None
-    return value if math.isfinite(value) and value > 0 else None
-
-
-def _http_date_ms(text: str, now: float) -> Optional[float]:
-    from email.utils import mktime_tz, parsedate_tz
-
-    try:
-        parsed = parsedate_tz(text)
-        if parsed is None:
-            return None
-        return (mktime_tz(parsed) - now) * 1000.0
-    except (ValueError, OverflowError, TypeError, IndexError):
-        # A year like 99999 or a mangled date must never break the retry loop.
-        return None
-
-
-def server_delay_ms(
-    retry_after_ms: Optional[str],
-    retry_after: Optional[str],
-    max_ms: float,
-    now: Optional[float] = None,
-) -> Optional[float]:
-    """The delay the server asked for, in ms, or None to fall back to the backoff.
-
-    ``retry-after-ms`` (float milliseconds) wins over ``Retry-After`` (float seconds or an
-    HTTP-date). A header that is unparseable, not finite, zero or negative, or above
-    ``max_ms`` is ignored as if absent.
-    """
-    candidates = []
-    if retry_after_ms is not None:
-        candidates.append(_positive_finite(retry_after_ms, 1.0))
-    if retry_after is not None:
-        seconds = _positive_finite(retry_after, 1000.0)
-        if seconds is None and not _looks_numeric(retry_after):
-            seconds = _http_date_ms(retry_after, time.time() if now is None else now)
-        candidates.append(seconds)
-    for value in candidates:
-        if value is not None and 0 < value <= max_ms:
-            return value
-    return None
-
-
-def _looks_numeric(text: str) -> bool:
-    # "-5" or "nan" are numbers the server got wrong, not dates to parse.
-    stripped = text.strip().lstrip("+-")
-    return bool(stripped) and (
-        stripped[0].isdigit() or stripped[0] == "." or stripped.lower()[:3] in ("nan", "inf")
-    )
+    from ._backoff import RetryPolicy
+    from ._call import CallState, CancelToken, RetryBudget
+    from ._transport import Transport
 
 
 class Sender:
@@ -145,6 +35,7 @@ class Sender:
         sleep: Callable[[float, threading.Event], object],
         random: Callable[[], float],
         api_key: Optional[str],
+        closing: CancelToken,
     ) -> None:
         self.transport = transport
         self.base_url = transport.origin.url()
@@ -152,9 +43,9 @@ class Sender:
         self._sleep = sleep
         self._random = random
         self.redact = redactor(api_key)
-        self.closer = CancelToken()
+        self.closing = closing
 
-    def send(self, request: bytes, method: str, policy: PolicyLike, call: CallState) -> bytes:
+    def send(self, request: bytes, method: str, policy: RetryPolicy, call: CallState) -> bytes:
         """The retry loop: the 2xx body, or the error SPEC.md section 5 names."""
         transport = self.transport
         retries = 0
@@ -181,7 +72,7 @@ class Sender:
                             call.fill()
                         return body
                     failure = self._status_error(status, headers, body, method, call)
-                    if not _should_retry(policy, status, headers):
+                    if not should_retry(policy, status, headers):
                         raise failure
                     delay = (
                         server_delay_ms(
@@ -219,14 +110,15 @@ class Sender:
         if call.deadline is not None:
             seconds = min(seconds, max(0.0, call.deadline - time.monotonic()))
         wake = threading.Event()
-        tokens = [t for t in (call.token, self.closer) if t is not None]
-        hooked = [t for t in tokens if t._add_hook(wake.set)]
-        try:
-            if len(hooked) == len(tokens):
-                self._sleep(seconds, wake)
-        finally:
-            for token in hooked:
-                token._remove_hook(wake.set)
+        with self.closing.hooked(wake.set) as armed:
+            token = call.token
+            if token is None:
+                if armed:
+                    self._sleep(seconds, wake)
+            else:
+                with token.hooked(wake.set) as armed_too:
+                    if armed and armed_too:
+                        self._sleep(seconds, wake)
         self.transport.check(call)
 
     def _log_attempt(self, method: str, call: CallState, status: Optional[int], started: float) -> None:
@@ -252,17 +144,6 @@ class Sender:
         # Redacted again: a key JSON-escaped in the body comes out plain once `detail` is decoded.
         message = self.redact(f"HTTP {status} from {method} {self.base_url}{path}: {_detail(text, headers)}")
         return status_error_class(status)(message, status=status)
-
-
-def _should_retry(policy: PolicyLike, status: int, headers: HTTPMessage) -> bool:
-    override = headers.get("x-should-retry")
-    if override is not None:
-        flag = override.strip().lower()
-        if flag == "true":
-            return True
-        if flag == "false":
-            return False
-    return bool(policy.retry_status(status))
 
 
 def _detail(text: str, headers: HTTPMessage) -> str:

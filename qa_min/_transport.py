@@ -30,7 +30,7 @@ from ._connection import (
     open_tunnel,
     start_tls,
 )
-from ._errors import Canceled, ConnectionFailed, Diagnostics, InvalidResponse
+from ._errors import Canceled, ConnectionFailed, InvalidResponse
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -38,49 +38,10 @@ if TYPE_CHECKING:
     from http.client import HTTPMessage
     from typing import Optional
 
-    from ._client import CancelToken
+    from ._call import CallState, CancelToken
     from ._config import Origin
 
 _NETWORK_ERRORS = (OSError, HTTPException, Expired, Stopped)
-
-
-class CallState:
-    """What one call carries through its attempts, and what it tells its ``Diagnostics``."""
-
-    __slots__ = (
-        "attempts",
-        "body",
-        "deadline",
-        "diagnostics",
-        "status",
-        "timeout",
-        "token",
-        "transport_error",
-    )
-
-    def __init__(
-        self,
-        token: Optional[CancelToken],
-        timeout: Optional[float],
-        diagnostics: Optional[Diagnostics] = None,
-    ) -> None:
-        self.token = token
-        self.timeout = timeout
-        self.deadline = None if timeout is None else time.monotonic() + timeout
-        self.diagnostics = diagnostics
-        self.attempts = 0
-        self.status: Optional[int] = None
-        self.body: Optional[str] = None
-        self.transport_error: Optional[BaseException] = None
-
-    def fill(self) -> Diagnostics:
-        """The caller's ``Diagnostics`` (or a new one), filled with what the call did."""
-        diag = self.diagnostics if self.diagnostics is not None else Diagnostics()
-        diag.status = self.status
-        diag.body = self.body
-        diag.attempts = self.attempts
-        diag.transport_error = self.transport_error
-        return diag
 
 
 class Transport:
@@ -93,8 +54,10 @@ class Transport:
         pool: Pool,
         ssl_context: Optional[ssl.SSLContext],
         max_body: int,
+        closing: CancelToken,
     ) -> None:
         self.origin = origin
+        self.closing = closing
         self.proxy = proxy
         self.pool = pool
         self.max_body = max_body
@@ -112,7 +75,7 @@ class Transport:
         """Why the call must stop now, or None to go on."""
         if call.token is not None and call.token.cancelled:
             return "the call was cancelled"
-        if self.pool.closed:
+        if self.closing.cancelled:
             return "the client was closed"
         if call.deadline is not None and time.monotonic() >= call.deadline:
             return f"the call's timeout of {call.timeout:g} s expired"
@@ -141,17 +104,10 @@ class Transport:
     def _exchange(
         self, conn: Optional[Connection], request: bytes, method: str, call: CallState
     ) -> tuple[int, HTTPMessage, bytes]:
-        token = call.token
-        lease: Optional[_Lease] = None
         try:
             if conn is None:
                 conn = self._open(call)
-            if token is not None:
-                lease = _Lease(conn)
-                if not token._add_hook(lease.abort):
-                    lease = None
-                    raise Stopped
-            status, headers, body, reusable = conn.exchange(request, method, call.deadline, self.max_body)
+            status, headers, body, reusable = self._leased(conn, request, method, call)
         except _NETWORK_ERRORS as exc:
             if conn is not None:
                 self.pool.discard(conn)
@@ -164,16 +120,29 @@ class Transport:
             if conn is not None:
                 self.pool.discard(conn)
             raise
-        finally:
-            if lease is not None:
-                token._remove_hook(lease.abort)  # type: ignore[union-attr]
-                if not lease.end():
-                    reusable = False  # the cancel lost the race with the answer, but shut the socket
         if reusable:
             self.pool.release(conn)
         else:
             self.pool.discard(conn)
         return status, headers, body
+
+    def _leased(
+        self, conn: Connection, request: bytes, method: str, call: CallState
+    ) -> tuple[int, HTTPMessage, bytes, bool]:
+        """``conn.exchange``, during which cancelling the call's token shuts the socket down."""
+        token = call.token
+        if token is None:
+            return conn.exchange(request, method, call.deadline, self.max_body)
+        lease = _Lease(conn)
+        with token.hooked(lease.abort) as armed:
+            if not armed:
+                raise Stopped
+            try:
+                status, headers, body, reusable = conn.exchange(request, method, call.deadline, self.max_body)
+            finally:
+                untouched = lease.end()
+        # A cancel that lost the race with the answer still shut the socket: never pool it.
+        return status, headers, body, reusable and untouched
 
     def _translate(self, exc: BaseException, conn: Optional[Connection], call: CallState) -> BaseException:
         reason = self.stop_reason(call)
@@ -205,10 +174,17 @@ class Transport:
     def _secure(self, conn: Connection, call: CallState) -> None:
         """TLS over ``conn``, through the proxy's CONNECT tunnel if any; cancellable."""
         token = call.token
-        hooked = token is not None and token._add_hook(conn.abort)
-        try:
-            if token is not None and not hooked:
+        if token is None:
+            self._handshake(conn, call)
+            return
+        with token.hooked(conn.abort) as armed:
+            if not armed:
+                self.pool.discard(conn)
                 raise Stopped
+            self._handshake(conn, call)
+
+    def _handshake(self, conn: Connection, call: CallState) -> None:
+        try:
             if self.proxy is not None:
                 target = f"{self.origin.host}:{self.origin.port}"
                 open_tunnel(conn, target, self.proxy_headers, call.deadline)
@@ -222,9 +198,6 @@ class Transport:
         except BaseException:
             self.pool.discard(conn)
             raise
-        finally:
-            if hooked:
-                token._remove_hook(conn.abort)  # type: ignore[union-attr]
 
     def ssl_context(self) -> ssl.SSLContext:
         """The caller's context, or a default one: system trust store, ``SSL_CERT_FILE``/``DIR``."""

@@ -221,17 +221,17 @@ def test_blank_key_in_environment_still_means_no_key_for_the_public_address(
 def test_public_base_url_is_one_https_constant() -> None:
     assert isinstance(qa.PUBLIC_BASE_URL, str)
     assert qa.PUBLIC_BASE_URL.startswith("https://")
-    from qa_min import _config
+    from qa_min import _constants
 
-    assert _config.PUBLIC_BASE_URL is qa.PUBLIC_BASE_URL
+    assert _constants.PUBLIC_BASE_URL is qa.PUBLIC_BASE_URL
 
 
 def test_default_model_is_one_constant() -> None:
     assert isinstance(qa.DEFAULT_MODEL, str)
     assert qa.DEFAULT_MODEL.strip()
-    from qa_min import _config
+    from qa_min import _constants
 
-    assert _config.DEFAULT_MODEL is qa.DEFAULT_MODEL
+    assert _constants.DEFAULT_MODEL is qa.DEFAULT_MODEL
 
 
 def test_default_retry_is_retry_policy_defaults(svc: FakeService) -> None:

@@ -20,7 +20,7 @@ import pytest
 from support import SleepRecorder, make_recording_client
 
 import qa_min as qa
-from qa_min._retrying import backoff_ms, server_delay_ms
+from qa_min._backoff import backoff_ms, server_delay_ms
 from qa_min.testing import FakeService, Step, delay, reply
 
 # A fixed "now" for HTTP-date parsing: 2023-11-14 22:13:20 GMT.

@@ -1,0 +1,220 @@
+"""The per-call primitives every layer shares: ``CancelToken``, ``CallState``, ``RetryBudget``.
+
+A leaf below the transport: the client makes them, the retry loop and the transport read and
+change them, and none of them knows about sockets or HTTP.
+
+Cancellation works by hooks. A call registers a hook on its token for as long as it is blocked
+somewhere another thread must be able to wake it (a socket it holds, a backoff sleep);
+``cancel()`` runs the hooks, which shut the socket down or set the sleep's event, so the
+blocked thread returns at once. ``token.hooked(fn)`` is the one way to register such a hook.
+"""
+
+from __future__ import annotations
+
+import _thread
+import threading
+import time
+
+from ._errors import Diagnostics, InvalidOption
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from types import TracebackType
+    from typing import Callable, Optional
+
+
+class CancelToken:
+    """Cancels the calls it is passed to (``cancel=token``), from any thread.
+
+    A token is one-shot: once cancelled it stays cancelled, and every call given it afterwards
+    raises ``Canceled`` before sending anything.
+    """
+
+    __slots__ = ("_event", "_hooks", "_lock")
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+        self._hooks: list[Callable[[], object]] = []
+        self._lock = _thread.allocate_lock()
+
+    @property
+    def cancelled(self) -> bool:
+        """True once ``cancel()`` was called."""
+        return self._event.is_set()
+
+    def cancel(self) -> None:
+        """Cancel every call using this token; safe to call from any thread, any number of times."""
+        with self._lock:
+            if self._event.is_set():
+                return
+            self._event.set()
+            hooks, self._hooks = self._hooks, []
+        # Outside the lock: a hook may take other locks (the pool's), and must not deadlock.
+        for hook in hooks:
+            try:
+                hook()
+            except Exception:
+                pass
+
+    def hooked(self, hook: Callable[[], object]) -> _Hooked:
+        """A context manager that runs ``hook`` if the token is cancelled while it is open.
+
+        ``with token.hooked(fn) as armed:`` gives False (and registers nothing) when the token
+        was already cancelled; the caller then must not start the blocking work.
+        """
+        return _Hooked(self, hook)
+
+    def __repr__(self) -> str:
+        return f"CancelToken(cancelled={self.cancelled})"
+
+    def __reduce__(self) -> tuple[object, ...]:
+        # A token stands for "the calls of this process": across a pickle it is a fresh one,
+        # cancelled if the original was.
+        return (_restore_token, (self.cancelled,))
+
+
+def _restore_token(cancelled: bool) -> CancelToken:
+    token = CancelToken()
+    if cancelled:
+        token.cancel()
+    return token
+
+
+class _Hooked:
+    """Registration of one hook on one token for the length of a ``with`` block."""
+
+    __slots__ = ("_hook", "_token")
+
+    def __init__(self, token: CancelToken, hook: Callable[[], object]) -> None:
+        self._token = token
+        self._hook = hook
+
+    def __enter__(self) -> bool:
+        token = self._token
+        with token._lock:
+            if token._event.is_set():
+                self._token = None  # type: ignore[assignment]
+                return False
+            token._hooks.append(self._hook)
+            return True
+
+    def __exit__(
+        self,
+        exc_type: Optional[type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> None:
+        token = self._token
+        if token is None:
+            return
+        with token._lock:
+            try:
+                token._hooks.remove(self._hook)
+            except ValueError:
+                pass  # cancel() took it: it runs, or already ran, on the cancelling thread
+
+
+class RetryBudget:
+    """A token bucket shared by every thread of one client, as the AWS SDKs' retry quota.
+
+    Each retry takes ``retry_cost`` tokens; each successful call puts back ``success_refund``
+    (up to ``capacity``). When the bucket cannot pay for a retry, the call fails after the
+    attempt it just made, with that attempt's error. The defaults allow a sustained retry rate
+    of one retry per ``retry_cost`` successful calls, so they never engage in normal
+    operation; during an outage they turn N calls into about N + capacity/retry_cost
+    attempts instead of N * (1 + max_retries).
+
+    Args:
+        capacity: Tokens in a full bucket (500).
+        retry_cost: Tokens one retry takes (5).
+        success_refund: Tokens a successful call puts back (1).
+    """
+
+    __slots__ = ("_lock", "_tokens", "capacity", "retry_cost", "success_refund")
+
+    def __init__(self, capacity: float = 500, retry_cost: float = 5, success_refund: float = 1) -> None:
+        for name, value in (
+            ("capacity", capacity),
+            ("retry_cost", retry_cost),
+            ("success_refund", success_refund),
+        ):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1e15:
+                raise InvalidOption(f"RetryBudget {name} must be a finite number >= 0, got {value!r}")
+        self.capacity = float(capacity)
+        self.retry_cost = float(retry_cost)
+        self.success_refund = float(success_refund)
+        self._tokens = self.capacity
+        self._lock = _thread.allocate_lock()
+
+    @property
+    def tokens(self) -> float:
+        """Tokens left now."""
+        return self._tokens
+
+    def try_spend(self) -> bool:
+        """Take the cost of one retry; False (taking nothing) if the bucket cannot pay."""
+        with self._lock:
+            if self._tokens < self.retry_cost:
+                return False
+            self._tokens -= self.retry_cost
+            return True
+
+    def refund(self) -> None:
+        """Put back a successful call's refund."""
+        # The unlocked read keeps the success path lock-free while the bucket is full.
+        if self._tokens < self.capacity:
+            with self._lock:
+                self._tokens = min(self.capacity, self._tokens + self.success_refund)
+
+    def __repr__(self) -> str:
+        return (
+            f"RetryBudget(capacity={self.capacity:g}, retry_cost={self.retry_cost:g}, "
+            f"success_refund={self.success_refund:g}, tokens={self._tokens:g})"
+        )
+
+    def __reduce__(self) -> tuple[object, ...]:
+        # Its configuration, full: a budget in another process guards that process's calls.
+        return (RetryBudget, (self.capacity, self.retry_cost, self.success_refund))
+
+
+class CallState:
+    """What one call carries through its attempts, and what it tells its ``Diagnostics``.
+
+    Made by the client, changed by the retry loop (status, body) and the transport (attempts,
+    transport error); ``fill()`` copies it into the caller's ``Diagnostics``.
+    """
+
+    __slots__ = (
+        "attempts",
+        "body",
+        "deadline",
+        "diagnostics",
+        "status",
+        "timeout",
+        "token",
+        "transport_error",
+    )
+
+    def __init__(
+        self,
+        token: Optional[CancelToken],
+        timeout: Optional[float],
+        diagnostics: Optional[Diagnostics] = None,
+    ) -> None:
+        self.token = token
+        self.timeout = timeout
+        self.deadline = None if timeout is None else time.monotonic() + timeout
+        self.diagnostics = diagnostics
+        self.attempts = 0
+        self.status: Optional[int] = None
+        self.body: Optional[str] = None
+        self.transport_error: Optional[BaseException] = None
+
+    def fill(self) -> Diagnostics:
+        """The caller's ``Diagnostics`` (or a new one), filled with what the call did."""
+        diag = self.diagnostics if self.diagnostics is not None else Diagnostics()
+        diag.status = self.status
+        diag.body = self.body
+        diag.attempts = self.attempts
+        diag.transport_error = self.transport_error
+        return diag
