@@ -49,18 +49,8 @@ from ._errors import (
     UnprocessableEntity,
     ValidationError,
 )
-from ._questions import (
-    AskResponse,
-    Choice,
-    CoreResponse,
-    Model,
-    ModelList,
-    NamedQuestion,
-    Questions,
-    Request,
-    Score,
-    YesNo,
-)
+from ._questions import Choice, NamedQuestion, Questions, Request, Score, YesNo
+from ._responses import AskResponse, CoreResponse, Model, ModelList
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

@@ -12,35 +12,17 @@ question encoding, the TLS context) is done once per client or once per question
 
 from __future__ import annotations
 
-import json
 import os
 import threading
 
 from ._backoff import DEFAULTS, RetryPolicy
 from ._call import CallState, CancelToken, RetryBudget
 from ._constants import MAX_RESPONSE_BYTES
-from ._errors import (
-    ClientClosed,
-    Diagnostics,
-    InvalidOption,
-    InvalidQuestion,
-    InvalidResponse,
-    MissingApiKey,
-)
-from ._questions import (
-    UNSET,
-    AskResponse,
-    CoreResponse,
-    Model,
-    ModelList,
-    Questions,
-    Request,
-    Unset,
-    _Mismatch,
-    _short,
-    check_model,
-    readonly,
-)
+from ._errors import ClientClosed, Diagnostics, InvalidOption, InvalidQuestion, InvalidResponse
+from ._options import check_options, check_retry, number
+from ._questions import Questions, Request, _Mismatch, _Spec, check_model
+from ._responses import AskResponse, BadShape, CoreResponse, ModelList, models_of, parse_object, usage_of
+from ._typing import UNSET, Unset, readonly, short
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -56,7 +38,6 @@ if TYPE_CHECKING:
     P = ParamSpec("P")
     Timeout = Union[float, None, Unset]
 
-_EMPTY: Mapping[str, Any] = readonly({})
 _MISSING = object()
 
 
@@ -64,17 +45,11 @@ def _wait(seconds: float, wake: threading.Event) -> None:
     wake.wait(seconds)
 
 
-def _number(name: str, value: object, minimum: float, allow_none: bool = False) -> Any:
-    if value is None and allow_none:
-        return None
-    # TIMEOUT_MAX bounds what sockets and locks accept; "no limit" is None, not inf.
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, (int, float))
-        or not minimum < value <= threading.TIMEOUT_MAX
-    ):
-        raise InvalidOption(f"{name} must be a finite number > {minimum:g}, got {value!r}")
-    return value
+def _uniform() -> float:
+    # Jitter is needed only by a retry: ``random`` loads then, not with every client.
+    import random
+
+    return random.random()
 
 
 class Client:
@@ -135,50 +110,23 @@ class Client:
     ) -> None:
         # The transport loads with the first client, not with ``import qa_min``: code that only
         # imports the package (for its types or errors) does not pay for sockets and pools.
-        from ._config import (
-            env_proxy,
-            header_block,
-            is_public,
-            parse_proxy,
-            request_heads,
-            resolve_api_key,
-            resolve_base_url,
-            resolve_model,
-        )
+        from ._config import header_block, request_heads, resolve
         from ._connection import Pool
         from ._retrying import Sender
         from ._transport import Transport
 
-        env = os.environ if trust_env else {}
-        self._key = resolve_api_key(api_key, env)
-        origin = resolve_base_url(base_url, env)
-        if self._key is None and is_public(origin):
-            raise MissingApiKey(
-                "no API key: pass api_key= or set SERVICE_API_KEY (required for the public service)"
-            )
-        self._model = resolve_model(model, env)
-        self._retry: RetryPolicy = DEFAULTS if retry is None else _check_retry(retry)
-        self._timeout = _number("timeout", timeout, 0, allow_none=True)
-        budget = _check_options(retry_budget, ssl_context, sleep, random, max_idle_per_host, max_workers)
-        proxy_url = proxy if proxy is not None else (env_proxy(origin, env) if trust_env else None)
-        proxy_origin = None if proxy_url is None else parse_proxy(proxy_url)
+        self._key, origin, proxy_origin, self._model = resolve(api_key, base_url, model, proxy, trust_env)
+        self._retry: RetryPolicy = DEFAULTS if retry is None else check_retry(retry)
+        self._timeout = number("timeout", timeout, 0, allow_none=True)
+        budget = check_options(retry_budget, ssl_context, sleep, random, max_idle_per_host, max_workers)
         self._heads = request_heads(origin, proxy_origin, header_block(self._key, extra_headers))
         # The one place "closed" lives: everything below reads this token.
         self._closing = CancelToken()
-        self._transport = Transport(
-            origin,
-            proxy_origin,
-            Pool(int(max_idle_per_host), float(_number("idle_timeout", idle_timeout, 0)), self._closing),
-            ssl_context,
-            int(_number("max_response_bytes", max_response_bytes, 0)),
-            self._closing,
-        )
-        if random is None:
-            import random as _random_module
-
-            random = _random_module.random
+        pool = Pool(int(max_idle_per_host), float(number("idle_timeout", idle_timeout, 0)), self._closing)
+        max_body = int(number("max_response_bytes", max_response_bytes, 0))
+        self._transport = Transport(origin, proxy_origin, pool, ssl_context, max_body, self._closing)
         self._sender = Sender(
-            self._transport, budget, _wait if sleep is None else sleep, random, self._key, self._closing
+            self._transport, budget, sleep or _wait, random or _uniform, self._key, self._closing
         )
         self._max_workers = int(max_workers)
         self._executor_lock = threading.Lock()
@@ -225,12 +173,8 @@ class Client:
         body = spec.body(state, self._model if model is None else check_model(model))
         call = self._call(cancel, timeout, diagnostics)
         data = self._sender.send(self._post(body), "POST", self._policy(retry), call)
-        obj = self._json(data, call)
-        try:
-            answers = spec.decode(obj.get("answers", _MISSING))
-        except _Mismatch as exc:
-            raise self._invalid(f"the service's answers do not fit: {exc}", call) from None
-        return AskResponse(questions._qa_from(answers), self._usage(obj, call))
+        answers, usage = self._decode(data, spec, call)
+        return AskResponse(questions._qa_from(answers), usage)
 
     def core(
         self,
@@ -253,17 +197,13 @@ class Client:
             The same errors as ``ask``.
         """
         if not isinstance(request, Request):
-            raise InvalidOption(f"core() takes a qa_min.Request, got {_short(request)}")
+            raise InvalidOption(f"core() takes a qa_min.Request, got {short(request)}")
         chosen = model if model is not None else request.model
         body = request._spec.body(request.state, self._model if chosen is None else check_model(chosen))
         call = self._call(cancel, timeout, diagnostics)
         data = self._sender.send(self._post(body), "POST", self._policy(retry), call)
-        obj = self._json(data, call)
-        try:
-            answers = request._spec.decode(obj.get("answers", _MISSING))
-        except _Mismatch as exc:
-            raise self._invalid(f"the service's answers do not fit: {exc}", call) from None
-        return CoreResponse(readonly(answers), self._usage(obj, call))
+        answers, usage = self._decode(data, request._spec, call)
+        return CoreResponse(readonly(answers), usage)
 
     def list_models(
         self,
@@ -279,16 +219,11 @@ class Client:
             The same errors as ``ask``, validation excepted.
         """
         call = self._call(cancel, timeout, diagnostics)
-        obj = self._json(self._sender.send(self._heads.get, "GET", self._policy(retry), call), call)
-        items = obj.get("models")
-        if type(items) is not list:
-            raise self._invalid(f'"models" must be a list, got {_short(items)}', call)
-        models = []
-        for item in items:
-            if type(item) is not dict or type(item.get("name")) is not str:
-                raise self._invalid(f"a model must be an object with a name, got {_short(item)}", call)
-            models.append(Model(item["name"], readonly(item)))
-        return ModelList(models)
+        data = self._sender.send(self._heads.get, "GET", self._policy(retry), call)
+        try:
+            return models_of(parse_object(data))
+        except BadShape as exc:
+            raise self._invalid(str(exc), call) from None
 
     def submit(self, fn: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -> Call[R]:
         """Run ``client.ask``, ``client.core`` or ``client.list_models`` on the client's executor.
@@ -366,67 +301,30 @@ class Client:
             raise ClientClosed("the client is closed")
         self._check_fork()
         if cancel is not None and not isinstance(cancel, CancelToken):
-            raise InvalidOption(f"cancel must be a CancelToken, got {_short(cancel)}")
+            raise InvalidOption(f"cancel must be a CancelToken, got {short(cancel)}")
         if diagnostics is not None and not isinstance(diagnostics, Diagnostics):
-            raise InvalidOption(f"diagnostics must be a Diagnostics, got {_short(diagnostics)}")
-        seconds = self._timeout if timeout is UNSET else _number("timeout", timeout, 0, True)
+            raise InvalidOption(f"diagnostics must be a Diagnostics, got {short(diagnostics)}")
+        seconds = self._timeout if timeout is UNSET else number("timeout", timeout, 0, True)
         return CallState(cancel, seconds, diagnostics)
 
     def _post(self, body: bytes) -> bytes:
         return b"%s%d\r\n\r\n%s" % (self._heads.post, len(body), body)
 
     def _policy(self, retry: Optional[RetryPolicy]) -> RetryPolicy:
-        return self._retry if retry is None else _check_retry(retry)
+        return self._retry if retry is None else check_retry(retry)
+
+    def _decode(
+        self, data: bytes, spec: _Spec, call: CallState
+    ) -> tuple[dict[str, object], Mapping[str, Any]]:
+        """The answers and usage of a ``/v1/core`` body, checked against the questions asked."""
+        try:
+            obj = parse_object(data)
+            return spec.decode(obj.get("answers", _MISSING)), usage_of(obj)
+        except BadShape as exc:
+            raise self._invalid(str(exc), call) from None
+        except _Mismatch as exc:
+            raise self._invalid(f"the service's answers do not fit: {exc}", call) from None
 
     def _invalid(self, message: str, call: CallState) -> InvalidResponse:
         # Bad data is quoted in the message, and a server may have echoed the key into it.
         return InvalidResponse(self._sender.redact(message), call.fill())
-
-    def _json(self, data: bytes, call: CallState) -> dict[str, Any]:
-        try:
-            obj = json.loads(data)
-        except ValueError as exc:
-            raise self._invalid(f"the response is not JSON ({exc}): {_short(data)}", call) from None
-        if type(obj) is not dict:
-            raise self._invalid(f"the response is not a JSON object: {_short(obj)}", call)
-        return obj
-
-    def _usage(self, obj: dict[str, Any], call: CallState) -> Mapping[str, Any]:
-        usage = obj.get("usage", _MISSING)
-        if usage is _MISSING:
-            return _EMPTY
-        if type(usage) is not dict:
-            raise self._invalid(f'"usage" must be an object, got {_short(usage)}', call)
-        return readonly(usage)
-
-
-def _check_options(
-    retry_budget: object,
-    ssl_context: object,
-    sleep: object,
-    random: object,
-    max_idle_per_host: object,
-    max_workers: object,
-) -> Optional[RetryBudget]:
-    """Check the options that need no resolving; return the retry budget to use."""
-    budget = RetryBudget() if retry_budget is UNSET else retry_budget
-    if budget is not None and not isinstance(budget, RetryBudget):
-        raise InvalidOption(f"retry_budget must be a RetryBudget or None, got {_short(retry_budget)}")
-    _number("max_idle_per_host", max_idle_per_host, -1)
-    _number("max_workers", max_workers, 0)
-    for name, function in (("sleep", sleep), ("random", random)):
-        if function is not None and not callable(function):
-            raise InvalidOption(f"{name} must be a function, got {_short(function)}")
-    if ssl_context is not None:
-        import ssl
-
-        if not isinstance(ssl_context, ssl.SSLContext):
-            raise InvalidOption(f"ssl_context must be an ssl.SSLContext, got {_short(ssl_context)}")
-    return budget
-
-
-def _check_retry(retry: object) -> RetryPolicy:
-    """``retry`` if it is a ``RetryPolicy``."""
-    if not isinstance(retry, RetryPolicy):
-        raise InvalidOption(f"retry must be a RetryPolicy, got {_short(retry)}")
-    return retry

@@ -11,7 +11,7 @@ import sys
 from urllib.parse import unquote, urlsplit
 
 from ._constants import DEFAULT_MODEL, PUBLIC_BASE_URL, __version__
-from ._errors import InvalidBaseUrl, InvalidOption
+from ._errors import InvalidBaseUrl, InvalidOption, MissingApiKey
 from ._questions import check_model
 
 TYPE_CHECKING = False
@@ -78,6 +78,26 @@ class Origin:
 
         raw = f"{unquote(user)}:{unquote(password or '')}".encode()
         return "Basic " + base64.b64encode(raw).decode("ascii")
+
+
+def resolve(
+    api_key: Optional[str],
+    base_url: Optional[str],
+    model: Optional[str],
+    proxy: Optional[str],
+    trust_env: bool,
+) -> tuple[Optional[str], Origin, Optional[Origin], str]:
+    """(api key, service origin, proxy origin, default model) from arguments, then environment."""
+    env: Mapping[str, str] = os.environ if trust_env else {}
+    key = resolve_api_key(api_key, env)
+    origin = resolve_base_url(base_url, env)
+    if key is None and is_public(origin):
+        raise MissingApiKey(
+            "no API key: pass api_key= or set SERVICE_API_KEY (required for the public service)"
+        )
+    proxy_url = proxy if proxy is not None else (env_proxy(origin, env) if trust_env else None)
+    proxy_origin = None if proxy_url is None else parse_proxy(proxy_url)
+    return key, origin, proxy_origin, resolve_model(model, env)
 
 
 def resolve_api_key(api_key: Optional[str], env: Mapping[str, str]) -> Optional[str]:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import enum
 import json
-from types import MappingProxyType
 
 from ._errors import (
     DuplicateQuestionName,
@@ -26,43 +25,10 @@ from ._errors import (
     InvalidState,
     NoQuestions,
 )
+from ._typing import UNSET as UNSET
+from ._typing import Generic, overload, short
 
 TYPE_CHECKING = False
-
-# Typing names at no run-time cost: ``import typing`` adds ~3 ms to a cold start, a tenth of
-# ``http.client`` itself. The checker sees typing's objects; the interpreter sees stand-ins.
-if TYPE_CHECKING:
-    from typing import Generic as Generic
-    from typing import cast as cast
-    from typing import overload as overload
-else:
-
-    def overload(func):
-        # The implementation defined after the overloads replaces them, as with typing's.
-        return func
-
-    def cast(_tp, value):
-        return value
-
-    class Generic:
-        # `class C(Generic[T])` must work without TypeVar objects: any subscript gives back
-        # the class itself, and instances of subclasses stay subscriptable for annotations.
-        def __class_getitem__(cls, _item):
-            return cls
-
-
-class Unset:
-    """The type of ``UNSET``: "this option was not given", as distinct from None."""
-
-    # A plain class, not an Enum member: creating an Enum class costs a cold start ~0.1 ms.
-    __slots__ = ()
-
-    def __repr__(self) -> str:
-        return "UNSET"
-
-
-UNSET = Unset()
-
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping, Sequence
     from typing import Any, Callable, Optional, TypeVar, Union
@@ -138,7 +104,7 @@ class YesNo(_Question[bool]):
     def decode(self, value: object) -> bool:
         if value is True or value is False:
             return value
-        raise _Mismatch(f"expected true or false, got {_short(value)}")
+        raise _Mismatch(f"expected true or false, got {short(value)}")
 
 
 class Choice(_Question[_T]):
@@ -176,7 +142,7 @@ class Choice(_Question[_T]):
             found = self._options.get(value, _Mismatch)
             if found is not _Mismatch:
                 return found  # type: ignore[return-value]
-        raise _Mismatch(f"expected one of {sorted(self._options)}, got {_short(value)}")
+        raise _Mismatch(f"expected one of {sorted(self._options)}, got {short(value)}")
 
 
 class Score(_Question[_T]):
@@ -210,12 +176,7 @@ class Score(_Question[_T]):
     def decode(self, value: object) -> _T:
         if type(value) is int and 0 <= value < len(self._levels):
             return self._levels[value]  # type: ignore[return-value]
-        raise _Mismatch(f"expected a level from 0 to {len(self._levels) - 1}, got {_short(value)}")
-
-
-def _short(value: object) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
+        raise _Mismatch(f"expected a level from 0 to {len(self._levels) - 1}, got {short(value)}")
 
 
 class _Spec:
@@ -244,7 +205,7 @@ class _Spec:
     def body(self, state: object, model: str) -> bytes:
         """The JSON request body; ``state`` is checked here, the one per-call input."""
         if not isinstance(state, str) or not state or state.isspace():
-            raise InvalidState(f"state must be a non-empty string, got {_short(state)}")
+            raise InvalidState(f"state must be a non-empty string, got {short(state)}")
         return b"".join(
             (
                 b'{"state":',
@@ -260,7 +221,7 @@ class _Spec:
     def decode(self, answers: object) -> dict[str, object]:
         """Decoded answers by id; raises ``_Mismatch`` naming the first bad one."""
         if type(answers) is not dict:
-            raise _Mismatch(f'"answers" must be an object, got {_short(answers)}')
+            raise _Mismatch(f'"answers" must be an object, got {short(answers)}')
         out = {}
         for name, decode in self.decoders:
             try:
@@ -395,7 +356,7 @@ class Request:
             try:
                 name, question = item
             except (TypeError, ValueError):
-                raise InvalidQuestion(f"expected a NamedQuestion, got {_short(item)}") from None
+                raise InvalidQuestion(f"expected a NamedQuestion, got {short(item)}") from None
             named.append(NamedQuestion(name, question))
         self._spec = _Spec((q.name, q.question) for q in named)
         self._spec.body(state, "")  # validates the state now rather than at send time
@@ -405,95 +366,4 @@ class Request:
 
     def __repr__(self) -> str:
         questions = list(self.questions)
-        return f"Request(state={_short(self.state)}, questions={questions!r}, model={self.model!r})"
-
-
-class AskResponse(Generic[_T]):
-    """The result of ``client.ask``.
-
-    Attributes:
-        answers: An instance of the ``Questions`` class asked, its attributes the answers.
-        usage: The usage object the service sent (read-only; empty when absent).
-    """
-
-    __slots__ = ("answers", "usage")
-
-    def __init__(self, answers: _T, usage: Mapping[str, Any]) -> None:
-        self.answers = answers
-        self.usage = usage
-
-    def __repr__(self) -> str:
-        return f"AskResponse(answers={self.answers!r}, usage={dict(self.usage)!r})"
-
-
-class CoreResponse:
-    """The result of ``client.core``.
-
-    Attributes:
-        answers: A read-only mapping of question id to answer (``bool``, ``str`` or Enum
-            member, ``int`` or Enum member).
-        usage: The usage object the service sent (read-only; empty when absent).
-    """
-
-    __slots__ = ("answers", "usage")
-
-    def __init__(self, answers: Mapping[str, Any], usage: Mapping[str, Any]) -> None:
-        self.answers = answers
-        self.usage = usage
-
-    def get(self, question_id: str, default: Any = None) -> Any:
-        """The answer to one question, or ``default`` if no question had that id."""
-        return self.answers.get(question_id, default)
-
-    def __repr__(self) -> str:
-        return f"CoreResponse(answers={dict(self.answers)!r}, usage={dict(self.usage)!r})"
-
-
-class Model:
-    """One model the account can use.
-
-    Attributes:
-        name: The model id to pass as ``model=``.
-        info: Every field the service sent for it, ``name`` included (read-only).
-    """
-
-    __slots__ = ("info", "name")
-
-    def __init__(self, name: str, info: Mapping[str, Any]) -> None:
-        self.name = name
-        self.info = info
-
-    def __repr__(self) -> str:
-        return f"Model(name={self.name!r})"
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Model) and (other.name, other.info) == (self.name, self.info)
-
-    __hash__ = None  # type: ignore[assignment]
-
-
-class ModelList:
-    """The result of ``client.list_models``.
-
-    Attributes:
-        models: The models, in the order the service listed them.
-    """
-
-    __slots__ = ("models",)
-
-    def __init__(self, models: Sequence[Model]) -> None:
-        self.models = tuple(models)
-
-    def __iter__(self) -> Any:
-        return iter(self.models)
-
-    def __len__(self) -> int:
-        return len(self.models)
-
-    def __repr__(self) -> str:
-        return f"ModelList({[m.name for m in self.models]!r})"
-
-
-def readonly(mapping: dict[str, Any]) -> Mapping[str, Any]:
-    """A read-only view, so answers handed to the caller cannot be changed under them."""
-    return MappingProxyType(mapping)
+        return f"Request(state={short(self.state)}, questions={questions!r}, model={self.model!r})"

@@ -152,7 +152,7 @@ def _detail(text: str, headers: HTTPMessage) -> str:
     if "json" in (headers.get("content-type") or "") or text.startswith("{"):
         try:
             obj = json.loads(text)
-        except ValueError:
+        except (ValueError, RecursionError):
             obj = None
         if isinstance(obj, dict) and "detail" in obj:
             detail = obj["detail"]

@@ -1,0 +1,63 @@
+"""Checks of the client's and the calls' options: wrong types and values become ``InvalidOption``.
+
+Run once per ``Client`` (and, for ``timeout=``, once per call), before anything is sent.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from ._backoff import RetryPolicy
+from ._call import RetryBudget
+from ._errors import InvalidOption
+from ._typing import UNSET, short
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Optional
+
+
+def number(name: str, value: object, minimum: float, allow_none: bool = False) -> Any:
+    """``value`` if it is a number in (``minimum``, ``threading.TIMEOUT_MAX``], else ``InvalidOption``."""
+    if value is None and allow_none:
+        return None
+    # TIMEOUT_MAX bounds what sockets and locks accept; "no limit" is None, not inf.
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not minimum < value <= threading.TIMEOUT_MAX
+    ):
+        raise InvalidOption(f"{name} must be a finite number > {minimum:g}, got {value!r}")
+    return value
+
+
+def check_options(
+    retry_budget: object,
+    ssl_context: object,
+    sleep: object,
+    random: object,
+    max_idle_per_host: object,
+    max_workers: object,
+) -> Optional[RetryBudget]:
+    """Check the options that need no resolving; return the retry budget to use."""
+    budget = RetryBudget() if retry_budget is UNSET else retry_budget
+    if budget is not None and not isinstance(budget, RetryBudget):
+        raise InvalidOption(f"retry_budget must be a RetryBudget or None, got {short(retry_budget)}")
+    number("max_idle_per_host", max_idle_per_host, -1)
+    number("max_workers", max_workers, 0)
+    for name, function in (("sleep", sleep), ("random", random)):
+        if function is not None and not callable(function):
+            raise InvalidOption(f"{name} must be a function, got {short(function)}")
+    if ssl_context is not None:
+        import ssl
+
+        if not isinstance(ssl_context, ssl.SSLContext):
+            raise InvalidOption(f"ssl_context must be an ssl.SSLContext, got {short(ssl_context)}")
+    return budget
+
+
+def check_retry(retry: object) -> RetryPolicy:
+    """``retry`` if it is a ``RetryPolicy``."""
+    if not isinstance(retry, RetryPolicy):
+        raise InvalidOption(f"retry must be a RetryPolicy, got {short(retry)}")
+    return retry
