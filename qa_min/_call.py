@@ -15,7 +15,7 @@ import _thread
 import threading
 import time
 
-from ._errors import Diagnostics, InvalidOption
+from ._errors import Canceled, Diagnostics, InvalidOption
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -80,20 +80,27 @@ def _restore_token(cancelled: bool) -> CancelToken:
     return token
 
 
+def hooked(token: Optional[CancelToken], hook: Callable[[], object]) -> _Hooked:
+    """``token.hooked(hook)``, or a block that is always armed when there is no token."""
+    return _Hooked(token, hook)
+
+
 class _Hooked:
     """Registration of one hook on one token for the length of a ``with`` block."""
 
     __slots__ = ("_hook", "_token")
 
-    def __init__(self, token: CancelToken, hook: Callable[[], object]) -> None:
+    def __init__(self, token: Optional[CancelToken], hook: Callable[[], object]) -> None:
         self._token = token
         self._hook = hook
 
     def __enter__(self) -> bool:
         token = self._token
+        if token is None:
+            return True
         with token._lock:
             if token._event.is_set():
-                self._token = None  # type: ignore[assignment]
+                self._token = None
                 return False
             token._hooks.append(self._hook)
             return True
@@ -187,6 +194,7 @@ class CallState:
     __slots__ = (
         "attempts",
         "body",
+        "closing",
         "deadline",
         "diagnostics",
         "status",
@@ -200,8 +208,10 @@ class CallState:
         token: Optional[CancelToken],
         timeout: Optional[float],
         diagnostics: Optional[Diagnostics] = None,
+        closing: Optional[CancelToken] = None,
     ) -> None:
         self.token = token
+        self.closing = closing  # the client's: cancelled by close()
         self.timeout = timeout
         self.deadline = None if timeout is None else time.monotonic() + timeout
         self.diagnostics = diagnostics
@@ -209,6 +219,37 @@ class CallState:
         self.status: Optional[int] = None
         self.body: Optional[str] = None
         self.transport_error: Optional[BaseException] = None
+
+    def stop_reason(self) -> Optional[str]:
+        """Why the call must stop now (cancelled, client closed, timeout expired), or None."""
+        if self.token is not None and self.token.cancelled:
+            return "the call was cancelled"
+        if self.closing is not None and self.closing.cancelled:
+            return "the client was closed"
+        if self.deadline is not None and time.monotonic() >= self.deadline:
+            return f"the call's timeout of {self.timeout:g} s expired"
+        return None
+
+    def check(self) -> None:
+        """Raise ``Canceled`` if the call must stop."""
+        reason = self.stop_reason()
+        if reason is not None:
+            raise Canceled(reason)
+
+    def wait(self, seconds: float, sleep: Callable[[float, threading.Event], object]) -> None:
+        """Sleep ``seconds`` through ``sleep(seconds, wake)``, then ``check()``.
+
+        The wait is capped by the deadline and ends at once when the call is cancelled or the
+        client closes (both set ``wake``); ``sleep`` is called once, or not at all when either
+        token is already cancelled.
+        """
+        if self.deadline is not None:
+            seconds = min(seconds, max(0.0, self.deadline - time.monotonic()))
+        wake = threading.Event()
+        with hooked(self.token, wake.set) as armed, hooked(self.closing, wake.set) as armed_too:
+            if armed and armed_too:
+                sleep(seconds, wake)
+        self.check()
 
     def fill(self) -> Diagnostics:
         """The caller's ``Diagnostics`` (or a new one), filled with what the call did."""

@@ -124,10 +124,8 @@ class Client:
         self._closing = CancelToken()
         pool = Pool(int(max_idle_per_host), float(number("idle_timeout", idle_timeout, 0)), self._closing)
         max_body = int(number("max_response_bytes", max_response_bytes, 0))
-        self._transport = Transport(origin, proxy_origin, pool, ssl_context, max_body, self._closing)
-        self._sender = Sender(
-            self._transport, budget, sleep or _wait, random or _uniform, self._key, self._closing
-        )
+        self._transport = Transport(origin, proxy_origin, pool, ssl_context, max_body)
+        self._sender = Sender(self._transport, budget, sleep or _wait, random or _uniform, self._key)
         self._max_workers = int(max_workers)
         self._executor_lock = threading.Lock()
         self._futures: Optional[Executor] = None
@@ -269,7 +267,7 @@ class Client:
         # worker freed in between would start one on a closed client.
         if futures is not None:
             futures.cancel_all()
-        self._transport.pool.close()
+        self._transport.close()
         if futures is not None:
             futures.join()
 
@@ -279,7 +277,7 @@ class Client:
             # The parent's locks may have been held by its other threads at fork time.
             self._executor_lock = threading.Lock()
             self._futures = None  # the parent's worker threads do not exist in the child
-            self._transport.pool.forget()
+            self._transport.forget()
             self._pid = os.getpid()
 
     def __enter__(self) -> Client:
@@ -305,7 +303,7 @@ class Client:
         if diagnostics is not None and not isinstance(diagnostics, Diagnostics):
             raise InvalidOption(f"diagnostics must be a Diagnostics, got {short(diagnostics)}")
         seconds = self._timeout if timeout is UNSET else number("timeout", timeout, 0, True)
-        return CallState(cancel, seconds, diagnostics)
+        return CallState(cancel, seconds, diagnostics, self._closing)
 
     def _post(self, body: bytes) -> bytes:
         return b"%s%d\r\n\r\n%s" % (self._heads.post, len(body), body)

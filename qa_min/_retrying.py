@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from typing import Callable, Optional
 
     from ._backoff import RetryPolicy
-    from ._call import CallState, CancelToken, RetryBudget
+    from ._call import CallState, RetryBudget
     from ._transport import Transport
 
 
@@ -35,7 +35,6 @@ class Sender:
         sleep: Callable[[float, threading.Event], object],
         random: Callable[[], float],
         api_key: Optional[str],
-        closing: CancelToken,
     ) -> None:
         self.transport = transport
         self.base_url = transport.origin.url()
@@ -43,7 +42,6 @@ class Sender:
         self._sleep = sleep
         self._random = random
         self.redact = redactor(api_key)
-        self.closing = closing
 
     def send(self, request: bytes, method: str, policy: RetryPolicy, call: CallState) -> bytes:
         """The retry loop: the 2xx body, or the error SPEC.md section 5 names."""
@@ -51,7 +49,7 @@ class Sender:
         retries = 0
         try:
             while True:
-                transport.check(call)
+                call.check()
                 started = time.monotonic()
                 try:
                     status, headers, body = transport.attempt(request, method, call)
@@ -107,19 +105,7 @@ class Sender:
                 call.attempts,
                 type(failure).__name__,
             )
-        if call.deadline is not None:
-            seconds = min(seconds, max(0.0, call.deadline - time.monotonic()))
-        wake = threading.Event()
-        with self.closing.hooked(wake.set) as armed:
-            token = call.token
-            if token is None:
-                if armed:
-                    self._sleep(seconds, wake)
-            else:
-                with token.hooked(wake.set) as armed_too:
-                    if armed and armed_too:
-                        self._sleep(seconds, wake)
-        self.transport.check(call)
+        call.wait(seconds, self._sleep)
 
     def _log_attempt(self, method: str, call: CallState, status: Optional[int], started: float) -> None:
         log = get_logger()

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import _thread
 import socket
-import time
 from http.client import HTTPException
 
 from ._connection import (
@@ -38,7 +37,7 @@ if TYPE_CHECKING:
     from http.client import HTTPMessage
     from typing import Optional
 
-    from ._call import CallState, CancelToken
+    from ._call import CallState
     from ._config import Origin
 
 _NETWORK_ERRORS = (OSError, HTTPException, Expired, Stopped)
@@ -54,10 +53,8 @@ class Transport:
         pool: Pool,
         ssl_context: Optional[ssl.SSLContext],
         max_body: int,
-        closing: CancelToken,
     ) -> None:
         self.origin = origin
-        self.closing = closing
         self.proxy = proxy
         self.pool = pool
         self.max_body = max_body
@@ -71,21 +68,13 @@ class Transport:
         auth = None if proxy is None else proxy.basic_auth()
         self.proxy_headers = b"" if auth is None else f"Proxy-Authorization: {auth}\r\n".encode()
 
-    def stop_reason(self, call: CallState) -> Optional[str]:
-        """Why the call must stop now, or None to go on."""
-        if call.token is not None and call.token.cancelled:
-            return "the call was cancelled"
-        if self.closing.cancelled:
-            return "the client was closed"
-        if call.deadline is not None and time.monotonic() >= call.deadline:
-            return f"the call's timeout of {call.timeout:g} s expired"
-        return None
+    def close(self) -> None:
+        """Abort every connection in use and close the idle ones (the client is closing)."""
+        self.pool.close()
 
-    def check(self, call: CallState) -> None:
-        """Raise ``Canceled`` if the call must stop."""
-        reason = self.stop_reason(call)
-        if reason is not None:
-            raise Canceled(reason)
+    def forget(self) -> None:
+        """In a forked child: drop the parent's connections without touching its sockets."""
+        self.pool.forget()
 
     def attempt(self, request: bytes, method: str, call: CallState) -> tuple[int, HTTPMessage, bytes]:
         """One HTTP attempt: (status, headers, body). Raises ``Canceled`` or ``ConnectionFailed``."""
@@ -145,7 +134,7 @@ class Transport:
         return status, headers, body, reusable and untouched
 
     def _translate(self, exc: BaseException, conn: Optional[Connection], call: CallState) -> BaseException:
-        reason = self.stop_reason(call)
+        reason = call.stop_reason()
         if reason is None and isinstance(exc, (Expired, socket.timeout)) and call.deadline is not None:
             reason = f"the call's timeout of {call.timeout:g} s expired"
         if reason is not None or isinstance(exc, Stopped):
@@ -159,9 +148,7 @@ class Transport:
 
     def _open(self, call: CallState) -> Connection:
         target = self.proxy or self.origin
-        sock = connect_tcp(
-            target.host, target.port, call.deadline, lambda: self.stop_reason(call) is not None
-        )
+        sock = connect_tcp(target.host, target.port, call.deadline, lambda: call.stop_reason() is not None)
         conn = Connection(sock, self._key)
         try:
             self.pool.track(conn)
@@ -193,7 +180,7 @@ class Transport:
                 self.ssl_context(),
                 self.origin.host,
                 call.deadline,
-                lambda: self.stop_reason(call) is not None,
+                lambda: call.stop_reason() is not None,
             )
         except BaseException:
             self.pool.discard(conn)
