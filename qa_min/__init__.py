@@ -20,6 +20,7 @@ from ._client import Client
 from ._constants import DEFAULT_MODEL, PUBLIC_BASE_URL, __version__
 from ._errors import (
     APIStatusError,
+    Attempt,
     BadRequest,
     Canceled,
     ClientClosed,
@@ -42,6 +43,7 @@ from ._errors import (
     QAError,
     RateLimited,
     RequestTimeout,
+    ResponseHeaders,
     ServerError,
     ServiceBusy,
     Unauthorized,
@@ -49,6 +51,7 @@ from ._errors import (
     UnprocessableEntity,
     ValidationError,
 )
+from ._hooks import HookEvent
 from ._questions import Choice, NamedQuestion, Questions, Request, Score, YesNo
 from ._responses import AskResponse, CoreResponse, Model, ModelList
 
@@ -62,6 +65,7 @@ __all__ = [
     "PUBLIC_BASE_URL",
     "APIStatusError",
     "AskResponse",
+    "Attempt",
     "BadRequest",
     "Call",
     "CancelToken",
@@ -74,6 +78,7 @@ __all__ = [
     "CoreResponse",
     "Diagnostics",
     "DuplicateQuestionName",
+    "HookEvent",
     "InvalidBaseUrl",
     "InvalidModel",
     "InvalidName",
@@ -94,6 +99,7 @@ __all__ = [
     "RateLimited",
     "Request",
     "RequestTimeout",
+    "ResponseHeaders",
     "RetryBudget",
     "RetryPolicy",
     "Score",

@@ -15,10 +15,11 @@ import _thread
 import threading
 import time
 
-from ._errors import Canceled, Diagnostics, InvalidOption
+from ._errors import Attempt, Canceled, Diagnostics, InvalidOption, ResponseHeaders
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from http.client import HTTPMessage
     from types import TracebackType
     from typing import Callable, Optional
 
@@ -196,7 +197,14 @@ class CallState:
         "body",
         "closing",
         "deadline",
+        "delay",
         "diagnostics",
+        "headers",
+        "history",
+        "rate_limit_wait",
+        "redact",
+        "request_id",
+        "started",
         "status",
         "timeout",
         "token",
@@ -213,12 +221,34 @@ class CallState:
         self.token = token
         self.closing = closing  # the client's: cancelled by close()
         self.timeout = timeout
-        self.deadline = None if timeout is None else time.monotonic() + timeout
+        self.started = time.monotonic()
+        self.deadline = None if timeout is None else self.started + timeout
         self.diagnostics = diagnostics
         self.attempts = 0
         self.status: Optional[int] = None
         self.body: Optional[str] = None
         self.transport_error: Optional[BaseException] = None
+        self.headers: Optional[HTTPMessage] = None  # of the last response, as received
+        self.request_id: Optional[str] = None
+        self.history: list[Attempt] = []
+        self.delay = 0.0  # seconds slept before the next attempt
+        self.rate_limit_wait = 0.0  # seconds the next attempt waited for the rate limiter
+        self.redact: Callable[[str], str] = str  # the client's key redaction
+
+    def record(self, status: Optional[int], error: Optional[str], duration: float) -> Optional[str]:
+        """Add the attempt that just ended to the history; return its request id."""
+        request_id = None
+        if status is not None and self.headers is not None:
+            found = self.headers.get("request-id") or self.headers.get("x-request-id")
+            request_id = None if found is None else self.redact(found)
+        self.request_id = request_id if status is not None else self.request_id
+        self.history.append(
+            Attempt(
+                len(self.history) + 1, status, error, duration, self.delay, self.rate_limit_wait, request_id
+            )
+        )
+        self.delay = self.rate_limit_wait = 0.0
+        return request_id
 
     def stop_reason(self) -> Optional[str]:
         """Why the call must stop now (cancelled, client closed, timeout expired), or None."""
@@ -258,4 +288,11 @@ class CallState:
         diag.body = self.body
         diag.attempts = self.attempts
         diag.transport_error = self.transport_error
+        diag.request_id = self.request_id
+        headers = self.headers
+        if headers is not None:
+            redact = self.redact
+            diag.headers = ResponseHeaders((name, redact(value)) for name, value in headers.items())
+        diag.elapsed = time.monotonic() - self.started
+        diag.history = tuple(self.history)
         return diag

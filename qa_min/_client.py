@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from typing import Any, Callable, Optional, ParamSpec, TypeVar, Union
 
     from ._futures import Call, Executor
+    from ._hooks import HookEvent
 
     Q = TypeVar("Q", bound=Questions)
     R = TypeVar("R")
@@ -81,6 +82,9 @@ class Client:
         sleep: ``sleep(seconds, wake)`` used for backoff; it must return early once ``wake``
             is set. For tests: the default waits on ``wake``.
         random: A function returning a float in [0, 1), for backoff jitter. For tests.
+        hooks: ``{"before_attempt": [fn, ...], "after_attempt": [fn, ...]}``: functions called
+            with a ``HookEvent`` before each attempt and after each response or failure. A hook
+            that raises is logged and ignored.
 
     Raises:
         MissingApiKey: The base URL is the public address and no key was found.
@@ -107,11 +111,13 @@ class Client:
         retry_budget: Union[RetryBudget, Unset, None] = UNSET,
         sleep: Optional[Callable[[float, threading.Event], object]] = None,
         random: Optional[Callable[[], float]] = None,
+        hooks: Optional[Mapping[str, Sequence[Callable[[HookEvent], object]]]] = None,
     ) -> None:
         # The transport loads with the first client, not with ``import qa_min``: code that only
         # imports the package (for its types or errors) does not pay for sockets and pools.
         from ._config import header_block, request_heads, resolve
         from ._connection import Pool
+        from ._hooks import check_hooks
         from ._retrying import Sender
         from ._transport import Transport
 
@@ -125,7 +131,9 @@ class Client:
         pool = Pool(int(max_idle_per_host), float(number("idle_timeout", idle_timeout, 0)), self._closing)
         max_body = int(number("max_response_bytes", max_response_bytes, 0))
         self._transport = Transport(origin, proxy_origin, pool, ssl_context, max_body)
-        self._sender = Sender(self._transport, budget, sleep or _wait, random or _uniform, self._key)
+        self._sender = Sender(
+            self._transport, budget, sleep or _wait, random or _uniform, self._key, check_hooks(hooks)
+        )
         self._max_workers = int(max_workers)
         self._executor_lock = threading.Lock()
         self._futures: Optional[Executor] = None
@@ -172,7 +180,7 @@ class Client:
         call = self._call(cancel, timeout, diagnostics)
         data = self._sender.send(self._post(body), "POST", self._policy(retry), call)
         answers, usage = self._decode(data, spec, call)
-        return AskResponse(questions._qa_from(answers), usage)
+        return AskResponse(questions._qa_from(answers), usage, call.fill())
 
     def core(
         self,
@@ -201,7 +209,7 @@ class Client:
         call = self._call(cancel, timeout, diagnostics)
         data = self._sender.send(self._post(body), "POST", self._policy(retry), call)
         answers, usage = self._decode(data, request._spec, call)
-        return CoreResponse(readonly(answers), usage)
+        return CoreResponse(readonly(answers), usage, call.fill())
 
     def list_models(
         self,
@@ -219,9 +227,11 @@ class Client:
         call = self._call(cancel, timeout, diagnostics)
         data = self._sender.send(self._heads.get, "GET", self._policy(retry), call)
         try:
-            return models_of(parse_object(data))
+            models = models_of(parse_object(data))
         except BadShape as exc:
             raise self._invalid(str(exc), call) from None
+        models.diagnostics = call.fill()
+        return models
 
     def submit(self, fn: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -> Call[R]:
         """Run ``client.ask``, ``client.core`` or ``client.list_models`` on the client's executor.

@@ -39,33 +39,185 @@ from __future__ import annotations
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Iterable, Iterator
     from typing import Optional
 
 
 class Diagnostics:
     """What a call did; pass one as ``diagnostics=`` to see it, on success and on failure.
 
+    Every result carries one too, as ``.diagnostics`` (the one passed, if any).
+
     Attributes:
         status: The last HTTP status received, or None if no response arrived.
         body: The last non-2xx response body as text, or None.
         attempts: HTTP attempts made, the first one included.
         transport_error: The exception behind a ``ConnectionFailed``, or None.
+        request_id: The last response's ``request-id`` (or ``x-request-id``) header, or None.
+        headers: The last response's headers, read-only, as received; None if none arrived.
+        elapsed: Seconds the whole call took, retries and waits included.
+        history: One read-only ``Attempt`` per attempt, in order.
     """
 
-    __slots__ = ("attempts", "body", "status", "transport_error")
+    __slots__ = (
+        "attempts",
+        "body",
+        "elapsed",
+        "headers",
+        "history",
+        "request_id",
+        "status",
+        "transport_error",
+    )
 
     def __init__(self) -> None:
         self.status: Optional[int] = None
         self.body: Optional[str] = None
         self.attempts = 0
         self.transport_error: Optional[BaseException] = None
+        self.request_id: Optional[str] = None
+        self.headers: Optional[ResponseHeaders] = None
+        self.elapsed = 0.0
+        self.history: tuple[Attempt, ...] = ()
 
     def __repr__(self) -> str:
         body = self.body if self.body is None or len(self.body) <= 80 else self.body[:77] + "..."
         return (
             f"Diagnostics(status={self.status!r}, attempts={self.attempts!r}, "
+            f"request_id={self.request_id!r}, elapsed={self.elapsed:.3f}, "
             f"body={body!r}, transport_error={self.transport_error!r})"
         )
+
+
+class Attempt:
+    """One HTTP attempt of a call, as ``Diagnostics.history`` records it (read-only).
+
+    Attributes:
+        number: 1 for the first attempt, 2 for the first retry, ...
+        status: The HTTP status received, or None when no response arrived.
+        error: The name of the error the attempt ended in (``"ConnectionFailed"``, ``"RateLimited"``,
+            ``"Canceled"``, ...), or None for a 2xx.
+        duration: Seconds from sending the request to the end of the response or failure.
+        delay: Seconds the call slept (backoff or a server-requested delay) before this attempt.
+        rate_limit_wait: Seconds this attempt waited for the client's rate limiter.
+        request_id: The response's request id, or None.
+    """
+
+    __slots__ = ("delay", "duration", "error", "number", "rate_limit_wait", "request_id", "status")
+
+    number: int
+    status: Optional[int]
+    error: Optional[str]
+    duration: float
+    delay: float
+    rate_limit_wait: float
+    request_id: Optional[str]
+
+    def __init__(
+        self,
+        number: int,
+        status: Optional[int],
+        error: Optional[str],
+        duration: float,
+        delay: float = 0.0,
+        rate_limit_wait: float = 0.0,
+        request_id: Optional[str] = None,
+    ) -> None:
+        for name, value in (
+            ("number", number),
+            ("status", status),
+            ("error", error),
+            ("duration", duration),
+            ("delay", delay),
+            ("rate_limit_wait", rate_limit_wait),
+            ("request_id", request_id),
+        ):
+            object.__setattr__(self, name, value)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"Attempt is read-only; cannot set {name!r}")
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (
+            Attempt,
+            (
+                self.number,
+                self.status,
+                self.error,
+                self.duration,
+                self.delay,
+                self.rate_limit_wait,
+                self.request_id,
+            ),
+        )
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Attempt) and self.__reduce__() == other.__reduce__()
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        outcome = self.status if self.error is None else f"{self.status} {self.error}"
+        return (
+            f"Attempt(#{self.number}: {outcome}, {self.duration * 1000:.1f} ms, "
+            f"delay={self.delay:.3f}, rate_limit_wait={self.rate_limit_wait:.3f}, "
+            f"request_id={self.request_id!r})"
+        )
+
+
+class ResponseHeaders:
+    """A response's headers, read-only: lookups ignore case, ``items()`` gives them as received."""
+
+    __slots__ = ("_items",)
+
+    def __init__(self, items: Iterable[tuple[str, str]]) -> None:
+        self._items = tuple(items)
+
+    def get(self, name: str, default: Optional[str] = None) -> Optional[str]:
+        """The first value of header ``name`` (any case), or ``default``."""
+        wanted = name.lower()
+        for key, value in self._items:
+            if key.lower() == wanted:
+                return value
+        return default
+
+    def get_all(self, name: str) -> list[str]:
+        """Every value of header ``name``, in order."""
+        wanted = name.lower()
+        return [value for key, value in self._items if key.lower() == wanted]
+
+    def __getitem__(self, name: str) -> str:
+        value = self.get(name)
+        if value is None:
+            raise KeyError(name)
+        return value
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and self.get(name) is not None
+
+    def items(self) -> tuple[tuple[str, str], ...]:
+        """(name, value) pairs in the order and spelling received."""
+        return self._items
+
+    def keys(self) -> list[str]:
+        return [key for key, _ in self._items]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.keys())
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ResponseHeaders) and other._items == self._items
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (ResponseHeaders, (self._items,))
+
+    def __repr__(self) -> str:
+        return f"ResponseHeaders({list(self._items)!r})"
 
 
 class QAError(Exception):

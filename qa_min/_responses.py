@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import json
 
+from ._errors import Diagnostics
 from ._typing import Generic, readonly, short
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
-    from typing import Any, TypeVar
+    from typing import Any, Optional, TypeVar
 
     _T = TypeVar("_T")
 else:
@@ -68,13 +69,17 @@ class AskResponse(Generic[_T]):
     Attributes:
         answers: An instance of the ``Questions`` class asked, its attributes the answers.
         usage: The usage object the service sent (read-only; empty when absent).
+        diagnostics: What the call did: request id, headers, timings, attempts.
     """
 
-    __slots__ = ("answers", "usage")
+    __slots__ = ("answers", "diagnostics", "usage")
 
-    def __init__(self, answers: _T, usage: Mapping[str, Any]) -> None:
+    def __init__(
+        self, answers: _T, usage: Mapping[str, Any], diagnostics: Optional[Diagnostics] = None
+    ) -> None:
         self.answers = answers
         self.usage = usage
+        self.diagnostics = diagnostics if diagnostics is not None else Diagnostics()
 
     def __repr__(self) -> str:
         return f"AskResponse(answers={self.answers!r}, usage={dict(self.usage)!r})"
@@ -87,13 +92,17 @@ class CoreResponse:
         answers: A read-only mapping of question id to answer (``bool``, ``str`` or Enum
             member, ``int`` or Enum member).
         usage: The usage object the service sent (read-only; empty when absent).
+        diagnostics: What the call did: request id, headers, timings, attempts.
     """
 
-    __slots__ = ("answers", "usage")
+    __slots__ = ("answers", "diagnostics", "usage")
 
-    def __init__(self, answers: Mapping[str, Any], usage: Mapping[str, Any]) -> None:
+    def __init__(
+        self, answers: Mapping[str, Any], usage: Mapping[str, Any], diagnostics: Optional[Diagnostics] = None
+    ) -> None:
         self.answers = answers
         self.usage = usage
+        self.diagnostics = diagnostics if diagnostics is not None else Diagnostics()
 
     def get(self, question_id: str, default: Any = None) -> Any:
         """The answer to one question, or ``default`` if no question had that id."""
@@ -131,12 +140,14 @@ class ModelList:
 
     Attributes:
         models: The models, in the order the service listed them.
+        diagnostics: What the call did: request id, headers, timings, attempts.
     """
 
-    __slots__ = ("models",)
+    __slots__ = ("diagnostics", "models")
 
-    def __init__(self, models: Sequence[Model]) -> None:
+    def __init__(self, models: Sequence[Model], diagnostics: Optional[Diagnostics] = None) -> None:
         self.models = tuple(models)
+        self.diagnostics = diagnostics if diagnostics is not None else Diagnostics()
 
     def __iter__(self) -> Any:
         return iter(self.models)

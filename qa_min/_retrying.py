@@ -14,14 +14,16 @@ import time
 from ._backoff import backoff_ms, server_delay_ms, should_retry
 from ._config import get_logger, redactor
 from ._errors import Canceled, ConnectionFailed, QAError, status_error_class
+from ._hooks import HookEvent
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from http.client import HTTPMessage
-    from typing import Callable, Optional
+    from typing import Callable, Optional, Union
 
     from ._backoff import RetryPolicy
     from ._call import CallState, RetryBudget
+    from ._hooks import Hook
     from ._transport import Transport
 
 
@@ -35,52 +37,27 @@ class Sender:
         sleep: Callable[[float, threading.Event], object],
         random: Callable[[], float],
         api_key: Optional[str],
+        hooks: Optional[dict[str, tuple[Hook, ...]]] = None,
     ) -> None:
         self.transport = transport
         self.base_url = transport.origin.url()
         self._budget = budget
         self._sleep = sleep
         self._random = random
+        self._hooks = hooks
         self.redact = redactor(api_key)
 
     def send(self, request: bytes, method: str, policy: RetryPolicy, call: CallState) -> bytes:
         """The retry loop: the 2xx body, or the error SPEC.md section 5 names."""
-        transport = self.transport
+        call.redact = self.redact
         retries = 0
         try:
             while True:
                 call.check()
-                started = time.monotonic()
-                try:
-                    status, headers, body = transport.attempt(request, method, call)
-                except ConnectionFailed as exc:
-                    call.transport_error = exc.diagnostics.transport_error
-                    self._log_attempt(method, call, None, started)
-                    if not (policy.retry_connection_errors and exc.retryable):
-                        raise
-                    failure: QAError = exc
-                    delay = None
-                else:
-                    call.status = status
-                    self._log_attempt(method, call, status, started)
-                    if 200 <= status < 300:
-                        if self._budget is not None:
-                            self._budget.refund()
-                        if call.diagnostics is not None:
-                            call.fill()
-                        return body
-                    failure = self._status_error(status, headers, body, method, call)
-                    if not should_retry(policy, status, headers):
-                        raise failure
-                    delay = (
-                        server_delay_ms(
-                            headers.get("retry-after-ms"),
-                            headers.get("retry-after"),
-                            policy.max_retry_after_ms,
-                        )
-                        if policy.respect_retry_after
-                        else None
-                    )
+                outcome = self._attempt(request, method, policy, call)
+                if isinstance(outcome, bytes):
+                    return outcome
+                failure, delay = outcome
                 if retries >= policy.max_retries or not (self._budget is None or self._budget.try_spend()):
                     raise failure
                 if delay is None:
@@ -89,10 +66,101 @@ class Sender:
                 retries += 1
         except QAError as exc:
             exc.diagnostics = call.fill()
+            suffix = "" if call.request_id is None else f" (request id {call.request_id})"
             if call.attempts > 1 and not isinstance(exc, Canceled):
-                exc.message = f"{exc.message} (after {call.attempts} attempts)"
+                suffix += f" (after {call.attempts} attempts)"
+            if suffix:
+                exc.message = f"{exc.message}{suffix}"
                 exc.args = (exc.message,)
             raise
+
+    def _attempt(
+        self, request: bytes, method: str, policy: RetryPolicy, call: CallState
+    ) -> Union[bytes, tuple[QAError, Optional[float]]]:
+        """One attempt: the 2xx body, or (the error, the server's delay in ms) when worth a retry."""
+        if self._hooks is not None:
+            self._emit("before_attempt", request, method, call, None, None, None)
+        started = time.monotonic()
+        try:
+            status, headers, body = self.transport.attempt(request, method, call)
+        except QAError as exc:
+            if isinstance(exc, ConnectionFailed):
+                call.transport_error = exc.diagnostics.transport_error
+            self._record(request, method, call, None, exc, started)
+            if not (isinstance(exc, ConnectionFailed) and policy.retry_connection_errors and exc.retryable):
+                raise
+            return exc, None
+        call.status = status
+        call.headers = headers
+        if 200 <= status < 300:
+            self._record(request, method, call, status, None, started)
+            if self._budget is not None:
+                self._budget.refund()
+            return body
+        failure = self._status_error(status, headers, body, method, call)
+        self._record(request, method, call, status, failure, started)
+        if not should_retry(policy, status, headers):
+            raise failure
+        if not policy.respect_retry_after:
+            return failure, None
+        delay = server_delay_ms(
+            headers.get("retry-after-ms"), headers.get("retry-after"), policy.max_retry_after_ms
+        )
+        return failure, delay
+
+    def _record(
+        self,
+        request: bytes,
+        method: str,
+        call: CallState,
+        status: Optional[int],
+        error: Optional[QAError],
+        started: float,
+    ) -> None:
+        """The attempt's history record, debug log line and after-attempt hooks."""
+        duration = time.monotonic() - started
+        request_id = call.record(status, None if error is None else type(error).__name__, duration)
+        log = get_logger()
+        if log is not None and log.isEnabledFor(10):
+            log.debug(
+                "%s %s%s -> %s in %.1f ms (attempt %d)",
+                method,
+                self.base_url,
+                _path(method),
+                status if status is not None else type(error).__name__,
+                duration * 1000.0,
+                call.attempts,
+            )
+        if self._hooks is not None:
+            self._emit("after_attempt", request, method, call, status, error, duration, request_id)
+
+    def _emit(
+        self,
+        stage: str,
+        request: bytes,
+        method: str,
+        call: CallState,
+        status: Optional[int],
+        error: Optional[QAError],
+        duration: Optional[float],
+        request_id: Optional[str] = None,
+    ) -> None:
+        """Run the hooks of ``stage``; one that raises is logged, and the call goes on."""
+        hooks = self._hooks.get(stage, ()) if self._hooks is not None else ()
+        if not hooks:
+            return
+        number = call.attempts + (1 if stage == "before_attempt" else 0)
+        url = f"{self.base_url}{_path(method)}"
+        event = HookEvent(stage, method, url, number, request, status, error, duration, request_id)
+        for hook in hooks:
+            try:
+                hook(event)
+            except Exception as exc:
+                log = get_logger()
+                if log is not None:
+                    log.warning(
+                        "the %s hook %r raised %s: %s", stage, hook, type(exc).__name__, self.redact(str(exc))
+                    )
 
     def _pause(self, seconds: float, call: CallState, failure: QAError) -> None:
         """The backoff sleep; ends at once if the call is cancelled or the client closes."""
@@ -105,31 +173,22 @@ class Sender:
                 call.attempts,
                 type(failure).__name__,
             )
+        call.delay = seconds
         call.wait(seconds, self._sleep)
-
-    def _log_attempt(self, method: str, call: CallState, status: Optional[int], started: float) -> None:
-        log = get_logger()
-        if log is not None and log.isEnabledFor(10):
-            path = "/v1/core" if method == "POST" else "/v1/models"
-            log.debug(
-                "%s %s%s -> %s in %.1f ms (attempt %d)",
-                method,
-                self.base_url,
-                path,
-                status if status is not None else "connection failed",
-                (time.monotonic() - started) * 1000.0,
-                call.attempts,
-            )
 
     def _status_error(
         self, status: int, headers: HTTPMessage, body: bytes, method: str, call: CallState
     ) -> QAError:
         text = self.redact(body.decode("utf-8", "replace"))
         call.body = text
-        path = "/v1/core" if method == "POST" else "/v1/models"
+        path = _path(method)
         # Redacted again: a key JSON-escaped in the body comes out plain once `detail` is decoded.
         message = self.redact(f"HTTP {status} from {method} {self.base_url}{path}: {_detail(text, headers)}")
         return status_error_class(status)(message, status=status)
+
+
+def _path(method: str) -> str:
+    return "/v1/core" if method == "POST" else "/v1/models"
 
 
 def _detail(text: str, headers: HTTPMessage) -> str:

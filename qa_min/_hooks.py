@@ -1,0 +1,91 @@
+"""Event hooks: what a library embedding qa_min can watch around each attempt.
+
+``Client(hooks={"before_attempt": [fn, ...], "after_attempt": [fn, ...]})``, as httpx's
+``event_hooks``. The retry loop calls each hook with a ``HookEvent``: before every attempt, and
+after every response or failure (cancellation included). A hook that raises is logged and
+ignored; the call goes on. Events never hold the API key, and hold the request body only when
+the hook asks for it (``event.request_body()``).
+"""
+
+from __future__ import annotations
+
+from ._errors import InvalidOption
+from ._typing import short
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Callable, Optional
+
+    Hook = Callable[["HookEvent"], object]
+
+STAGES = ("before_attempt", "after_attempt")
+
+
+class HookEvent:
+    """One moment of one attempt, as a hook sees it (read-only).
+
+    Attributes:
+        stage: ``"before_attempt"`` or ``"after_attempt"``.
+        method: ``"POST"`` or ``"GET"``.
+        url: The full URL of the request.
+        attempt: 1 for the first attempt, 2 for the first retry, ...
+        status: The HTTP status received (after a response), else None.
+        error: The qa_min error the attempt ended in (after a failure or cancellation), else None.
+            After a non-2xx response it is the error that status maps to, even when it is retried.
+        duration: Seconds the attempt took (after), else None.
+        request_id: The response's request id (after), else None.
+    """
+
+    __slots__ = ("_request", "attempt", "duration", "error", "method", "request_id", "stage", "status", "url")
+
+    def __init__(
+        self,
+        stage: str,
+        method: str,
+        url: str,
+        attempt: int,
+        request: bytes,
+        status: Optional[int] = None,
+        error: Optional[BaseException] = None,
+        duration: Optional[float] = None,
+        request_id: Optional[str] = None,
+    ) -> None:
+        self.stage = stage
+        self.method = method
+        self.url = url
+        self.attempt = attempt
+        self.status = status
+        self.error = error
+        self.duration = duration
+        self.request_id = request_id
+        self._request = request
+
+    def request_body(self) -> bytes:
+        """The request body (the JSON with the state and questions); empty for ``GET``."""
+        return self._request.partition(b"\r\n\r\n")[2]
+
+    def __repr__(self) -> str:
+        outcome = (
+            "" if self.stage == "before_attempt" else f", status={self.status}, error={short(self.error)}"
+        )
+        return f"HookEvent({self.stage} #{self.attempt} {self.method} {self.url}{outcome})"
+
+
+def check_hooks(hooks: object) -> Optional[dict[str, tuple[Hook, ...]]]:
+    """The hooks as {stage: functions}, or None when there are none; ``InvalidOption`` if malformed."""
+    if hooks is None:
+        return None
+    if not hasattr(hooks, "items"):
+        raise InvalidOption(f"hooks must be a mapping of stage to a list of functions, got {short(hooks)}")
+    checked: dict[str, tuple[Hook, ...]] = {}
+    for stage, given in dict(hooks.items()).items():
+        if stage not in STAGES:
+            raise InvalidOption(f"hooks: unknown stage {stage!r}; the stages are {', '.join(STAGES)}")
+        if callable(given) or not hasattr(given, "__iter__"):
+            raise InvalidOption(f"hooks[{stage!r}] must be a list of functions, got {short(given)}")
+        functions = tuple(given)
+        for fn in functions:
+            if not callable(fn):
+                raise InvalidOption(f"hooks[{stage!r}] holds something that is not a function: {short(fn)}")
+        checked[stage] = functions
+    return checked if any(checked.values()) else None

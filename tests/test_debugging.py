@@ -1,0 +1,323 @@
+"""Debugging a call: request ids, response headers, timings, per-attempt records and event hooks.
+
+Traced to the spec (SPEC.md section 7a, "Diagnostics also carries ..."):
+  request_id from request-id / x-request-id ........ test_request_id_is_read_from_either_spelling,
+                                                      test_error_message_names_the_request_id
+  headers, read-only, as received .................. test_headers_are_the_last_responses_as_received
+  elapsed and one record per attempt ............... test_history_records_429_then_503_then_200
+  results carry the same information ............... test_every_result_carries_its_diagnostics
+  hooks before/after each attempt .................. test_hooks_run_in_order_on_success_and_retries,
+                                                      test_hooks_see_a_final_failure,
+                                                      test_hooks_see_a_cancellation
+  a hook that raises does not break the call ....... test_a_raising_hook_is_logged_and_ignored
+  never the key .................................... test_the_key_reaches_no_hook_and_no_diagnostics
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import pickle
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from support import BOUND, SleepRecorder, make_recording_client, wait_until
+
+import qa_min as qa
+from qa_min.testing import FakeService, hang, reply
+
+KEY = "sk-debug-0123456789abcdef"
+
+
+class Review(qa.Questions):
+    toxic = qa.YesNo("insults someone", "insults no one")
+
+
+REQUEST = qa.Request(state="Some text", questions=[qa.NamedQuestion("toxic", qa.YesNo("yes", "no"))])
+
+
+class Recorder:
+    """A hook for both stages that keeps every event."""
+
+    def __init__(self) -> None:
+        self.events: list[qa.HookEvent] = []
+
+    def __call__(self, event: qa.HookEvent) -> None:
+        self.events.append(event)
+
+    def summary(self) -> list[tuple[str, int, Any, Any]]:
+        return [
+            (e.stage, e.attempt, e.status, None if e.error is None else type(e.error).__name__)
+            for e in self.events
+        ]
+
+
+@pytest.fixture
+def recorder() -> Recorder:
+    return Recorder()
+
+
+@pytest.fixture
+def hooked(svc: FakeService, recorder: Recorder) -> Iterator[qa.Client]:
+    hooks = {"before_attempt": [recorder], "after_attempt": [recorder]}
+    with make_recording_client(svc.url, hooks=hooks) as client:
+        yield client
+
+
+@pytest.mark.parametrize("header", ["request-id", "x-request-id", "Request-Id", "X-Request-ID"])
+def test_request_id_is_read_from_either_spelling(svc: FakeService, header: str) -> None:
+    svc.script(reply(200, {"answers": {"toxic": True}}, headers=[(header, "req_123")]))
+    with make_recording_client(svc.url) as client:
+        result = client.core(REQUEST)
+    assert result.diagnostics.request_id == "req_123"
+    assert [a.request_id for a in result.diagnostics.history] == ["req_123"]
+
+
+def test_request_id_wins_over_x_request_id(svc: FakeService) -> None:
+    svc.script(reply(200, {"answers": {"toxic": True}}, headers=[("x-request-id", "x"), ("request-id", "r")]))
+    with make_recording_client(svc.url) as client:
+        assert client.core(REQUEST).diagnostics.request_id == "r"
+
+
+def test_no_request_id_header_gives_none(svc: FakeService) -> None:
+    with make_recording_client(svc.url) as client:
+        diagnostics = client.core(REQUEST).diagnostics
+    assert diagnostics.request_id is None
+    assert diagnostics.status == 200
+    assert diagnostics.attempts == 1
+
+
+def test_error_message_names_the_request_id(svc: FakeService) -> None:
+    svc.script(reply(400, {"detail": "bad state"}, headers=[("request-id", "req_bad_1")]))
+    with make_recording_client(svc.url) as client, pytest.raises(qa.BadRequest) as caught:
+        client.core(REQUEST)
+    assert "request id req_bad_1" in str(caught.value)
+    assert "bad state" in str(caught.value)
+    assert caught.value.diagnostics.request_id == "req_bad_1"
+
+
+def test_error_message_without_request_id_does_not_mention_one(svc: FakeService) -> None:
+    svc.script(reply(400, {"detail": "bad state"}))
+    with make_recording_client(svc.url) as client, pytest.raises(qa.BadRequest) as caught:
+        client.core(REQUEST)
+    assert "request id" not in str(caught.value)
+
+
+def test_headers_are_the_last_responses_as_received(svc: FakeService) -> None:
+    svc.script(
+        reply(503, {"detail": "busy"}, headers=[("X-RateLimit-Remaining", "0")]),
+        reply(200, {"answers": {"toxic": True}}, headers=[("X-RateLimit-Remaining", "41"), ("X-Multi", "a")]),
+    )
+    with make_recording_client(svc.url) as client:
+        headers = client.core(REQUEST).diagnostics.headers
+    assert headers is not None
+    assert headers["x-ratelimit-remaining"] == "41"  # the last response's, any case
+    assert ("X-RateLimit-Remaining", "41") in headers.items()  # spelled as received
+    assert "X-MULTI" in headers
+    assert headers.get("absent") is None
+    with pytest.raises(KeyError):
+        headers["absent"]
+    with pytest.raises((AttributeError, TypeError)):
+        headers["x-multi"] = "b"  # type: ignore[index]
+
+
+def test_history_records_429_then_503_then_200(svc: FakeService) -> None:
+    svc.script(
+        reply(429, {"detail": "slow down"}, headers=[("retry-after-ms", "20"), ("request-id", "r1")]),
+        reply(503, {"detail": "busy"}, headers=[("request-id", "r2")]),
+        reply(200, {"answers": {"toxic": False}}, headers=[("request-id", "r3")]),
+    )
+    sleep = SleepRecorder()
+    with make_recording_client(svc.url, sleep=sleep) as client:
+        result = client.core(REQUEST)
+    history = result.diagnostics.history
+    assert [(a.number, a.status, a.error) for a in history] == [
+        (1, 429, "RateLimited"),
+        (2, 503, "ServerError"),
+        (3, 200, None),
+    ]
+    # Slept before attempt 2: the server's 20 ms; before attempt 3: the second backoff, 1 s.
+    assert [a.delay for a in history] == [0.0, 0.02, 1.0]
+    assert sleep.seconds == [0.02, 1.0]
+    assert [a.request_id for a in history] == ["r1", "r2", "r3"]
+    assert all(0 <= a.duration < BOUND for a in history)
+    assert all(a.rate_limit_wait == 0.0 for a in history)
+    assert result.diagnostics.attempts == 3
+    assert result.diagnostics.elapsed >= sum(a.duration for a in history)
+
+
+def test_history_records_a_connection_failure_by_its_error(svc: FakeService) -> None:
+    svc.close()
+    with (
+        make_recording_client(svc.url, retry=qa.RetryPolicy(max_retries=1)) as client,
+        pytest.raises(qa.ConnectionFailed) as caught,
+    ):
+        client.list_models()
+    history = caught.value.diagnostics.history
+    assert [(a.number, a.status, a.error) for a in history] == [
+        (1, None, "ConnectionFailed"),
+        (2, None, "ConnectionFailed"),
+    ]
+    assert caught.value.diagnostics.headers is None
+
+
+def test_an_attempt_record_is_read_only_and_survives_pickle() -> None:
+    record = qa.Attempt(2, 429, "RateLimited", 0.5, 1.0, 0.25, "req")
+    with pytest.raises(AttributeError, match="read-only"):
+        record.status = 200
+    for protocol in range(pickle.HIGHEST_PROTOCOL + 1):
+        assert pickle.loads(pickle.dumps(record, protocol)) == record
+    assert copy.deepcopy(record) == record
+    assert "RateLimited" in repr(record)
+    headers = qa.ResponseHeaders([("A", "1")])
+    assert pickle.loads(pickle.dumps(headers)) == headers
+
+
+def test_every_result_carries_its_diagnostics(svc: FakeService) -> None:
+    svc.script(
+        reply(200, {"answers": {"toxic": True}}, headers=[("request-id", "a")]),
+        reply(200, {"answers": {"toxic": True}}, headers=[("request-id", "c")]),
+        reply(200, {"models": [{"name": "judge-latest"}]}, headers=[("request-id", "m")]),
+    )
+    given = qa.Diagnostics()
+    with make_recording_client(svc.url) as client:
+        asked = client.ask("Some text", Review, diagnostics=given)
+        core = client.core(REQUEST)
+        models = client.list_models()
+    assert asked.diagnostics is given  # the one passed in, filled
+    assert (asked.diagnostics.request_id, core.diagnostics.request_id, models.diagnostics.request_id) == (
+        "a",
+        "c",
+        "m",
+    )
+
+
+def test_hooks_run_in_order_on_success_and_retries(
+    svc: FakeService, hooked: qa.Client, recorder: Recorder
+) -> None:
+    svc.script(reply(429, headers=[("retry-after-ms", "1")]), reply(503))
+    hooked.core(REQUEST)
+    assert recorder.summary() == [
+        ("before_attempt", 1, None, None),
+        ("after_attempt", 1, 429, "RateLimited"),
+        ("before_attempt", 2, None, None),
+        ("after_attempt", 2, 503, "ServerError"),
+        ("before_attempt", 3, None, None),
+        ("after_attempt", 3, 200, None),
+    ]
+    after = recorder.events[-1]
+    assert after.method == "POST"
+    assert after.url == f"{svc.url}/v1/core"
+    assert after.duration is not None
+    assert 0 <= after.duration < BOUND
+    assert recorder.events[0].duration is None
+
+
+def test_hooks_see_a_final_failure(svc: FakeService, hooked: qa.Client, recorder: Recorder) -> None:
+    svc.script(reply(401, {"detail": "no"}))
+    with pytest.raises(qa.Unauthorized):
+        hooked.list_models()
+    assert recorder.summary() == [
+        ("before_attempt", 1, None, None),
+        ("after_attempt", 1, 401, "Unauthorized"),
+    ]
+    assert recorder.events[1].url == f"{svc.url}/v1/models"
+    assert recorder.events[1].request_body() == b""
+
+
+def test_hooks_see_a_cancellation(svc: FakeService, hooked: qa.Client, recorder: Recorder) -> None:
+    svc.script(hang())
+    token = qa.CancelToken()
+    call = hooked.submit(hooked.core, REQUEST, cancel=token)
+    assert svc.wait_for_requests(1, BOUND)
+    token.cancel()
+    with pytest.raises(qa.Canceled):
+        call.result(BOUND)
+    assert wait_until(lambda: len(recorder.events) == 2)
+    assert recorder.summary() == [("before_attempt", 1, None, None), ("after_attempt", 1, None, "Canceled")]
+
+
+def test_a_hook_sees_the_request_body_only_when_it_asks(
+    svc: FakeService, hooked: qa.Client, recorder: Recorder
+) -> None:
+    hooked.core(REQUEST)
+    body = recorder.events[0].request_body()
+    assert b'"state": "Some text"' in body or b'"state":"Some text"' in body
+    assert b"Authorization" not in body
+    assert "Some text" not in repr(recorder.events[0])
+
+
+def test_a_raising_hook_is_logged_and_ignored(svc: FakeService, caplog: pytest.LogCaptureFixture) -> None:
+    seen: list[int] = []
+
+    def broken(event: qa.HookEvent) -> None:
+        raise RuntimeError("the metrics backend is down")
+
+    def counting(event: qa.HookEvent) -> None:
+        seen.append(event.attempt)
+
+    hooks = {"before_attempt": [broken, counting], "after_attempt": [broken]}
+    with (
+        caplog.at_level(logging.WARNING, logger="qa_min"),
+        make_recording_client(svc.url, hooks=hooks) as client,
+    ):
+        result = client.core(REQUEST)
+    assert result.answers["toxic"] in (True, False)
+    assert seen == [1]  # the hook after the broken one still ran
+    messages = [r.getMessage() for r in caplog.records if r.name == "qa_min"]
+    assert sum("the metrics backend is down" in m for m in messages) == 2
+    assert all("RuntimeError" in m for m in messages)
+
+
+@pytest.mark.parametrize(
+    ("hooks", "reason"),
+    [
+        ({"before": [print]}, "unknown stage 'before'"),
+        ({"after_attempt": print}, "must be a list of functions"),
+        ({"after_attempt": [1]}, "not a function"),
+        ([print], "must be a mapping"),
+    ],
+)
+def test_malformed_hooks_are_refused(hooks: Any, reason: str) -> None:
+    with pytest.raises(qa.InvalidOption, match=reason):
+        qa.Client(base_url="http://127.0.0.1:9", hooks=hooks)
+
+
+def test_empty_hooks_are_no_hooks() -> None:
+    with qa.Client(
+        base_url="http://127.0.0.1:9", hooks={"before_attempt": [], "after_attempt": ()}
+    ) as client:
+        assert client._sender._hooks is None
+
+
+def test_the_key_reaches_no_hook_and_no_diagnostics(svc: FakeService, recorder: Recorder) -> None:
+    # A server that echoes the key in its request id, in another header and in the error body.
+    svc.script(
+        reply(429, {"detail": f"key {KEY}"}, headers=[("request-id", KEY), ("x-echo", f"Bearer {KEY}")])
+    )
+    hooks = {"before_attempt": [recorder], "after_attempt": [recorder]}
+    with (
+        make_recording_client(svc.url, api_key=KEY, hooks=hooks, retry=qa.RetryPolicy.none) as client,
+        pytest.raises(qa.RateLimited) as caught,
+    ):
+        client.core(REQUEST)
+    diagnostics = caught.value.diagnostics
+    seen = [repr(diagnostics), str(caught.value), repr(diagnostics.headers), str(diagnostics.request_id)]
+    seen += [repr(a) for a in diagnostics.history]
+    for event in recorder.events:
+        seen += [repr(event), event.url, str(event.error), str(event.request_id), repr(event.request_body())]
+    assert diagnostics.headers is not None
+    seen += [value for _, value in diagnostics.headers.items()]
+    leaked = [text for text in seen if KEY in text]
+    assert not leaked
+    assert diagnostics.request_id == "[redacted]"
+
+
+def test_hooks_are_called_from_the_calling_thread(svc: FakeService) -> None:
+    threads: list[str] = []
+    hooks = {"before_attempt": [lambda e: threads.append(threading.current_thread().name)]}
+    with make_recording_client(svc.url, hooks=hooks) as client:
+        client.core(REQUEST)
+    assert threads == [threading.current_thread().name]
