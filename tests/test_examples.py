@@ -48,6 +48,14 @@ ON_OWN_FAKE: dict[str, list[str]] = {
         r"^AskResponse / InvalidState$",
     ],
     "testing_your_code.py": [r"^ok  test_flag_toxic_retries_a_rate_limit", r"^5 tests passed$"],
+    "debugging_and_hooks.py": [
+        r"^log: -> POST http://127\.0\.0\.1:\d+/v1/core \(attempt 1\)$",
+        r"^log: <- 429 RateLimited in [\d.]+ ms, request id req_1$",
+        r"^log: <- 503 ServerError in [\d.]+ ms, request id req_2$",
+        r"^request id: None, 3 attempt\(s\) in ",
+        r"^  attempt 2: 503 ServerError, slept 0\.020 s before it$",
+        r"^metrics: \{'qa\.attempts\{outcome=200\}': 1, 'qa\.attempts\{outcome=RateLimited\}': 1, ",
+    ],
 }
 
 # Against a healthy service nothing is busy or slow: the other branch of each step runs.
@@ -66,6 +74,7 @@ ON_HEALTHY_SERVICE: dict[str, list[str]] = {
     ],
     "asyncio_usage.py": [r"^answered within 0\.5 s: toxic=(True|False)$"],
     "testing_your_code.py": [r"^flagged: \[", r"^5 tests passed$"],
+    "debugging_and_hooks.py": [r"^request id: None, 1 attempt\(s\) in ", r"^  attempt 1: 200, slept 0\.000 s"],
 }
 
 
