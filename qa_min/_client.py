@@ -18,7 +18,7 @@ import threading
 from ._backoff import DEFAULTS, RetryPolicy
 from ._call import CallState, CancelToken, RetryBudget
 from ._constants import MAX_RESPONSE_BYTES
-from ._errors import ClientClosed, Diagnostics, InvalidOption, InvalidQuestion, InvalidResponse
+from ._errors import ClientClosed, ConfigurationError, Diagnostics, InvalidOption, InvalidQuestion, InvalidResponse
 from ._options import check_options, check_retry, number
 from ._questions import Questions, Request, _Mismatch, _Spec, check_model
 from ._responses import AskResponse, BadShape, CoreResponse, ModelList, models_of, parse_object, usage_of
@@ -40,6 +40,10 @@ if TYPE_CHECKING:
     Timeout = Union[float, None, Unset]
 
 _MISSING = object()
+
+
+def _rebuild(options: dict[str, Any]) -> Client:
+    return Client(**options)
 
 
 def _wait(seconds: float, wake: threading.Event) -> None:
@@ -113,6 +117,9 @@ class Client:
         random: Optional[Callable[[], float]] = None,
         hooks: Optional[Mapping[str, Sequence[Callable[[HookEvent], object]]]] = None,
     ) -> None:
+        # What pickle and copy rebuild the client from: every argument, with the ones that came
+        # from the environment (key, address, model, proxy) fixed to the values found here.
+        options = {name: value for name, value in locals().items() if name != "self"}
         # The transport loads with the first client, not with ``import qa_min``: code that only
         # imports the package (for its types or errors) does not pay for sockets and pools.
         from ._config import header_block, request_heads, resolve
@@ -139,7 +146,21 @@ class Client:
         self._futures: Optional[Executor] = None
         self._pid = os.getpid()
         self.base_url = origin.url()
+        proxy_url = None if proxy_origin is None else proxy_origin.source
+        options.update(api_key=self._key, base_url=self.base_url, model=self._model, proxy=proxy_url)
+        self._options = {**options, "trust_env": False}
 
+    def __reduce__(self) -> tuple[object, ...]:
+        """Pickle and copy as the configuration: a fresh client, with its own pool and threads.
+
+        The API key travels with it. Sockets, threads and a closed state never do.
+        """
+        if self._options["ssl_context"] is not None:
+            raise ConfigurationError(
+                "a Client with an ssl_context cannot be pickled (an SSLContext cannot be); "
+                "build the client where it is used instead"
+            )
+        return (_rebuild, (self._options,))
     @property
     def model(self) -> str:
         """The model used when a call names none."""

@@ -36,7 +36,7 @@ def from_env(name: str, env: Mapping[str, str]) -> Optional[str]:
 class Origin:
     """A parsed http(s) URL: scheme, host, port, path prefix."""
 
-    __slots__ = ("_auth", "host", "path", "port", "scheme")
+    __slots__ = ("_auth", "host", "path", "port", "scheme", "source")
 
     def __init__(self, url: object, what: str = "base_url") -> None:
         error = InvalidBaseUrl if what == "base_url" else InvalidOption
@@ -59,6 +59,7 @@ class Origin:
         if what == "base_url" and (parts.username is not None or parts.password is not None):
             raise error("base_url must not carry credentials; pass api_key instead")
         self._auth = (parts.username, parts.password)
+        self.source = url  # as given, credentials included: for pickling a client
 
     @property
     def netloc(self) -> str:

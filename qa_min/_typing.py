@@ -38,6 +38,9 @@ class Unset:
     def __repr__(self) -> str:
         return "UNSET"
 
+    def __reduce__(self) -> str:
+        return "UNSET"  # the one instance, across pickle and copy
+
 
 UNSET = Unset()
 

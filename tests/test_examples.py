@@ -74,7 +74,10 @@ ON_HEALTHY_SERVICE: dict[str, list[str]] = {
     ],
     "asyncio_usage.py": [r"^answered within 0\.5 s: toxic=(True|False)$"],
     "testing_your_code.py": [r"^flagged: \[", r"^5 tests passed$"],
-    "debugging_and_hooks.py": [r"^request id: None, 1 attempt\(s\) in ", r"^  attempt 1: 200, slept 0\.000 s"],
+    "debugging_and_hooks.py": [
+        r"^request id: None, 1 attempt\(s\) in ",
+        r"^  attempt 1: 200, slept 0\.000 s",
+    ],
 }
 
 
