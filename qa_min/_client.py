@@ -18,7 +18,14 @@ import threading
 from ._backoff import DEFAULTS, RetryPolicy
 from ._call import CallState, CancelToken, RetryBudget
 from ._constants import MAX_RESPONSE_BYTES
-from ._errors import ClientClosed, ConfigurationError, Diagnostics, InvalidOption, InvalidQuestion, InvalidResponse
+from ._errors import (
+    ClientClosed,
+    ConfigurationError,
+    Diagnostics,
+    InvalidOption,
+    InvalidQuestion,
+    InvalidResponse,
+)
 from ._options import check_options, check_retry, number
 from ._questions import Questions, Request, _Mismatch, _Spec, check_model
 from ._responses import AskResponse, BadShape, CoreResponse, ModelList, models_of, parse_object, usage_of
@@ -161,6 +168,7 @@ class Client:
                 "build the client where it is used instead"
             )
         return (_rebuild, (self._options,))
+
     @property
     def model(self) -> str:
         """The model used when a call names none."""
