@@ -18,7 +18,7 @@ import time
 
 from ._client import CancelToken
 from ._config import get_logger, redactor
-from ._errors import Canceled, ConnectionFailed, QAError, status_error_class
+from ._errors import Canceled, ConnectionFailed, ProxyError, QAError, status_error_class
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -166,8 +166,16 @@ class Sender:
                     status, headers, body = transport.attempt(request, method, call)
                 except ConnectionFailed as exc:
                     call.transport_error = exc.diagnostics.transport_error
+                    if isinstance(exc, ProxyError):
+                        # The proxy answered: its status and page are what the caller can act on.
+                        call.status = exc.status
+                        call.body = self.redact(exc.diagnostics.body or "")
                     self._log_attempt(method, call, None, started)
-                    if not (policy.retry_connection_errors and exc.retryable):
+                    if not exc.retryable or not (
+                        policy.retry_status(exc.status)
+                        if isinstance(exc, ProxyError)
+                        else policy.retry_connection_errors
+                    ):
                         raise
                     failure: QAError = exc
                     delay = None
