@@ -155,7 +155,9 @@ OK_AFTER_RETRY = Expect("succeeds-after-retry", None, 2, status=200)
 OK_NO_RETRY = Expect("succeeds-without-retry", None, 1, status=200)
 OK_RESENT = Expect("succeeds-resent-without-retry", None, 2, status=200, resent=1)
 OK_RESENT_AFTER_RETRY = Expect("succeeds-resent-after-retry", None, 3, status=200, resent=1)
-CONN_FAILED_RESENT = Expect("connection-failed-resent", qa.ConnectionFailed, 2, transport_error=True, resent=1)
+CONN_FAILED_RESENT = Expect(
+    "connection-failed-resent", qa.ConnectionFailed, 2, transport_error=True, resent=1
+)
 CONN_FAILED = Expect("connection-failed", qa.ConnectionFailed, 1, transport_error=True)
 CANCELED = Expect("canceled-by-timeout", qa.Canceled, 1)
 
