@@ -288,9 +288,12 @@ def _chunked(fp: Stream, status: int, limit: int, parts: list[bytes], strict: bo
             raise Oversized(status, None, limit)
         _fixed(fp, size, parts)
         total += size
-        end = fp.readline(3)
+        # Byte by byte, so that a wrong byte is refused without waiting for the next one.
+        end = fp.read(1)
+        if end == b"\r":
+            end += fp.read(1)
         if end not in (b"\r\n", b"\n"):
-            if not end:
+            if end in (b"", b"\r"):
                 raise IncompleteRead(b"", 2)
             raise Malformed(status, "chunk data is not followed by CRLF")
         framing += len(end)
