@@ -106,6 +106,7 @@ class Transport:
             origin.port,
             None if proxy is None else (proxy.host, proxy.port),
         )
+        self._plain_proxy = proxy is not None and origin.scheme == "http"
         auth = None if proxy is None else proxy.basic_auth()
         self.proxy_headers = b"" if auth is None else f"Proxy-Authorization: {auth}\r\n".encode()
         # Forms of the proxy credentials a proxy's error page might echo; never shown.
@@ -151,7 +152,7 @@ class Transport:
                 call.attempts += stale.written
         if result is None:
             result = self._exchange(None, request, method, call)
-        if result[0] in (401, 407) and self.proxy is not None and self.origin.scheme == "http":
+        if result[0] in (401, 407) and self._plain_proxy:
             self._check_plain_proxy(result[0], result[1], result[2], method)
         return result
 
@@ -169,6 +170,10 @@ class Transport:
                     lease = None
                     raise Stopped
             status, headers, body, reusable = conn.exchange(request, method, call.deadline, self.max_body)
+            if status in (401, 407) and self._plain_proxy:
+                # A proxy that refused may leave the request body unread and the connection
+                # dead while calling it keep-alive (squid does): never reuse it.
+                reusable = False
         except _NETWORK_ERRORS as exc:
             if conn is not None:
                 self.pool.discard(conn)
