@@ -196,12 +196,11 @@ class Connection:
     ) -> tuple[int, HTTPMessage, bytes, bool]:
         """Send ``request`` and read one response: (status, headers, body, reusable).
 
-        A 2xx body over ``max_body`` bytes or badly framed raises ``BadBody`` (``Oversized`` or
-        ``Malformed``); any other status comes back with what of its body could be read, cut
-        at the limit, the connection not reusable. When sending fails because the server
-        closed or reset the connection, a response it sent first (a 401 before reading a large
-        body) is read and returned. Raises ``OSError``/``http.client.HTTPException`` from the
-        network, ``Expired`` when the deadline passes and ``Stopped`` after ``abort()``.
+        A 2xx body over ``max_body`` bytes or badly framed raises ``BadBody``; other statuses
+        come back with what of their body could be read (``_response`` says more). A response
+        the server sent before the send failed (a 401 before reading a large body) is returned.
+        Raises ``OSError``/``HTTPException`` from the network, ``Expired`` when the deadline
+        passes and ``Stopped`` after ``abort()``.
         """
         self.deadline = deadline
         self.received = 0
@@ -262,10 +261,9 @@ def start_tls(
 class TunnelRefused(Exception):
     """The proxy answered a CONNECT with a non-2xx status."""
 
-    def __init__(self, status: int, headers: HTTPMessage, body: bytes) -> None:
+    def __init__(self, status: int, body: bytes) -> None:
         super().__init__(f"the proxy refused the tunnel: HTTP {status}")
         self.status = status
-        self.headers = headers
         self.body = body
 
 
@@ -276,11 +274,8 @@ def open_tunnel(
 
     Raises ``TunnelRefused`` when the proxy says no, and what ``exchange`` raises otherwise.
     """
-    request = b"CONNECT %s HTTP/1.1\r\nHost: %s\r\n%s\r\n" % (
-        target.encode("ascii"),
-        target.encode("ascii"),
-        headers,
-    )
+    host = target.encode("ascii")
+    request = b"CONNECT %s HTTP/1.1\r\nHost: %s\r\n%s\r\n" % (host, host, headers)
     conn.deadline = deadline
     conn.received = 0
     conn.sock.settimeout(_remaining(deadline))
@@ -294,7 +289,7 @@ def open_tunnel(
             raise MalformedHead("the proxy sent data before the TLS handshake")
         return
     body, _ = read_body(fp, head, max_body)
-    raise TunnelRefused(head.status, head.headers, body)
+    raise TunnelRefused(head.status, body)
 
 
 # -- the pool ---------------------------------------------------------------------------

@@ -154,16 +154,37 @@ def chunked_framing(draw: st.DrawFn, body: bytes) -> tuple[bytes, bool]:
 
 
 @st.composite
+def framed(draw: st.DrawFn, body: bytes) -> tuple[list[bytes], bytes, bool, bool]:
+    """(framing header lines, body bytes as sent, framing valid, delimited by the close)."""
+    framing = draw(st.sampled_from(["length", "length", "dup-length", "short", "long", "bad-length",
+                                    "chunked", "chunked", "chunked+length", "close", "gzip"]))  # fmt: skip
+    if framing == "length":
+        return [b"Content-Length: %d" % len(body)], body, True, False
+    if framing == "dup-length":
+        return [b"Content-Length: %d, %d" % (len(body), len(body))], body, True, False
+    if framing == "short":  # the body cut: never a JSON object any more
+        return [b"Content-Length: %d" % max(0, len(body) - draw(st.integers(1, 5)))], body, not body, False
+    if framing == "long":
+        return [b"Content-Length: %d" % (len(body) + draw(st.integers(1, 100)))], body, False, False
+    if framing == "bad-length":
+        return [b"Content-Length: " + draw(st.sampled_from(BAD_LENGTHS)).encode()], body, False, False
+    if framing == "gzip":
+        return [b"Transfer-Encoding: gzip"], body, False, False
+    if framing == "close":
+        return [], body, True, True
+    lines = [b"Transfer-Encoding: chunked"] + ([b"Content-Length: 3"] if framing == "chunked+length" else [])
+    sent, valid = draw(chunked_framing(body))
+    return lines, sent, valid, False
+
+
+@st.composite
 def examples(draw: st.DrawFn) -> Example:
     head_ok = True
     lines: list[bytes] = []
     for _ in range(draw(st.integers(0, 3))):  # interim responses, all skipped
         code = draw(st.sampled_from([100, 102, 103, 150, 199]))
-        lines += [
-            b"HTTP/1.1 %d Interim" % code,
-            *[b"Link: </%d>" % i for i in range(draw(st.integers(0, 2)))],
-            b"",
-        ]
+        links = [b"Link: </%d>" % i for i in range(draw(st.integers(0, 2)))]
+        lines += [b"HTTP/1.1 %d Interim" % code, *links, b""]
     if draw(st.integers(0, 15)) == RARE:
         lines.append(draw(st.sampled_from(BROKEN_STATUS_LINES)))
         head_ok = False
@@ -180,39 +201,13 @@ def examples(draw: st.DrawFn) -> Example:
         lines.append(draw(st.sampled_from([b"No colon here", b"Bad Name: x", b": empty"])))
         head_ok = False
     body = draw(bodies())
-    framing = draw(st.sampled_from(["length", "length", "dup-length", "short", "long", "bad-length",
-                                    "chunked", "chunked", "chunked+length", "close", "gzip"]))  # fmt: skip
-    framing_ok = framing in ("length", "dup-length", "chunked", "chunked+length", "close")
-    if framing == "length":
-        lines.append(b"Content-Length: %d" % len(body))
-    elif framing == "dup-length":
-        lines.append(b"Content-Length: %d, %d" % (len(body), len(body)))
-    elif framing == "short":
-        lines.append(b"Content-Length: %d" % max(0, len(body) - draw(st.integers(1, 5))))
-    elif framing == "long":
-        lines.append(b"Content-Length: %d" % (len(body) + draw(st.integers(1, 100))))
-    elif framing == "bad-length":
-        lines.append(b"Content-Length: " + draw(st.sampled_from(BAD_LENGTHS)).encode())
-    elif framing == "gzip":
-        lines.append(b"Transfer-Encoding: gzip")
-    elif framing.startswith("chunked"):
-        lines.append(b"Transfer-Encoding: chunked")
-        if framing == "chunked+length":
-            lines.append(b"Content-Length: 3")
-        body_bytes, framing_ok = draw(chunked_framing(body))
+    framing, sent, framing_ok, until_close = draw(framed(body))
     stall = draw(st.integers(0, 31)) == RARE
     newline = draw(st.sampled_from([b"\r\n", b"\r\n", b"\n"]))
-    raw = newline.join([*lines, b""]) + newline + (body_bytes if framing.startswith("chunked") else body)
-    valid = (
-        head_ok
-        and framing_ok
-        and 200 <= status < 300
-        and status != 204
-        and len(body) <= CAP
-        and not (stall and framing == "close")
-        and not (framing == "short" and len(body) == 0)
-    )
-    answer = expected_answer(body) if valid else None
+    raw = newline.join([*lines, *framing, b""]) + newline + sent
+    # A close-delimited body never ends while the server stalls.
+    valid = head_ok and framing_ok and 200 <= status < 300 and status != 204 and not (stall and until_close)
+    answer = expected_answer(body) if valid and len(body) <= CAP else None
     return Example(raw, answer, status if head_ok else None, stall)
 
 
