@@ -9,11 +9,16 @@ no byte of a response can be read is it a connection failure.
 
 from __future__ import annotations
 
+import socket
+import ssl
+import threading
 from typing import Optional
 
 import pytest
-from faultservers import OK_RESPONSE, answer_early, respond_sequence
+from faultservers import OK_RESPONSE, RawServer, answer_early, respond_sequence
 from rawhttp import Toxic, ask, response, serving
+from support import no_sleep
+from tlshelpers import Certs, OpenSSLUnavailable, make_certs
 
 import qa_min as qa
 
@@ -85,3 +90,82 @@ def test_no_answer_at_all_is_a_connection_failure(size: int) -> None:
     assert diag.status is None
     assert isinstance(diag.transport_error, OSError)
     assert caught.value.__cause__ is diag.transport_error
+
+
+def test_no_answer_while_a_large_body_is_still_being_sent_is_a_connection_failure() -> None:
+    # 16 MiB cannot fit in the socket buffers: the reset reaches the client while it sends.
+    with serving(answer_early(b"", reset=True)) as (_, client):
+        diag = qa.Diagnostics()
+        with pytest.raises(qa.ConnectionFailed):
+            client.ask("x" * 16 * 2**20, Toxic, diagnostics=diag)
+    assert isinstance(diag.transport_error, ConnectionError)
+
+
+def test_half_an_early_answer_is_a_connection_failure() -> None:
+    with serving(answer_early(b"HTTP/1.1 401 Unauthorized\r\nContent-Ty", reset=True)) as (_, client):
+        diag = qa.Diagnostics()
+        with pytest.raises(qa.ConnectionFailed) as caught:
+            client.ask("x" * 16 * 2**20, Toxic, diagnostics=diag)
+    assert diag.status is None
+    assert "headers" in str(caught.value)
+
+
+def test_cancel_while_a_large_body_is_being_sent_is_canceled_not_an_answer() -> None:
+    # The server reads nothing: the client's send blocks until the cancel shuts the socket.
+    reading = threading.Event()
+
+    def silent(conn: socket.socket, stop: threading.Event) -> None:
+        reading.set()
+        stop.wait(10)
+
+    with serving(silent) as (_, client):
+        token = qa.CancelToken()
+
+        def cancel_once_connected() -> None:
+            if reading.wait(5):
+                token.cancel()
+
+        canceller = threading.Thread(target=cancel_once_connected)
+        canceller.start()
+        try:
+            with pytest.raises(qa.Canceled):
+                client.ask("x" * 64 * 2**20, Toxic, cancel=token)
+        finally:
+            canceller.join(5)
+        assert client._transport.pool.idle_count() == 0
+
+
+@pytest.fixture(scope="module")
+def certs(tmp_path_factory: pytest.TempPathFactory) -> Certs:
+    try:
+        return make_certs(tmp_path_factory.mktemp("certs"))
+    except OpenSSLUnavailable as exc:
+        pytest.skip(f"cannot make test certificates: {exc}")
+
+
+@pytest.mark.parametrize(
+    ("size", "runs"), [(10, RUNS), (1_048_576, RUNS), (16 * 2**20, 5)], ids=["10B", "1MB", "16MB"]
+)
+def test_early_401_over_tls_is_read(certs: Certs, size: int, runs: int) -> None:
+    server_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    server_context.load_cert_chain(certs.server_cert, certs.server_key)
+
+    def handler(conn: socket.socket, stop: threading.Event) -> None:
+        # Without NODELAY the answer could wait behind Nagle's algorithm for an ACK and then be
+        # thrown away by the reset in the server's own kernel: no client could read it.
+        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        with server_context.wrap_socket(conn, server_side=True) as tls:
+            head = b""
+            while b"\r\n\r\n" not in head:
+                data = tls.recv(4096)
+                if not data:
+                    return
+                head += data
+            tls.sendall(UNAUTHORIZED)
+
+    context = ssl.create_default_context(cafile=str(certs.ca))
+    with RawServer(handler) as server:
+        url = f"https://127.0.0.1:{server.port}"
+        with qa.Client(base_url=url, ssl_context=context, trust_env=False, sleep=no_sleep) as client:
+            outcomes = [outcome(client, "x" * size) for _ in range(runs)]
+    assert outcomes == [("Unauthorized", 401, DETAIL, 1)] * runs

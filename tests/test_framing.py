@@ -256,6 +256,13 @@ def test_trailer_fields_are_limited(count: int, accepted: bool) -> None:
         assert outcome.elapsed < PROMPT
 
 
+def test_trailer_line_over_64_kib_is_refused() -> None:
+    trailer = b"X-Big: " + b"v" * 65536
+    outcome = call_once(chunked_response(chunked(BODY_FALSE, trailers=[trailer])), stall=STALL)
+    assert_refused(outcome.error, "trailer")
+    assert outcome.elapsed < PROMPT
+
+
 def test_chunk_data_not_followed_by_crlf_is_refused() -> None:
     data = b"%x\r\n%sXY0\r\n\r\n" % (len(BODY_FALSE), BODY_FALSE)
     outcome = call_once(chunked_response(data), stall=STALL)
@@ -356,6 +363,15 @@ def test_error_body_with_bad_chunking_keeps_its_status_and_what_came_before(fram
     assert outcome.idle == 0
 
 
+def test_timeout_while_reading_an_error_body_is_canceled_not_the_status() -> None:
+    # The deadline ends the call; a body the server is still sending is not "what it sent".
+    data = response("401 Unauthorized", body=b"partial", length="100")
+    outcome = call_once(data, stall=STALL, timeout=0.3)
+    assert type(outcome.error) is qa.Canceled
+    assert "timeout" in str(outcome.error)
+    assert outcome.elapsed < 0.3 + PROMPT
+
+
 def test_error_body_cut_short_by_the_server_keeps_its_status() -> None:
     outcome = call_once(response("401 Unauthorized", body=b'{"detail": "bad key"}', length="100"))
     assert type(outcome.error) is qa.Unauthorized
@@ -377,6 +393,22 @@ def test_header_line_that_is_not_a_field_is_refused(line: str) -> None:
     outcome = call_once(response(headers=[line]))
     assert type(outcome.error) is qa.ConnectionFailed
     assert "not a header field" in str(outcome.error)
+
+
+def test_continuation_as_the_first_header_line_is_refused() -> None:
+    outcome = call_once(b"HTTP/1.1 200 OK\r\n folded: x\r\nContent-Length: 41\r\n\r\n" + BODY_TRUE)
+    assert type(outcome.error) is qa.ConnectionFailed
+    assert "continuation" in str(outcome.error)
+
+
+@pytest.mark.parametrize(("length", "accepted"), [(65536, True), (65537, False)])
+def test_status_line_length_is_limited(length: int, accepted: bool) -> None:
+    reason = "R" * (length - len("HTTP/1.1 200 ") - 2)
+    outcome = call_once(response(f"200 {reason}"))
+    assert (outcome.error is None) is accepted, repr(outcome.error)
+    if not accepted:
+        assert type(outcome.error) is qa.ConnectionFailed
+        assert "status line" in str(outcome.error)
 
 
 def test_continuation_line_is_part_of_the_header_before_it() -> None:
