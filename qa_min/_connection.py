@@ -1,9 +1,9 @@
 """One keep-alive connection and one HTTP exchange over it.
 
-Requests are written as bytes the client prepared once (the header block is fixed per client),
-so ``http.client`` is used only to parse responses, through ``HTTPResponse`` over a reader of
-our own. That reader enforces the call's deadline on every ``recv`` and counts the bytes
-received, which tells a stale keep-alive connection (nothing came back) from a dropped response.
+Requests are written as bytes the client prepared once (the header block is fixed per client);
+responses are read by ``_response`` from a reader of our own. That reader enforces the call's
+deadline on every ``recv`` and counts the bytes received, which tells a stale keep-alive
+connection (nothing came back) from a dropped response.
 
 States of a ``Connection``::
 
@@ -23,8 +23,12 @@ import io
 import os
 import select
 import socket
+import sys
 import time
-from http.client import HTTPException, HTTPResponse
+from http.client import HTTPException
+
+from ._response import BadBody as BadBody
+from ._response import MalformedHead, read_body, read_head, read_response
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -125,7 +129,7 @@ def connect_tcp(
 
 
 class _Reader(io.RawIOBase):
-    """The socket as a raw stream for ``HTTPResponse``: deadline per recv, bytes counted."""
+    """The socket as a raw stream for the response reader: deadline per recv, bytes counted."""
 
     def __init__(self, conn: Connection) -> None:
         self._conn = conn
@@ -137,29 +141,33 @@ class _Reader(io.RawIOBase):
         conn = self._conn
         if conn.deadline is not None:
             conn.sock.settimeout(_remaining(conn.deadline))
-        count = conn.sock.recv_into(buffer)
+        try:
+            count = conn.sock.recv_into(buffer)
+        except OSError:
+            if conn.aborted:
+                raise Stopped from None
+            raise
+        if not count and conn.aborted:
+            # The end of the stream came from abort(), not from the server: the call was
+            # cancelled, whatever part of a response had arrived.
+            raise Stopped
         conn.received += count
-        if not count:
-            conn.eof = True
         return count
 
 
 class Connection:
     """A socket to one origin (or a proxy), used by one request at a time."""
 
-    __slots__ = ("deadline", "eof", "idle_since", "key", "received", "sock")
+    __slots__ = ("aborted", "deadline", "idle_since", "key", "received", "sent", "sock")
 
     def __init__(self, sock: socket.socket, key: tuple[object, ...]) -> None:
         self.sock = sock
         self.key = key
         self.deadline: Optional[float] = None
-        self.received = 0
-        self.eof = False
+        self.received = 0  # response bytes received in the current exchange
+        self.sent = False  # the current exchange's request was written whole
+        self.aborted = False
         self.idle_since = 0.0
-
-    def makefile(self, mode: str) -> io.BufferedReader:
-        # HTTPResponse calls sock.makefile("rb"); this object stands in for the socket.
-        return io.BufferedReader(_Reader(self))
 
     def peer_closed(self) -> bool:
         """True if the server closed (or wrote to) this idle connection: it must not be reused."""
@@ -171,6 +179,7 @@ class Connection:
 
     def abort(self) -> None:
         """Shut the socket down from any thread, waking a blocked send or recv."""
+        self.aborted = True
         try:
             # The plain socket's shutdown, not SSLSocket's, which would unset its SSL object
             # under the feet of the thread reading from it.
@@ -189,52 +198,49 @@ class Connection:
     ) -> tuple[int, HTTPMessage, bytes, bool]:
         """Send ``request`` and read one response: (status, headers, body, reusable).
 
-        A body over ``max_body`` bytes is not read past the limit: a 2xx one raises
-        ``Oversized``; an error body comes back cut at the limit, the connection not reusable.
-        Raises ``OSError``/``http.client.HTTPException`` from the network and ``Expired`` when
-        the deadline passes.
+        A 2xx body over ``max_body`` bytes or badly framed raises ``BadBody``; other statuses
+        come back with what of their body could be read (``_response`` says more). A response
+        the server sent before the send failed (a 401 before reading a large body) is returned.
+        Raises ``OSError``/``HTTPException`` from the network, ``Expired`` when the deadline
+        passes and ``Stopped`` after ``abort()``.
         """
         self.deadline = deadline
         self.received = 0
-        self.eof = False
+        self.sent = False
         self.sock.settimeout(_remaining(deadline))
-        self.sock.sendall(request)
-        response = HTTPResponse(self, method=method)  # type: ignore[arg-type]
+        fp = io.BufferedReader(_Reader(self))
         try:
-            response.begin()
-            if self.eof:
-                # http.client takes end-of-stream for the blank line that ends the headers; a
-                # complete header block never needs to read that far.
-                raise IncompleteHeaders("the connection closed inside the response headers")
-            length = response.length
-            if length is not None and length <= max_body:
-                body = response.read()
-            else:
-                # Unknown or excessive length: read one byte past the limit to tell which.
-                body = response.read(max_body + 1) if length is None else b""
-                if length is not None or len(body) > max_body:
-                    if 200 <= response.status < 300:
-                        raise Oversized(response.status, length, max_body)
-                    body = body[:max_body] if body else response.read(max_body)
-                    return response.status, response.msg, body, False
-            # Reusable only when fully read and the server keeps the connection open.
-            reusable = response.isclosed() and not response.will_close
-        finally:
-            response.close()
-        return response.status, response.msg, body, reusable
+            self.sock.sendall(request)
+        except OSError as exc:
+            if self.aborted:
+                raise Stopped from None
+            if not _peer_gone(exc):
+                raise
+            return self._early_response(fp, exc, max_body)
+        self.sent = True
+        return read_response(fp, max_body)
+
+    def _early_response(
+        self, fp: io.BufferedReader[_Reader], failure: OSError, max_body: int
+    ) -> tuple[int, HTTPMessage, bytes, bool]:
+        # The peer is gone, so the receive buffer holds all it will ever get: reading cannot
+        # block. A server that answers before reading the whole request (401, 413) and then
+        # closes makes the send fail; its answer is still the answer.
+        try:
+            status, headers, body, _ = read_response(fp, max_body)
+        except (OSError, HTTPException):
+            if self.received == 0:
+                raise failure from None
+            raise
+        return status, headers, body, False
 
 
-class IncompleteHeaders(HTTPException):
-    """The connection closed before the response headers were complete."""
-
-
-class Oversized(Exception):
-    """A 2xx response body over the size limit; refused rather than buffered."""
-
-    def __init__(self, status: int, length: Optional[int], limit: int) -> None:
-        size = "" if length is None else f" has {length} bytes,"
-        super().__init__(f"the response body{size} over the {limit}-byte limit")
-        self.status = status
+def _peer_gone(exc: OSError) -> bool:
+    """True for a send that failed because the server closed or reset the connection."""
+    if isinstance(exc, ConnectionError):  # EPIPE, ECONNRESET, ECONNABORTED
+        return True
+    ssl = sys.modules.get("ssl")
+    return ssl is not None and isinstance(exc, (ssl.SSLEOFError, ssl.SSLZeroReturnError))
 
 
 def start_tls(
@@ -254,23 +260,38 @@ def start_tls(
     conn.sock.do_handshake()
 
 
-def open_tunnel(conn: Connection, target: str, headers: bytes, deadline: Optional[float]) -> None:
-    """Ask the HTTP proxy behind ``conn`` for a CONNECT tunnel to ``target`` ("host:port")."""
-    request = b"CONNECT %s HTTP/1.1\r\nHost: %s\r\n%s\r\n" % (
-        target.encode("ascii"),
-        target.encode("ascii"),
-        headers,
-    )
+class TunnelRefused(Exception):
+    """The proxy answered a CONNECT with a non-2xx status."""
+
+    def __init__(self, status: int, body: bytes) -> None:
+        super().__init__(f"the proxy refused the tunnel: HTTP {status}")
+        self.status = status
+        self.body = body
+
+
+def open_tunnel(
+    conn: Connection, target: str, headers: bytes, deadline: Optional[float], max_body: int
+) -> None:
+    """Ask the HTTP proxy behind ``conn`` for a CONNECT tunnel to ``target`` ("host:port").
+
+    Raises ``TunnelRefused`` when the proxy says no, and what ``exchange`` raises otherwise.
+    """
+    host = target.encode("ascii")
+    request = b"CONNECT %s HTTP/1.1\r\nHost: %s\r\n%s\r\n" % (host, host, headers)
     conn.deadline = deadline
+    conn.received = 0
     conn.sock.settimeout(_remaining(deadline))
     conn.sock.sendall(request)
-    response = HTTPResponse(conn, method="CONNECT")  # type: ignore[arg-type]
-    try:
-        response.begin()
-        if response.status != 200:
-            raise OSError(f"the proxy refused the tunnel to {target}: HTTP {response.status}")
-    finally:
-        response.close()
+    fp = io.BufferedReader(_Reader(conn))
+    head = read_head(fp)
+    if 200 <= head.status < 300:
+        # A 2xx to CONNECT has no body (RFC 9110 §9.3.6): the tunnel starts after the head,
+        # and the origin speaks only after our TLS hello. Bytes already here would be lost.
+        if conn.received != head.consumed:
+            raise MalformedHead("the proxy sent data before the TLS handshake")
+        return
+    body, _ = read_body(fp, head, max_body)
+    raise TunnelRefused(head.status, body)
 
 
 # -- the pool ---------------------------------------------------------------------------

@@ -16,6 +16,7 @@ Every exception is a ``QAError``::
     │   ├── ServerError                other 5xx, after retries
     │   └── UnexpectedStatus           any other non-2xx status, 3xx included
     ├── ConnectionFailed               could not connect, or the connection dropped
+    │   └── ProxyError                 .status: the proxy refused (407, 401, a CONNECT refused)
     ├── InvalidResponse                a body or an answer of the wrong shape
     ├── Canceled                       cancelled from outside, or the call's timeout expired
     ├── ClientClosed                   a call started after ``close()``
@@ -294,6 +295,23 @@ class ConnectionFailed(QAError):
     """
 
     retryable = True  # False for failures another attempt cannot fix (an untrusted certificate)
+
+
+class ProxyError(ConnectionFailed):
+    """The HTTP proxy refused to pass the request on; the service was never reached.
+
+    Raised for a CONNECT answered with anything but 2xx, and for a 407 (or a 401 the proxy wrote
+    itself) on a plain-http request. ``diagnostics.status`` and ``diagnostics.body`` hold the
+    proxy's answer. 401 and 407 (wrong or missing proxy credentials) are never retried; other
+    statuses (502, 503, 504, ...) follow the policy's ``retry_status``.
+
+    Attributes:
+        status: The HTTP status the proxy answered with.
+    """
+
+    def __init__(self, message: str, diagnostics: Optional[Diagnostics] = None, *, status: int) -> None:
+        super().__init__(message, diagnostics)
+        self.status = status
 
 
 class InvalidResponse(QAError):

@@ -13,7 +13,7 @@ import time
 
 from ._backoff import backoff_ms, server_delay_ms, should_retry
 from ._config import get_logger, redactor
-from ._errors import Canceled, ConnectionFailed, QAError, status_error_class
+from ._errors import Canceled, ConnectionFailed, ProxyError, QAError, status_error_class
 from ._hooks import HookEvent
 
 TYPE_CHECKING = False
@@ -86,8 +86,12 @@ class Sender:
         except QAError as exc:
             if isinstance(exc, ConnectionFailed):
                 call.transport_error = exc.diagnostics.transport_error
+            if isinstance(exc, ProxyError):
+                # The proxy answered: its status and page are what the caller can act on.
+                call.status = exc.status
+                call.body = self.redact(exc.diagnostics.body or "")
             self._record(request, method, call, None, exc, started)
-            if not (isinstance(exc, ConnectionFailed) and policy.retry_connection_errors and exc.retryable):
+            if not (isinstance(exc, ConnectionFailed) and exc.retryable and _retry_failure(policy, exc)):
                 raise
             return exc, None
         call.status = status
@@ -185,6 +189,13 @@ class Sender:
         # Redacted again: a key JSON-escaped in the body comes out plain once `detail` is decoded.
         message = self.redact(f"HTTP {status} from {method} {self.base_url}{path}: {_detail(text, headers)}")
         return status_error_class(status)(message, status=status)
+
+
+def _retry_failure(policy: RetryPolicy, failure: ConnectionFailed) -> bool:
+    """Whether a connection failure is worth another attempt; a proxy's refusal goes by its status."""
+    if isinstance(failure, ProxyError):
+        return bool(policy.retry_status(failure.status))
+    return policy.retry_connection_errors
 
 
 def _path(method: str) -> str:

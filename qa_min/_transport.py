@@ -19,17 +19,18 @@ import socket
 from http.client import HTTPException
 
 from ._connection import (
+    BadBody,
     Connection,
     Expired,
-    Oversized,
     Pool,
     PoolClosed,
     Stopped,
+    TunnelRefused,
     connect_tcp,
     open_tunnel,
     start_tls,
 )
-from ._errors import Canceled, ConnectionFailed, InvalidResponse
+from ._errors import Canceled, ConnectionFailed, InvalidResponse, ProxyError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -65,8 +66,18 @@ class Transport:
             origin.port,
             None if proxy is None else (proxy.host, proxy.port),
         )
+        self._plain_proxy = proxy is not None and origin.scheme == "http"
         auth = None if proxy is None else proxy.basic_auth()
         self.proxy_headers = b"" if auth is None else f"Proxy-Authorization: {auth}\r\n".encode()
+        # Forms of the proxy credentials a proxy's error page might echo; never shown.
+        self._proxy_secrets: tuple[str, ...] = ()
+        if auth is not None:
+            import base64
+
+            token = auth[len("Basic ") :]
+            pair = base64.b64decode(token).decode("utf-8", "replace")
+            forms = {token, pair, pair.partition(":")[2]}
+            self._proxy_secrets = tuple(sorted((f for f in forms if len(f) >= 4), key=len, reverse=True))
 
     def close(self) -> None:
         """Abort every connection in use and close the idle ones (the client is closing)."""
@@ -83,12 +94,19 @@ class Transport:
         except PoolClosed:
             raise Canceled("the client was closed") from None
         call.attempts += 1
+        result = None
         if conn is not None:
             try:
-                return self._exchange(conn, request, method, call)
-            except _Stale:
-                pass  # resend once on a fresh connection: not a retry, not an attempt
-        return self._exchange(None, request, method, call)
+                result = self._exchange(conn, request, method, call)
+            except _Stale as stale:
+                # Resent once on a fresh connection, not a retry; but a request that went out
+                # whole may have reached the server, so it counts as an attempt.
+                call.attempts += stale.written
+        if result is None:
+            result = self._exchange(None, request, method, call)
+        if result[0] in (401, 407) and self._plain_proxy:
+            self._check_plain_proxy(result[0], result[1], result[2], method)
+        return result
 
     def _exchange(
         self, conn: Optional[Connection], request: bytes, method: str, call: CallState
@@ -97,14 +115,21 @@ class Transport:
             if conn is None:
                 conn = self._open(call)
             status, headers, body, reusable = self._leased(conn, request, method, call)
+            if status in (401, 407) and self._plain_proxy:
+                # A proxy that refused may leave the request body unread and the connection
+                # dead while calling it keep-alive (squid does): never reuse it.
+                reusable = False
         except _NETWORK_ERRORS as exc:
             if conn is not None:
                 self.pool.discard(conn)
             raise self._translate(exc, conn, call) from exc
-        except Oversized as exc:
+        except BadBody as exc:
             self.pool.discard(conn)  # type: ignore[arg-type]
             call.status = exc.status
             raise InvalidResponse(str(exc)) from None
+        except TunnelRefused as exc:
+            target = f"CONNECT to {self.origin.host}:{self.origin.port}"
+            raise self._proxy_error(exc.status, exc.body, target) from None
         except BaseException:
             if conn is not None:
                 self.pool.discard(conn)
@@ -133,6 +158,34 @@ class Transport:
         # A cancel that lost the race with the answer still shut the socket: never pool it.
         return status, headers, body, reusable and untouched
 
+    def _check_plain_proxy(self, status: int, headers: HTTPMessage, body: bytes, method: str) -> None:
+        """Raise ``ProxyError`` if a 401/407 to a plain-http request came from the proxy itself."""
+        # 407 is the proxy's by definition. A 401 is the proxy's when it challenges for proxy
+        # credentials, or when it lacks the Via header that RFC 9110 §7.6.3 makes a proxy add to
+        # every response it forwards (tinyproxy answers a wrong password so).
+        if status == 407 or "proxy-authenticate" in headers or (self.proxy_headers and "via" not in headers):
+            path = "/v1/core" if method == "POST" else "/v1/models"
+            raise self._proxy_error(status, body, f"{method} {self.origin.url()}{path}")
+
+    def _proxy_error(self, status: int, body: bytes, what: str) -> ProxyError:
+        """The error for a proxy's refusal: its status and page, the proxy named without password."""
+        from http.client import responses
+
+        proxy = self.proxy
+        assert proxy is not None
+        text = body.decode("utf-8", "replace")
+        for secret in self._proxy_secrets:
+            text = text.replace(secret, "[redacted]")
+        host = f"[{proxy.host}]" if ":" in proxy.host else proxy.host
+        hint = "; check the proxy user name and password" if status in (401, 407) else ""
+        reason = f"HTTP {status} {responses.get(status, '')}".rstrip()
+        error = ProxyError(f"proxy {host}:{proxy.port} refused {what}: {reason}{hint}", status=status)
+        # A wrong or missing proxy password cannot succeed on retry; the retry loop decides others.
+        error.retryable = status not in (401, 407)
+        error.diagnostics.status = status
+        error.diagnostics.body = text
+        return error
+
     def _translate(self, exc: BaseException, conn: Optional[Connection], call: CallState) -> BaseException:
         reason = call.stop_reason()
         if reason is None and isinstance(exc, (Expired, socket.timeout)) and call.deadline is not None:
@@ -140,7 +193,7 @@ class Transport:
         if reason is not None or isinstance(exc, Stopped):
             return Canceled(reason or "the call was cancelled")
         if conn is not None and conn.idle_since and conn.received == 0:
-            return _Stale()
+            return _Stale(conn.sent)
         failure = ConnectionFailed(f"{self.origin.url()}: {_describe(exc)}")
         failure.diagnostics.transport_error = exc
         failure.retryable = not _is_certificate_error(exc)
@@ -174,7 +227,7 @@ class Transport:
         try:
             if self.proxy is not None:
                 target = f"{self.origin.host}:{self.origin.port}"
-                open_tunnel(conn, target, self.proxy_headers, call.deadline)
+                open_tunnel(conn, target, self.proxy_headers, call.deadline, self.max_body)
             start_tls(
                 conn,
                 self.ssl_context(),
@@ -227,6 +280,10 @@ class _Lease:
 
 class _Stale(Exception):
     """A reused connection failed before any response byte: resend on a fresh one."""
+
+    def __init__(self, written: bool) -> None:
+        super().__init__()
+        self.written = int(written)  # 1 if the request went out whole
 
 
 def _is_certificate_error(exc: BaseException) -> bool:

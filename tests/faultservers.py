@@ -28,16 +28,21 @@ __all__ = [
     "FullBacklogServer",
     "Handler",
     "RawServer",
+    "answer_early",
+    "answer_once",
     "close_before_status",
     "garbage_status_line",
     "hang_then_close",
     "html_502",
     "never_accept",
     "ok_response",
+    "read_head",
     "read_request",
     "reset_after_request",
     "respond_sequence",
+    "send_stream",
     "slow_bytes",
+    "stream_body",
     "truncated_body",
 ]
 
@@ -88,12 +93,10 @@ def _recv_exact(conn: socket.socket, n: int) -> bytes | None:
     return b"".join(chunks)
 
 
-def read_request(conn: socket.socket) -> bytes:
-    """Read exactly one request (head plus Content-Length body) from ``conn``.
+def read_head(conn: socket.socket) -> bytes:
+    """Read one request head, up to and including its blank line; ``b""`` if the peer closes first.
 
-    Returns ``b""`` if the peer closes before the request is complete.  Bytes
-    of a following pipelined request are left unread on the socket.
-    Chunked request bodies are not supported.
+    Not a byte more: the body stays unread on the socket.
     """
     head = b""
     while True:
@@ -110,7 +113,19 @@ def read_request(conn: socket.socket) -> bytes:
             return b""
         head += got
         if end != -1:
-            break
+            return head
+
+
+def read_request(conn: socket.socket) -> bytes:
+    """Read exactly one request (head plus Content-Length body) from ``conn``.
+
+    Returns ``b""`` if the peer closes before the request is complete.  Bytes
+    of a following pipelined request are left unread on the socket.
+    Chunked request bodies are not supported.
+    """
+    head = read_head(conn)
+    if not head:
+        return b""
     length = 0
     for line in head.split(b"\r\n")[1:]:
         name, sep, value = line.partition(b":")
@@ -272,6 +287,61 @@ def reset_after_request() -> Handler:
             conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
 
     return handler
+
+
+def answer_once(response: bytes, stall: float = 0.0) -> Handler:
+    """Read one request, send ``response``, then close, after ``stall`` seconds of silence
+    (cut short when the server stops) if asked: a response that does not end by itself then
+    stays unfinished for that long."""
+
+    def handler(conn: socket.socket, stop: threading.Event) -> None:
+        if read_request(conn):
+            conn.sendall(response)
+            if stall:
+                stop.wait(stall)
+
+    return handler
+
+
+def answer_early(response: bytes, reset: bool = False) -> Handler:
+    """Read only the request head, send ``response`` and close without reading the body.
+
+    The unread body makes the close a reset (RST) and the client's send fail, as a server that
+    refuses a request by its head (401, 413) does. ``reset`` resets at once, even when the
+    body was small enough to have arrived already.
+    """
+
+    def handler(conn: socket.socket, stop: threading.Event) -> None:
+        if read_head(conn):
+            conn.sendall(response)
+            if reset:
+                conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+
+    return handler
+
+
+def stream_body(head: bytes, piece: bytes, total: int | None = None) -> Handler:
+    """Read one request, then ``send_stream`` the response."""
+
+    def handler(conn: socket.socket, stop: threading.Event) -> None:
+        if read_request(conn):
+            send_stream(conn, stop, head, piece, total)
+
+    return handler
+
+
+def send_stream(
+    conn: socket.socket, stop: threading.Event, head: bytes, piece: bytes, total: int | None
+) -> None:
+    """Send ``head``, then ``piece`` again and again: ``total`` bytes of pieces in all, or,
+    with ``total`` None, until the client goes away (an OSError ends the handler) or the
+    server stops."""
+    conn.sendall(head)
+    sent = 0
+    while not stop.is_set() and (total is None or sent < total):
+        chunk = piece if total is None else piece[: total - sent]
+        conn.sendall(chunk)
+        sent += len(chunk)
 
 
 def close_before_status() -> Handler:

@@ -8,7 +8,8 @@ own error after attempt 1.
 
 Faults marked ``warm`` hit a pooled keep-alive connection (one good call comes first): a
 reused connection that fails before any response byte is resent once on a fresh connection,
-invisibly, which no retry setting may turn into an error or an attempt.
+invisibly, which no retry setting may turn into an error or a backoff sleep. The request that
+went out on the dead connection is an attempt all the same (the server may have counted it).
 """
 
 from __future__ import annotations
@@ -89,14 +90,30 @@ def raw_server(handler: Handler) -> Iterator[Served]:
         yield Served(server.url, lambda: server.connections)
 
 
-def ok_then_close() -> Handler:
+def ok_then_close(closed: Optional[threading.Event] = None) -> Handler:
     """Answer one request completely, then close: a server whose keep-alive timeout is zero."""
 
     def handler(conn: socket.socket, stop: threading.Event) -> None:
         if read_request(conn):
             conn.sendall(OK_RESPONSE)
+            if closed is not None:
+                # FIN now, so the client's next checkout finds the connection closed.
+                conn.shutdown(socket.SHUT_RDWR)
+                closed.set()
 
     return handler
+
+
+@contextmanager
+def closes_after_answering() -> Iterator[Served]:
+    """``ok_then_close``, armed once the server has closed the connection it answered on."""
+    closed = threading.Event()
+
+    def arm() -> None:
+        assert closed.wait(5), "the server did not close the connection it answered on"
+
+    with RawServer(ok_then_close(closed)) as server:
+        yield Served(server.url, lambda: server.connections, arm)
 
 
 def chunked_response(body: bytes) -> bytes:
@@ -131,10 +148,16 @@ class Expect:
     attempts: int
     transport_error: bool = False
     status: Optional[int] = None
+    resent: int = 0  # invisible resends after a reused connection failed: attempts, not retries
 
 
 OK_AFTER_RETRY = Expect("succeeds-after-retry", None, 2, status=200)
 OK_NO_RETRY = Expect("succeeds-without-retry", None, 1, status=200)
+OK_RESENT = Expect("succeeds-resent-without-retry", None, 2, status=200, resent=1)
+OK_RESENT_AFTER_RETRY = Expect("succeeds-resent-after-retry", None, 3, status=200, resent=1)
+CONN_FAILED_RESENT = Expect(
+    "connection-failed-resent", qa.ConnectionFailed, 2, transport_error=True, resent=1
+)
 CONN_FAILED = Expect("connection-failed", qa.ConnectionFailed, 1, transport_error=True)
 CANCELED = Expect("canceled-by-timeout", qa.Canceled, 1)
 
@@ -174,7 +197,7 @@ RAW_GARBAGE = Fault("raw-garbage-status-line", _raw(garbage_status_line, OK_RESP
 RAW_HANG_CLOSE = Fault("raw-hang-then-close", _raw(lambda: hang_then_close(0.05), OK_RESPONSE))
 RAW_HANG = Fault("raw-hang", _raw(lambda: hang_then_close(10.0), OK_RESPONSE), timeout=0.3)
 RAW_HTML_502 = Fault("raw-html-502", _raw(HTML_502_RESPONSE, OK_RESPONSE))
-RAW_IDLE_CLOSED = Fault("raw-idle-conn-closed-by-server", lambda: raw_server(ok_then_close()), warm=True)
+RAW_IDLE_CLOSED = Fault("raw-idle-conn-closed-by-server", closes_after_answering, warm=True)
 RAW_REUSED_CLOSE = Fault(
     "raw-reused-conn-closed-before-status-line", _raw(OK_RESPONSE, close_before_status), warm=True
 )
@@ -192,7 +215,6 @@ MATRIX: list[tuple[Fault, str, Expect]] = [
             FAKE_RESET,
             FAKE_TRUNCATE,
             FAKE_IDLE_CLOSED_THEN_DROP,
-            FAKE_REUSED_DROP_TWICE,
             FAKE_REUSED_TRUNCATE,
             RAW_RESET,
             RAW_CLOSE,
@@ -217,18 +239,18 @@ MATRIX: list[tuple[Fault, str, Expect]] = [
     (RAW_HANG, "none", CANCELED),
     # A slow answer is an answer.
     (FAKE_SLOW, "none", OK_NO_RETRY),
-    # A pooled connection the server closed is resent invisibly, whatever the policy.
+    # A pooled connection the server closed while idle is noticed before reuse: one attempt.
+    *[(fault, policy, OK_NO_RETRY) for fault in (FAKE_IDLE_CLOSED, RAW_IDLE_CLOSED) for policy in POLICIES],
+    # One the server closed after reading the request is resent invisibly, whatever the policy,
+    # and the request it read counts as an attempt.
     *[
-        (fault, policy, OK_NO_RETRY)
-        for fault in (
-            FAKE_IDLE_CLOSED,
-            FAKE_REUSED_DROP,
-            FAKE_REUSED_RESET,
-            RAW_IDLE_CLOSED,
-            RAW_REUSED_CLOSE,
-        )
+        (fault, policy, OK_RESENT)
+        for fault in (FAKE_REUSED_DROP, FAKE_REUSED_RESET, RAW_REUSED_CLOSE)
         for policy in POLICIES
     ],
+    (FAKE_REUSED_DROP_TWICE, "retry", OK_RESENT_AFTER_RETRY),
+    (FAKE_REUSED_DROP_TWICE, "none", CONN_FAILED_RESENT),
+    (FAKE_REUSED_DROP_TWICE, "no-conn-retry", CONN_FAILED_RESENT),
 ]
 
 
@@ -273,7 +295,7 @@ def test_fault_matrix(fault: Fault, policy: str, expect: Expect) -> None:
         assert diag.transport_error is None
     if expect.error is not qa.Canceled:
         # Exactly one backoff sleep per policy retry; an invisible resend sleeps not.
-        assert len(sleep.seconds) == expect.attempts - 1
+        assert len(sleep.seconds) == expect.attempts - 1 - expect.resent
     if expect.status == 502:
         assert diag.body is not None
         assert "502 Bad Gateway" in diag.body
@@ -442,9 +464,10 @@ def test_request_dropped_on_a_reused_connection_is_resent_once_without_spending_
         svc.script(drop())
         error, diag = call(client)
         assert error is None
-        assert diag.attempts == 1
-        # warm-up, the dropped request, its resend on a second connection
+        # warm-up, the dropped request, its resend on a second connection: the server counted
+        # both of this call's requests, and so does the call.
         assert len(svc.requests) == 3
+        assert diag.attempts == 2
         assert svc.connections == 2
     assert budget.tokens == 5
     assert sleep.seconds == []

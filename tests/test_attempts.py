@@ -1,0 +1,92 @@
+"""``Diagnostics.attempts`` counts every time the request was written to the wire.
+
+The quiet resend after a reused keep-alive connection failed is not a retry (no backoff, no
+retry budget, whatever the policy) but it is an attempt: the request that went out on the dead
+connection may have been read by the server, and then the server counted two.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+from typing import Any, Callable
+
+import pytest
+from faultservers import OK_RESPONSE, RawServer, read_request
+from rawhttp import ask
+from support import SleepRecorder, make_recording_client
+
+import qa_min as qa
+from qa_min.testing import FakeService, drop, reply, reset
+
+
+def call_attempts(client: qa.Client, **options: Any) -> tuple[bool, int]:
+    _, error, diag = ask(client, **options)
+    return error is None, diag.attempts
+
+
+@pytest.mark.parametrize("fault", [drop, reset], ids=["dropped", "reset"])
+def test_request_read_then_dropped_on_a_reused_connection_counts_with_its_resend(
+    fault: Callable[[], Any],
+) -> None:
+    sleep = SleepRecorder()
+    with FakeService() as svc, make_recording_client(svc.url, sleep, retry=qa.RetryPolicy.none) as client:
+        assert call_attempts(client) == (True, 1)
+        svc.script(fault())
+        before = len(svc.requests)
+        ok, attempts = call_attempts(client)
+        assert ok
+        assert attempts == len(svc.requests) - before == 2
+    assert sleep.seconds == []  # a resend, not a retry
+
+
+def test_connection_closed_while_idle_is_not_written_to_and_not_counted() -> None:
+    with FakeService() as svc, make_recording_client(svc.url) as client:
+        call_attempts(client)
+        for _ in range(5):
+            svc.close_idle_connections()
+            before = len(svc.requests)
+            assert call_attempts(client) == (True, 1)
+            assert len(svc.requests) - before == 1
+
+
+def test_attempts_add_up_over_resends_and_retries() -> None:
+    # Reused connection dropped (1), its resend dropped too (2): a connection failure, retried
+    # once by the policy (3), which gets the 503, retried again (4), then the answer.
+    with FakeService() as svc, make_recording_client(svc.url) as client:
+        call_attempts(client)
+        svc.script(drop(), drop(), reply(503, {"detail": "busy"}))
+        before = len(svc.requests)
+        ok, attempts = call_attempts(client, retry=qa.RetryPolicy(max_retries=3))
+        assert ok
+        assert attempts == len(svc.requests) - before == 4
+
+
+def test_exhausted_retries_report_every_request_written() -> None:
+    with FakeService() as svc, make_recording_client(svc.url) as client:
+        call_attempts(client)
+        svc.script(drop(), drop(), drop())
+        before = len(svc.requests)
+        _, error, diag = ask(client, retry=qa.RetryPolicy(max_retries=1))
+        assert type(error) is qa.ConnectionFailed
+        assert diag.attempts == len(svc.requests) - before == 3
+        assert "(after 3 attempts)" in str(error)
+
+
+def test_raw_server_closing_a_reused_connection_after_reading_counts_both_requests() -> None:
+    counted: list[bytes] = []
+    lock = threading.Lock()
+
+    def handler(conn: socket.socket, stop: threading.Event) -> None:
+        while request := read_request(conn):
+            with lock:
+                counted.append(request)
+                if len(counted) == 2:
+                    return  # read, then closed without an answer
+            conn.sendall(OK_RESPONSE)
+
+    with RawServer(handler) as server, make_recording_client(server.url) as client:
+        assert call_attempts(client) == (True, 1)
+        assert call_attempts(client) == (True, 2)
+        assert server.connections == 2
+    assert len(counted) == 3

@@ -1,0 +1,268 @@
+"""A proxy's refusal is ``qa.ProxyError``: the proxy's status and page, the proxy named, no password.
+
+The proxies here are raw sockets that answer with exact bytes, as squid and tinyproxy do (see
+``test_real_proxies.py`` for the real ones): a CONNECT refused with 407, 401, 403 or 50x; a
+plain-http request refused with 407, or with a 401 the proxy wrote itself.
+"""
+
+from __future__ import annotations
+
+import base64
+import socket
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any, Optional
+
+import pytest
+from faultservers import RawServer, answer_early, read_request
+from rawhttp import Toxic, response
+from support import no_sleep
+
+import qa_min as qa
+
+USER, PASSWORD = "alice", "s3cret-proxy-pw"
+TOKEN = base64.b64encode(f"{USER}:{PASSWORD}".encode()).decode()
+SECRETS = (PASSWORD, TOKEN, f"{USER}:{PASSWORD}")
+HTTPS_ORIGIN = "https://api.example.invalid"  # never reached: the proxy refuses first
+HTTP_ORIGIN = "http://api.example.invalid:8080"
+PAGE_407 = b"<html><head><title>ERROR: Cache Access Denied</title></head></html>"
+REFUSAL_407 = response(
+    "407 Proxy Authentication Required",
+    ['Proxy-Authenticate: Basic realm="corp"', "Content-Type: text/html"],
+    PAGE_407,
+)
+TINYPROXY_401 = response(  # what tinyproxy 1.11 sends for a wrong password
+    "401 Unauthorized",
+    ['WWW-Authenticate: Basic realm="Tinyproxy"', "Connection: close", "Content-Type: text/html"],
+    b"<html><head><title>401 Unauthorized</title></head></html>",
+    length=None,
+    version="HTTP/1.0",
+)
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY", "REQUEST_METHOD"):
+        monkeypatch.delenv(name, raising=False)
+        monkeypatch.delenv(name.lower(), raising=False)
+
+
+class Refusing:
+    """A raw proxy answering every request (CONNECT or absolute-form) with fixed bytes."""
+
+    def __init__(self, answer: bytes, echo: bool = False) -> None:
+        self.answer = answer
+        self.echo = echo  # append the request head to the page, as a careless proxy might
+        self.heads: list[bytes] = []
+        self._lock = threading.Lock()
+        self.server = RawServer(self._handle)
+
+    def _handle(self, conn: socket.socket, stop: threading.Event) -> None:
+        request = read_request(conn)
+        if not request:
+            return
+        with self._lock:
+            self.heads.append(request.partition(b"\r\n\r\n")[0])
+        answer = self.answer
+        if self.echo:
+            answer = response(
+                "407 Proxy Authentication Required", ["Proxy-Authenticate: Basic"], PAGE_407 + request
+            )
+        conn.sendall(answer)
+
+    def url(self, credentials: bool = True) -> str:
+        auth = f"{USER}:{PASSWORD}@" if credentials else ""
+        return f"http://{auth}127.0.0.1:{self.server.port}"
+
+
+@contextmanager
+def refusing(answer: bytes, echo: bool = False) -> Iterator[Refusing]:
+    proxy = Refusing(answer, echo)
+    with proxy.server:
+        yield proxy
+
+
+def call(
+    base_url: str, proxy: str, state: str = "some text", **options: Any
+) -> tuple[Optional[qa.QAError], qa.Diagnostics]:
+    diag = qa.Diagnostics()
+    with qa.Client(base_url=base_url, proxy=proxy, trust_env=False, sleep=no_sleep, **options) as client:
+        try:
+            client.ask(state, Toxic, diagnostics=diag)
+        except qa.QAError as exc:
+            return exc, diag
+    return None, diag
+
+
+def assert_no_password(error: BaseException, diag: qa.Diagnostics) -> None:
+    texts = [str(error), repr(error), repr(diag), str(diag.body), *map(str, error.args)]
+    for text in texts:
+        for secret in SECRETS:
+            assert secret not in text, f"{secret!r} in {text!r}"
+
+
+# -- CONNECT refused ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("answer", [REFUSAL_407, TINYPROXY_401], ids=["407", "401-tinyproxy"])
+def test_refused_connect_is_proxy_error_with_the_proxy_status_after_one_attempt(answer: bytes) -> None:
+    with refusing(answer) as proxy:
+        error, diag = call(HTTPS_ORIGIN, proxy.url())
+        assert proxy.server.connections == 1
+    status = 407 if answer is REFUSAL_407 else 401
+    assert type(error) is qa.ProxyError
+    assert isinstance(error, qa.ConnectionFailed)
+    assert not isinstance(error, qa.APIStatusError)
+    assert error.status == status
+    assert (diag.status, diag.attempts, diag.transport_error) == (status, 1, None)
+    assert diag.body is not None
+    assert "<title>" in diag.body
+    port = proxy.server.port
+    assert str(error) == (
+        f"proxy 127.0.0.1:{port} refused CONNECT to api.example.invalid:443: HTTP {status} "
+        f"{'Proxy Authentication Required' if status == 407 else 'Unauthorized'}; "
+        "check the proxy user name and password"
+    )
+    assert_no_password(error, diag)
+
+
+def test_proxy_page_echoing_the_credentials_is_redacted() -> None:
+    with refusing(b"", echo=True) as proxy:
+        error, diag = call(HTTPS_ORIGIN, proxy.url())
+    assert type(error) is qa.ProxyError
+    assert diag.body is not None
+    assert "Proxy-Authorization: Basic [redacted]" in diag.body
+    assert_no_password(error, diag)
+
+
+def test_proxy_named_from_the_environment_is_named_without_its_password(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    with refusing(REFUSAL_407) as proxy:
+        monkeypatch.setenv("HTTPS_PROXY", proxy.url())
+        diag = qa.Diagnostics()
+        with (
+            qa.Client(base_url=HTTPS_ORIGIN, sleep=no_sleep) as client,
+            pytest.raises(qa.ProxyError) as caught,
+        ):
+            client.ask("x", Toxic, diagnostics=diag)
+    assert f"proxy 127.0.0.1:{proxy.server.port} refused" in str(caught.value)
+    assert_no_password(caught.value, diag)
+
+
+@pytest.mark.parametrize("status", ["502 Bad Gateway", "503 Service Unavailable", "504 Gateway Timeout"])
+def test_proxy_gateway_errors_follow_the_retry_policy(status: str) -> None:
+    answer = response(status, ["Content-Type: text/plain"], b"upstream unreachable")
+    with refusing(answer) as proxy:
+        error, diag = call(HTTPS_ORIGIN, proxy.url())
+        assert proxy.server.connections == 3
+    assert type(error) is qa.ProxyError
+    assert error.status == int(status[:3])
+    assert (diag.status, diag.attempts, diag.body) == (int(status[:3]), 3, "upstream unreachable")
+    assert str(error).endswith("(after 3 attempts)")
+
+
+@pytest.mark.parametrize(
+    ("policy", "attempts"),
+    [
+        (qa.RetryPolicy.none, 1),
+        (qa.RetryPolicy(max_retries=1), 2),
+        (qa.RetryPolicy(retry_status=lambda status: False), 1),
+        (qa.RetryPolicy(retry_connection_errors=False), 3),  # a status answered, not a dropped line
+    ],
+    ids=["none", "one-retry", "retry-status-false", "no-connection-retries"],
+)
+def test_proxy_503_retries_are_decided_by_retry_status(policy: qa.RetryPolicy, attempts: int) -> None:
+    with refusing(response("503 Service Unavailable", body=b"busy")) as proxy:
+        error, diag = call(HTTPS_ORIGIN, proxy.url(), retry=policy)
+        assert proxy.server.connections == attempts
+    assert type(error) is qa.ProxyError
+    assert diag.attempts == attempts
+
+
+@pytest.mark.parametrize("status", ["403 Forbidden", "400 Bad Request"])
+def test_other_refusals_are_not_retried_by_default(status: str) -> None:
+    with refusing(response(status, body=b"not allowed")) as proxy:
+        error, diag = call(HTTPS_ORIGIN, proxy.url(credentials=False))
+    assert type(error) is qa.ProxyError
+    assert diag.attempts == 1
+    assert "check the proxy" not in str(error)
+
+
+def test_407_is_not_retried_even_when_retry_status_says_so() -> None:
+    with refusing(REFUSAL_407) as proxy:
+        error, diag = call(HTTPS_ORIGIN, proxy.url(), retry=qa.RetryPolicy(retry_status=lambda status: True))
+    assert type(error) is qa.ProxyError
+    assert diag.attempts == 1
+
+
+def test_proxy_sending_bytes_after_accepting_the_tunnel_is_a_connection_failure() -> None:
+    with refusing(b"HTTP/1.1 200 Connection established\r\n\r\nunexpected") as proxy:
+        error, diag = call(HTTPS_ORIGIN, proxy.url(), retry=qa.RetryPolicy.none)
+    assert type(error) is qa.ConnectionFailed
+    assert "before the TLS handshake" in str(error)
+    assert diag.status is None
+
+
+# -- plain http through a proxy -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("method", ["POST", "GET"])
+def test_407_on_a_plain_http_request_is_proxy_error_not_unauthorized(method: str) -> None:
+    with refusing(REFUSAL_407) as proxy:
+        diag = qa.Diagnostics()
+        with qa.Client(base_url=HTTP_ORIGIN, proxy=proxy.url(), trust_env=False, sleep=no_sleep) as client:
+            operation = (
+                (lambda: client.ask("x", Toxic, diagnostics=diag))
+                if method == "POST"
+                else (lambda: client.list_models(diagnostics=diag))
+            )
+            with pytest.raises(qa.ProxyError) as caught:
+                operation()
+    path = "/v1/core" if method == "POST" else "/v1/models"
+    assert str(caught.value).startswith(
+        f"proxy 127.0.0.1:{proxy.server.port} refused {method} {HTTP_ORIGIN}{path}: HTTP 407"
+    )
+    assert (diag.status, diag.attempts, diag.body) == (407, 1, PAGE_407.decode())
+    assert_no_password(caught.value, diag)
+
+
+@pytest.mark.parametrize(
+    ("headers", "credentials", "expected"),
+    [
+        (['Proxy-Authenticate: Basic realm="corp"'], True, qa.ProxyError),
+        (['Proxy-Authenticate: Basic realm="corp"'], False, qa.ProxyError),
+        (['WWW-Authenticate: Basic realm="Tinyproxy"'], True, qa.ProxyError),  # no Via: the proxy's own
+        (["WWW-Authenticate: Bearer", "Via: 1.1 corp-proxy"], True, qa.Unauthorized),  # forwarded
+        (["WWW-Authenticate: Bearer"], False, qa.Unauthorized),  # no credentials to refuse
+    ],
+    ids=[
+        "proxy-challenge",
+        "proxy-challenge-no-credentials",
+        "tinyproxy-style",
+        "forwarded",
+        "no-credentials",
+    ],
+)
+def test_plain_http_401_is_the_proxy_s_only_when_it_says_so(
+    headers: list[str], credentials: bool, expected: type[qa.QAError]
+) -> None:
+    answer = response("401 Unauthorized", headers, b'{"detail": "no"}')
+    with refusing(answer) as proxy:
+        error, diag = call(HTTP_ORIGIN, proxy.url(credentials))
+    assert type(error) is expected
+    assert diag.status == 401
+    assert diag.attempts == 1
+
+
+@pytest.mark.parametrize("size", [10, 1_048_576], ids=["10B", "1MB"])
+def test_proxy_answering_before_reading_the_body_is_read(size: int) -> None:
+    # tinyproxy's wrong-password answer: a 401 page, then a close without reading the POST body.
+    proxy = Refusing(b"")
+    proxy.server = RawServer(answer_early(TINYPROXY_401))
+    with proxy.server:
+        for _ in range(5):
+            error, diag = call(HTTP_ORIGIN, proxy.url(), state="x" * size)
+            assert type(error) is qa.ProxyError, repr(error)
+            assert (diag.status, diag.attempts) == (401, 1)
