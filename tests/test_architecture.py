@@ -32,6 +32,7 @@ LAYERS: tuple[str, ...] = (
     "_hooks",
     # configuration, then the wire, bottom up
     "_config",
+    "_response",
     "_connection",
     "_transport",
     "_retrying",
