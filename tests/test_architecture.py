@@ -22,6 +22,7 @@ LAYERS: tuple[str, ...] = (
     "_constants",
     "_errors",
     "_typing",
+    "_redact",
     # values and per-call primitives, on the leaves only
     "_call",
     "_backoff",
@@ -82,7 +83,7 @@ def _imported(module: str, path: Path) -> list[tuple[int, str]]:
 
 
 def _rank(module: str) -> int:
-    top = module.split(".")[0]
+    top = module.split(".", maxsplit=1)[0]
     return LAYERS.index(top)
 
 
@@ -100,7 +101,7 @@ def test_imports_point_down(module: str) -> None:
             upward.append(f"line {line}: absolute import of qa_min (vendoring needs relative imports)")
         elif target.split(".")[0] not in LAYERS:
             upward.append(f"line {line}: {target} has no layer")
-        elif target.split(".")[0] != module.split(".")[0] and _rank(target) >= _rank(module):
+        elif target.split(".")[0] != module.split(".", maxsplit=1)[0] and _rank(target) >= _rank(module):
             upward.append(f"line {line}: {target} is not below {module}")
     assert not upward, f"{path.name} imports upward or sideways: {upward}"
 
