@@ -323,12 +323,7 @@ class Questions:
 
     def __reduce__(self) -> tuple[object, ...]:
         # The class travels by reference, so it must be importable where the answers land.
-        return (_restore_answers, (type(self), dict(self.__dict__)))
-
-
-def _restore_answers(cls: type[Questions], answers: dict[str, object]) -> Questions:
-    restored: Questions = cls._qa_from(answers)
-    return restored
+        return (type(self)._qa_from, (dict(self.__dict__),))
 
 
 class NamedQuestion:

@@ -36,7 +36,9 @@ MAX_NESTING = 128
 MAX_INT_DIGITS = 4300
 """Integers with more digits are refused (CPython's own limit since 3.11, on every version)."""
 
-_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
+_NOT_STRUCTURE = bytes(b for b in range(256) if b not in b'[]{}"')
+_ONE_KIND = bytes.maketrans(b"{}", b"[]")
+_STEPS = bytes.maketrans(b"[]", b"\x02\x00")  # twice the openers, so no step is negative
 
 
 class BadShape(Exception):
@@ -53,21 +55,36 @@ _DECODER = json.JSONDecoder(parse_int=_int)
 
 
 def _too_deep(data: bytes) -> bool:
-    """True if ``data`` nests arrays and objects deeper than ``MAX_NESTING`` (or unbalanced)."""
+    """True if ``data`` nests arrays and objects deeper than ``MAX_NESTING`` levels."""
     if data.count(b"[") + data.count(b"{") <= MAX_NESTING:
         return False  # the common case: too few brackets to nest that deep
-    if json.detect_encoding(data) not in ("utf-8", "utf-8-sig"):
-        data = data.decode(json.detect_encoding(data), "replace").encode()
+    encoding = json.detect_encoding(data)
+    if encoding not in ("utf-8", "utf-8-sig"):
+        data = data.decode(encoding, "replace").encode()
     # Brackets inside strings do not nest: drop escaped backslashes and quotes, then strings.
-    plain = data.replace(b"\\\\", b"").replace(b'\\"', b"")
-    skeleton = b"".join(plain.split(b'"')[::2]).translate(None, _NOT_BRACKETS)
-    for _ in range(MAX_NESTING):
-        # One level a pass: innermost pairs become "()" first, so "{[]}" takes two passes.
-        shorter = skeleton.replace(b"[]", b"()").replace(b"{}", b"()").replace(b"()", b"")
-        if shorter == skeleton:
-            break
-        skeleton = shorter
-    return bool(skeleton)
+    # What is left is the nesting of the body, or of the part json would read before it fails.
+    if b"\\" in data:
+        data = data.replace(b"\\\\", b"").replace(b'\\"', b"")
+    # Two quotes in a row, once the rest is gone, enclose nothing that counts: drop them first.
+    skeleton = data.translate(None, _NOT_STRUCTURE).replace(b'""', b"")
+    if b'"' in skeleton:
+        skeleton = b"".join(skeleton.split(b'"')[::2])
+    skeleton = skeleton.translate(_ONE_KIND)
+    if b"[" * (MAX_NESTING + 1) in skeleton:
+        return True  # the usual attack, found at C speed
+    # Each pass takes the innermost pairs away, one level, and shrinks a wide body to little.
+    passes = 0
+    while passes < 8 and skeleton:
+        skeleton = skeleton.replace(b"[]", b"")
+        passes += 1
+    if not skeleton:
+        return False
+    from itertools import accumulate, count
+    from operator import sub
+
+    # The depth after k brackets is 2 * openers - k: a running sum of the steps, minus k.
+    deepest: int = max(map(sub, accumulate(skeleton.translate(_STEPS)), count(1)))
+    return passes + deepest > MAX_NESTING
 
 
 def load_json(data: bytes) -> Any:
