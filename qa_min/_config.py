@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import re
 import sys
-from urllib.parse import quote, unquote, urlsplit
+from urllib.parse import SplitResult, quote, unquote, urlsplit
 
 from ._constants import DEFAULT_MODEL, PUBLIC_BASE_URL, __version__
 from ._errors import InvalidBaseUrl, InvalidOption, MissingApiKey
@@ -73,6 +73,25 @@ def ascii_host(host: str) -> str:
     return host.encode("idna").decode("ascii")
 
 
+def _split(url: str) -> tuple[Optional[SplitResult], str]:
+    """``url`` split, or None and why not (any password masked)."""
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises ValueError for a port that is not a number
+    except ValueError as exc:
+        password = _password(url)
+        return None, str(exc).replace(password, "***") if password else str(exc)
+    return parts, ""
+
+
+def _encoded_host(host: str) -> tuple[str, str]:
+    """``host`` IDNA-encoded, or "" and why it cannot be."""
+    try:
+        return ascii_host(host.lower()), ""
+    except UnicodeError as exc:
+        return "", str(exc)
+
+
 class Origin:
     """A parsed http(s) URL: scheme, host (IDNA-encoded), port, path prefix (percent-encoded)."""
 
@@ -82,24 +101,22 @@ class Origin:
         error = InvalidBaseUrl if what == "base_url" else InvalidOption
         if not isinstance(url, str) or any(ch.isspace() or ord(ch) < 32 for ch in url):
             raise error(f"{what} must be an http(s) URL without spaces, got {shown_url(url)}")
-        try:
-            parts = urlsplit(url)
-            port = parts.port
-        except ValueError as exc:
-            password, detail = _password(url), str(exc)
-            detail = detail.replace(password, "***") if password else detail
-            raise error(f"{what} is not a valid URL ({detail}): {shown_url(url)}") from None
+        # The helpers catch; the errors are raised here, outside any except clause, so that
+        # no __context__ carries the URL (and its password) along.
+        parts, problem = _split(url)
+        if parts is None:
+            raise error(f"{what} is not a valid URL ({problem}): {shown_url(url)}")
         scheme = parts.scheme.lower()
         if scheme not in _DEFAULT_PORTS or not parts.hostname:
             raise error(f"{what} must be an http or https URL with a host, got {shown_url(url)}")
         if parts.query or parts.fragment:
             raise error(f"{what} must not have a query or fragment, got {shown_url(url)}")
-        try:
-            self.host = ascii_host(parts.hostname.lower())
-        except UnicodeError as exc:
-            raise error(f"{what} has a host name IDNA cannot encode ({exc}): {shown_url(url)}") from None
+        host, problem = _encoded_host(parts.hostname)
+        if problem:
+            raise error(f"{what} has a host name IDNA cannot encode ({problem}): {shown_url(url)}")
         self.scheme = scheme
-        self.port = port if port is not None else _DEFAULT_PORTS[scheme]
+        self.host = host
+        self.port = parts.port if parts.port is not None else _DEFAULT_PORTS[scheme]
         self.path = quote(parts.path.rstrip("/"), safe=_PATH_SAFE)
         if what == "base_url" and (parts.username is not None or parts.password is not None):
             raise error("base_url must not carry credentials; pass api_key instead")
@@ -177,10 +194,8 @@ def _check_header(name: object, value: object) -> tuple[str, str]:
         raise InvalidOption(f"header name {short(name)} is not an RFC 9110 token")
     if _CONTROL.search(value):
         raise InvalidOption(f"the value of header {name!r} has a control character (only HTAB is allowed)")
-    try:
-        value.encode("latin-1")
-    except UnicodeEncodeError:
-        raise InvalidOption(f"the value of header {name!r} is not latin-1") from None
+    if value and max(value) > "\xff":  # no UnicodeEncodeError, whose repr would quote the value
+        raise InvalidOption(f"the value of header {name!r} is not latin-1")
     return name, value
 
 
