@@ -99,6 +99,9 @@ class Redactor:
                 spots = pieces.get(text[start : start + PIECE])
                 if spots:
                     end = start + max(_reach(text, start, form, i) for form, i in spots)
+                    piece = text[start:end]
+                    while text.startswith(piece, end):  # back-to-back copies: one marker for all
+                        end += len(piece)
                     if not out or start > last:
                         out += (text[last:start], self._mark)
                     last = pos = end

@@ -122,9 +122,7 @@ class Sender:
     def _safe_cause(self, exc: ConnectionFailed) -> Optional[BaseException]:
         """The transport error behind ``exc``, or its stand-in, which then also becomes its cause."""
         raw = exc.diagnostics.transport_error
-        if raw is None:
-            return None
-        safe = self._safe(raw)
+        safe = None if raw is None else self._safe(raw)
         if safe is not raw:
             exc.diagnostics.transport_error = exc.__cause__ = exc.__context__ = safe
         return safe

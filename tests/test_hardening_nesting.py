@@ -143,6 +143,20 @@ def test_brackets_inside_strings_do_not_count(svc: FakeService, plain: qa.Client
     assert plain.ask("x", Review).usage["x"][0] == text
 
 
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-16-be", "utf-32-le"])
+def test_nesting_of_a_utf16_or_utf32_body_is_checked_too(
+    svc: FakeService, plain: qa.Client, encoding: str
+) -> None:
+    # json reads UTF-16 and UTF-32 bodies; the check reads the same characters, not the bytes.
+    deep = with_usage(deep_arrays(LIMIT - 1)).decode()
+    svc.script(reply(200, deep.encode(encoding), headers=JSON))
+    with pytest.raises(qa.InvalidResponse, match="deeper than"):
+        plain.ask("x", Review)
+    shallow = with_usage(json.dumps(["[{" * LIMIT, deep_arrays(LIMIT - 2).decode()]).encode()).decode()
+    svc.script(reply(200, shallow.encode(encoding), headers=JSON))
+    assert plain.ask("x", Review).usage["x"][0] == "[{" * LIMIT
+
+
 @pytest.mark.parametrize(
     ("status", "error"),
     [(500, qa.ServerError), (429, qa.RateLimited), (503, qa.ServerError)],

@@ -369,6 +369,20 @@ def test_status_line_without_the_key_keeps_the_original_transport_error(
     assert caught.value.__cause__ is caught.value.diagnostics.transport_error
 
 
+class Unprintable(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("no text")
+
+
+def test_a_chained_exception_whose_text_cannot_be_read_is_replaced() -> None:
+    # Defensive: an exception chained to an error must not break the error's way out.
+    with qa.Client(base_url="http://127.0.0.1:1", api_key=KEY, trust_env=False) as client:
+        error = qa.InvalidResponse("bad")
+        error.__context__ = Unprintable(KEY)
+        client._sender.scrub(error)
+    assert repr(error.__context__) == "Unprintable('(an exception whose text cannot be shown)')"
+
+
 def test_key_in_the_base_url_path(svc: FakeService, caplog: pytest.LogCaptureFixture) -> None:
     # Some gateways take the key in the path; it must not then show in messages and logs.
     diag = qa.Diagnostics()
