@@ -69,7 +69,14 @@ def ascii_host(host: str) -> str:
     """
     if ":" in host:
         return host  # an IPv6 address
-    # The codec checks every label's length, ASCII ones too; a final dot is allowed.
+    if host.isascii():
+        # The codec's own check for an ASCII name, without loading it (and unicodedata).
+        labels = host.split(".")
+        if len(labels) > 1 and not labels[-1]:
+            labels.pop()  # a final dot is allowed
+        if not all(0 < len(label) < 64 for label in labels):
+            raise UnicodeError("label empty or too long")
+        return host
     return host.encode("idna").decode("ascii")
 
 

@@ -7,6 +7,8 @@ C0 controls (CR and LF included), DEL and the C1 controls 0x80-0x9F are refused 
 
   test_every_token_character_is_accepted_and_sent, test_names_that_are_not_tokens_are_refused,
   test_value_control_characters_are_refused, test_value_tab_space_and_latin1_are_accepted,
+  test_value_outside_latin1_is_refused_without_quoting_it,
+  test_header_that_is_not_a_string_is_refused_without_quoting_it,
   test_api_key_with_a_control_character_is_refused, test_api_key_with_a_tab_is_sent
 """
 

@@ -6,16 +6,18 @@ with its status, and is retried as that status. No ``RecursionError``, ``ValueEr
 worker whose stack is small (or an interpreter whose recursion limit was raised) does not
 crash: JSON nesting is refused past ``MAX_NESTING`` levels before ``json`` runs.
 
-  nesting: test_deep_success_body_is_invalid_response, ..._on_a_submit_worker,
+  nesting: test_deep_success_body_is_invalid_response, test_deep_success_body_on_a_submit_worker,
       test_deep_answer_or_models_is_invalid_response,
       test_nesting_at_the_limit_is_accepted_and_one_past_is_refused (arrays, objects, mixed),
       test_brackets_inside_strings_do_not_count,
+      test_nesting_of_a_utf16_or_utf32_body_is_checked_too,
       test_deep_error_body_is_the_status_error_retried_as_that_status,
+      test_deep_error_body_not_retried_when_its_status_is_not,
       test_small_worker_stack_and_high_recursion_limit_do_not_crash (a subprocess: a crash
       there fails the test instead of the run)
   numbers: test_integer_digits_at_the_limit_and_one_past,
       test_interpreter_int_limit_set_lower_is_still_invalid_response (3.11+),
-      test_numbers_json_refuses_are_invalid_response,
+      test_numbers_json_refuses_are_invalid_response, test_numbers_json_takes_as_floats_are_answers,
       test_error_body_with_a_refused_number_is_the_status_error
 """
 

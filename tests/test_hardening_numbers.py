@@ -7,9 +7,11 @@ an absurd delay (``retry-after: 1e308``, ``retry-after-ms: inf``, an HTTP-date i
 ignored and the backoff used. Every delay is clamped to one day, so the most patient legal
 policy still sleeps a finite, bounded time. Sleeps are recorded, never waited for.
 
-  test_delay_fields_at_the_limits_and_one_past, test_max_retries_at_the_limit_and_one_past,
-  test_jitter_at_the_limits_and_one_past, test_absurd_server_delays_fall_back_to_the_backoff,
-  test_bad_retry_after_ms_falls_through_to_retry_after, test_largest_policy_sleeps_at_most_a_day
+  test_delay_fields_at_the_limits_are_accepted, test_delay_fields_one_past_the_limits_are_refused,
+  test_max_retries_at_the_limit_and_one_past, test_jitter_at_the_limits_and_one_past,
+  test_absurd_server_delays_fall_back_to_the_backoff,
+  test_bad_retry_after_ms_falls_through_to_retry_after, test_largest_policy_sleeps_at_most_a_day,
+  test_server_delay_of_exactly_a_day_is_honoured_and_a_second_more_is_not
 """
 
 from __future__ import annotations

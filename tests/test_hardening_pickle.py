@@ -5,7 +5,9 @@ cannot be pickled becomes a stand-in with its type name and message. Multiproces
 this: a ``RateLimited`` raised in a ``ProcessPoolExecutor`` worker reaches the parent as itself
 and the pool stays usable.
 
-  errors: test_every_error_class_round_trips, test_errors_from_real_calls_round_trip,
+  errors: test_error_classes_are_found, test_every_error_class_round_trips,
+      test_rate_limited_with_keyword_only_status, test_errors_from_real_calls_round_trip,
+      test_connection_failed_from_a_real_call_round_trips,
       test_error_notes_and_attributes_round_trip, test_copy_copy_of_an_error
   diagnostics: test_diagnostics_round_trip, test_unpicklable_transport_error_becomes_a_stand_in,
       test_transport_error_that_cannot_be_loaded_becomes_a_stand_in

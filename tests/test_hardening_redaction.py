@@ -15,8 +15,12 @@ Passwords in a base URL or proxy URL never appear in a configuration error (``**
       test_success_body_echo_in_an_answer, test_success_body_echo_in_usage,
       test_success_body_echo_in_model_names, test_non_json_success_body_echo,
       test_header_echo, test_status_line_echo_in_the_transport_error_and_cause,
+      test_status_line_without_the_key_keeps_the_original_transport_error,
+      test_a_chained_exception_whose_text_cannot_be_read_is_replaced,
       test_key_in_the_base_url_path
   configuration: test_password_in_a_bad_base_url_or_proxy_is_masked,
+      test_password_in_an_unsupported_proxy_is_masked,
+      test_base_url_with_credentials_names_no_password,
       test_password_in_a_bad_proxy_from_the_environment_is_masked
 """
 

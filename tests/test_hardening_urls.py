@@ -6,7 +6,8 @@ by label, when the URL is parsed: ``InvalidBaseUrl`` (``InvalidOption`` for a pr
 reason, and the encoded host is what goes on the wire (Host, the request line through a proxy,
 CONNECT). A path prefix is percent-encoded as RFC 3986 section 3.3 asks, existing escapes kept.
 
-  hosts: test_host_idna_cannot_encode_is_invalid_base_url, ..._is_invalid_option_for_a_proxy,
+  hosts: test_host_idna_cannot_encode_is_invalid_base_url,
+      test_host_idna_cannot_encode_is_invalid_option_for_a_proxy,
       test_label_of_63_is_accepted_and_64_refused,
       test_trailing_dot_ip_literals_and_unicode_hosts_are_accepted,
       test_internationalised_host_goes_on_the_wire_encoded,
@@ -77,7 +78,7 @@ def test_label_of_63_is_accepted_and_64_refused() -> None:
     at_limit = "x" * 63 + ".example.com"
     with qa.Client(base_url=f"http://{at_limit}", trust_env=False) as client:
         assert client.base_url == f"http://{at_limit}"
-    with pytest.raises(qa.InvalidBaseUrl, match="label empty or too long"):
+    with pytest.raises(qa.InvalidBaseUrl, match=r"label .*too long"):
         qa.Client(base_url=f"http://x{at_limit}", trust_env=False)
 
 
