@@ -1,7 +1,8 @@
 """``python -m benchmarks.redaction``: the cost of hiding the key in an 8 MiB body, and of the nesting check.
 
-Each case is timed side by side with the old whole-key ``str.replace`` (which hid only whole
-copies) on the same body, in the same round; the figure to quote is the ratio. Bodies:
+Each case is timed side by side, in the same round, with decoding the same body from UTF-8
+bytes, which the client does to every error body anyway; the figure to quote is the ratio.
+Bodies:
 
 * no key: 8 MiB of text that holds no piece of the key (the common case);
 * five echoes: the same, with the key, a 20-character prefix and a middle piece planted;
@@ -51,12 +52,13 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3)
     rounds = parser.parse_args().rounds
     hide = Redactor(KEY)
-    print(f"redaction of {SIZE // (1024 * 1024)} MiB, median of {rounds} rounds (ms; ratio to str.replace)")
+    print(f"redaction of {SIZE // (1024 * 1024)} MiB, median of {rounds} rounds (ms; ratio to decoding it)")
     for name, body in _bodies().items():
         ours, old = [], []
+        data = body.encode()
         for _ in range(rounds):
             ours.append(_seconds(lambda: hide(body)))  # noqa: B023 - used at once
-            old.append(_seconds(lambda: body.replace(KEY, "[redacted]")))  # noqa: B023
+            old.append(_seconds(lambda: data.decode("utf-8", "replace")))  # noqa: B023
         ratio = statistics.median(a / b for a, b in zip(ours, old))
         print(f"  {name:14} {statistics.median(ours) * 1000:8.1f} ms  {ratio:6.1f}x")
     nested = {
