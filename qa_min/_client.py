@@ -258,9 +258,12 @@ class Client:
         try:
             models = models_of(parse_object(data))
         except BadShape as exc:
-            raise self._invalid(str(exc), call) from None
-        models.diagnostics = call.fill()
-        return models
+            problem = str(exc)
+        else:
+            models.diagnostics = call.fill()
+            return models
+        # Raised outside the except clause, so that no __context__ carries the raw text along.
+        raise self._invalid(problem, call)
 
     def submit(self, fn: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -> Call[R]:
         """Run ``client.ask``, ``client.core`` or ``client.list_models`` on the client's executor.
@@ -358,10 +361,15 @@ class Client:
             obj = parse_object(data)
             return spec.decode(obj.get("answers", _MISSING)), usage_of(obj)
         except BadShape as exc:
-            raise self._invalid(str(exc), call) from None
+            problem = str(exc)
         except _Mismatch as exc:
-            raise self._invalid(f"the service's answers do not fit: {exc}", call) from None
+            problem = f"the service's answers do not fit: {exc}"
+        # Raised outside the except clause, so that no __context__ carries the raw text along.
+        raise self._invalid(problem, call)
 
     def _invalid(self, message: str, call: CallState) -> InvalidResponse:
-        # Bad data is quoted in the message, and a server may have echoed the key into it.
-        return InvalidResponse(self._sender.redact(message), call.fill())
+        # Bad data is quoted in the message; the body was redacted before it was decoded, and
+        # this redacts what decoding may have spelled out (a key the body held escaped).
+        error = InvalidResponse(message, call.fill())
+        self._sender.scrub(error)
+        return error

@@ -7,22 +7,30 @@ put on the request line, and the fixed header block every request carries.
 from __future__ import annotations
 
 import os
+import re
 import sys
-from urllib.parse import unquote, urlsplit
+from urllib.parse import SplitResult, quote, unquote, urlsplit
 
 from ._constants import DEFAULT_MODEL, PUBLIC_BASE_URL, __version__
 from ._errors import InvalidBaseUrl, InvalidOption, MissingApiKey
 from ._questions import check_model
+from ._typing import short
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     import logging
     from collections.abc import Mapping, Sequence
-    from typing import Callable, Optional
+    from typing import Optional
 
 USER_AGENT = f"qa_min/{__version__}"
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 _FRAMING_HEADERS = {"host", "content-length", "transfer-encoding", "connection"}
+# RFC 9110 section 5.6.2: a field name is a token.
+_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+# A field value: no control character (C0, DEL, C1) but HTAB.
+_CONTROL = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f]")
+# RFC 3986 section 3.3: what a path may hold as it is; the rest is percent-encoded.
+_PATH_SAFE = "/%:@!$&'()*+,;=-._~"
 
 
 def from_env(name: str, env: Mapping[str, str]) -> Optional[str]:
@@ -33,29 +41,90 @@ def from_env(name: str, env: Mapping[str, str]) -> Optional[str]:
     return value.strip()
 
 
+def _password(url: str) -> str:
+    """The password in ``url``, or "": what follows the first ":" of the user info."""
+    rest = url.partition("://")[2] or url
+    # Up to the last "@": a password may hold an unescaped "/", "?" or "#". Masking too much
+    # of a URL that is wrong anyway is the safe side.
+    userinfo, at, _ = rest.rpartition("@")
+    return userinfo.partition(":")[2] if at else ""
+
+
+def shown_url(url: object) -> str:
+    """``repr(url)`` for a message, any password in it replaced by ``***``."""
+    if not isinstance(url, str):
+        return short(url)
+    password = _password(url)
+    if password:
+        cut = url.rindex("@")
+        url = url[: cut - len(password)] + "***" + url[cut:]
+    return repr(url)
+
+
+def ascii_host(host: str) -> str:
+    """``host`` as DNS and the Host header want it: IDNA-encoded, label by label.
+
+    Raises:
+        UnicodeError: A label is empty or over 63 characters, or holds a character IDNA refuses.
+    """
+    if ":" in host:
+        return host  # an IPv6 address
+    if host.isascii():
+        # The codec's own check for an ASCII name, without loading it (and unicodedata).
+        labels = host.split(".")
+        if len(labels) > 1 and not labels[-1]:
+            labels.pop()  # a final dot is allowed
+        if not all(0 < len(label) < 64 for label in labels):
+            raise UnicodeError("label empty or too long")
+        return host
+    return host.encode("idna").decode("ascii")
+
+
+def _split(url: str) -> tuple[Optional[SplitResult], str]:
+    """``url`` split, or None and why not (any password masked)."""
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises ValueError for a port that is not a number
+    except ValueError as exc:
+        password = _password(url)
+        return None, str(exc).replace(password, "***") if password else str(exc)
+    return parts, ""
+
+
+def _encoded_host(host: str) -> tuple[str, str]:
+    """``host`` IDNA-encoded, or "" and why it cannot be."""
+    try:
+        return ascii_host(host.lower()), ""
+    except UnicodeError as exc:
+        return "", str(exc)
+
+
 class Origin:
-    """A parsed http(s) URL: scheme, host, port, path prefix."""
+    """A parsed http(s) URL: scheme, host (IDNA-encoded), port, path prefix (percent-encoded)."""
 
     __slots__ = ("_auth", "host", "path", "port", "scheme", "source")
 
     def __init__(self, url: object, what: str = "base_url") -> None:
         error = InvalidBaseUrl if what == "base_url" else InvalidOption
         if not isinstance(url, str) or any(ch.isspace() or ord(ch) < 32 for ch in url):
-            raise error(f"{what} must be an http(s) URL without spaces, got {url!r}")
-        try:
-            parts = urlsplit(url)
-            port = parts.port
-        except ValueError as exc:
-            raise error(f"{what} is not a valid URL ({exc}): {url!r}") from None
+            raise error(f"{what} must be an http(s) URL without spaces, got {shown_url(url)}")
+        # The helpers catch; the errors are raised here, outside any except clause, so that
+        # no __context__ carries the URL (and its password) along.
+        parts, problem = _split(url)
+        if parts is None:
+            raise error(f"{what} is not a valid URL ({problem}): {shown_url(url)}")
         scheme = parts.scheme.lower()
         if scheme not in _DEFAULT_PORTS or not parts.hostname:
-            raise error(f"{what} must be an http or https URL with a host, got {url!r}")
+            raise error(f"{what} must be an http or https URL with a host, got {shown_url(url)}")
         if parts.query or parts.fragment:
-            raise error(f"{what} must not have a query or fragment, got {url!r}")
+            raise error(f"{what} must not have a query or fragment, got {shown_url(url)}")
+        host, problem = _encoded_host(parts.hostname)
+        if problem:
+            raise error(f"{what} has a host name IDNA cannot encode ({problem}): {shown_url(url)}")
         self.scheme = scheme
-        self.host = parts.hostname.lower()
-        self.port = port if port is not None else _DEFAULT_PORTS[scheme]
-        self.path = parts.path.rstrip("/")
+        self.host = host
+        self.port = parts.port if parts.port is not None else _DEFAULT_PORTS[scheme]
+        self.path = quote(parts.path.rstrip("/"), safe=_PATH_SAFE)
         if what == "base_url" and (parts.username is not None or parts.password is not None):
             raise error("base_url must not carry credentials; pass api_key instead")
         self._auth = (parts.username, parts.password)
@@ -125,14 +194,16 @@ def resolve_model(model: Optional[str], env: Mapping[str, str]) -> str:
 
 
 def _check_header(name: object, value: object) -> tuple[str, str]:
+    # Messages never quote the value: it may be the key, or another secret.
     if not isinstance(name, str) or not isinstance(value, str):
-        raise InvalidOption(f"a header is a (name, value) pair of strings, got {(name, value)!r}")
-    if not name or any(ch in name for ch in " \t\r\n:\0") or any(ch in value for ch in "\r\n\0"):
-        raise InvalidOption(f"header {name!r} has a character HTTP does not allow")
-    try:
-        value.encode("latin-1")
-    except UnicodeEncodeError:
-        raise InvalidOption(f"header {name!r} has a value outside latin-1") from None
+        kinds = f"({type(name).__name__}, {type(value).__name__})"
+        raise InvalidOption(f"a header is a (name, value) pair of strings, got {kinds}")
+    if not _TOKEN.fullmatch(name):
+        raise InvalidOption(f"header name {short(name)} is not an RFC 9110 token")
+    if _CONTROL.search(value):
+        raise InvalidOption(f"the value of header {name!r} has a control character (only HTAB is allowed)")
+    if value and max(value) > "\xff":  # no UnicodeEncodeError, whose repr would quote the value
+        raise InvalidOption(f"the value of header {name!r} is not latin-1")
     return name, value
 
 
@@ -176,10 +247,7 @@ def request_heads(origin: Origin, proxy: Optional[Origin], block: bytes) -> Head
         auth = proxy.basic_auth()
         if auth is not None:
             block += f"Proxy-Authorization: {auth}\r\n".encode()
-    netloc = origin.netloc
-    if not netloc.isascii():
-        netloc = netloc.encode("idna").decode("ascii")  # an internationalised host name
-    host = f"Host: {netloc}\r\n".encode("ascii")
+    host = f"Host: {origin.netloc}\r\n".encode("ascii")
     post = (
         f"POST {base}/v1/core HTTP/1.1\r\n".encode()
         + host
@@ -189,24 +257,6 @@ def request_heads(origin: Origin, proxy: Optional[Origin], block: bytes) -> Head
     )
     get = f"GET {base}/v1/models HTTP/1.1\r\n".encode() + host + block + b"\r\n"
     return Heads(post, get)
-
-
-def redactor(api_key: Optional[str]) -> Callable[[str], str]:
-    """A function that hides ``api_key`` in text, also as JSON would escape it."""
-    if api_key is None:
-        return str
-    import json
-
-    escaped = json.dumps(api_key)[1:-1]
-    forms = sorted({api_key, escaped, escaped.replace("/", "\\/")}, key=len, reverse=True)
-
-    def redact(text: str) -> str:
-        for form in forms:
-            if form in text:
-                text = text.replace(form, "[redacted]")
-        return text
-
-    return redact
 
 
 def env_proxy(origin: Origin, env: Mapping[str, str]) -> Optional[str]:
@@ -231,7 +281,7 @@ def parse_proxy(url: str) -> Origin:
         url = "http://" + url
     proxy = Origin(url, "proxy")
     if proxy.scheme != "http":
-        raise InvalidOption(f"only http:// proxies are supported, got {url!r}")
+        raise InvalidOption(f"only http:// proxies are supported, got {shown_url(url)}")
     return proxy
 
 

@@ -34,6 +34,11 @@ Every exception is a ``QAError``::
 
 Each instance carries ``.diagnostics``. Messages name the status and a short detail, never the
 API key.
+
+Every exception and ``Diagnostics`` survive ``pickle`` (every protocol) and ``copy.deepcopy`` with
+their type, message, ``.status`` and diagnostics, so they cross process boundaries
+(``ProcessPoolExecutor``, ``multiprocessing``). A ``transport_error`` that cannot be pickled
+travels as a ``_StandIn`` with its type name and message.
 """
 
 from __future__ import annotations
@@ -88,6 +93,53 @@ class Diagnostics:
             f"request_id={self.request_id!r}, elapsed={self.elapsed:.3f}, "
             f"body={body!r}, transport_error={self.transport_error!r})"
         )
+
+    def __reduce__(self) -> tuple[object, ...]:
+        state = {name: getattr(self, name) for name in self.__slots__}
+        state["transport_error"] = portable(self.transport_error)
+        return (_restore_diagnostics, (state,))
+
+
+def _restore_diagnostics(state: dict[str, object]) -> Diagnostics:
+    diag = Diagnostics()
+    for name, value in state.items():
+        setattr(diag, name, value)
+    return diag
+
+
+class _StandIn(Exception):
+    """Stands for an exception that cannot travel, or whose text had to be redacted.
+
+    ``repr()`` shows the original type name and message, as the original's would.
+
+    Attributes:
+        type_name: The name of the original exception's type.
+        message: Its message.
+    """
+
+    def __init__(self, type_name: str, message: str) -> None:
+        super().__init__(type_name, message)
+        self.type_name = type_name
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+    def __repr__(self) -> str:
+        return f"{self.type_name}({self.message!r})"
+
+
+def portable(exc: Optional[BaseException]) -> Optional[BaseException]:
+    """``exc`` if a pickled copy of it can be loaded again, else its ``_StandIn``."""
+    if exc is None or type(exc) is _StandIn:
+        return exc
+    import pickle
+
+    try:
+        pickle.loads(pickle.dumps(exc))
+    except Exception:
+        return _StandIn(type(exc).__name__, str(exc))
+    return exc
 
 
 class Attempt:
@@ -230,6 +282,17 @@ class QAError(Exception):
         super().__init__(message)
         self.message = message
         self.diagnostics = diagnostics if diagnostics is not None else Diagnostics()
+
+    def __reduce__(self) -> tuple[object, ...]:
+        # Exception pickles as ``cls(*args)``, which a keyword-only ``status`` breaks: rebuild
+        # without __init__ and restore the attributes (message, diagnostics, status, ...).
+        return (_restore_error, (type(self), self.args), self.__dict__)
+
+
+def _restore_error(cls: type[QAError], args: tuple[object, ...]) -> QAError:
+    exc = cls.__new__(cls)
+    exc.args = args
+    return exc
 
 
 class APIStatusError(QAError):

@@ -26,7 +26,7 @@ from ._errors import (
     NoQuestions,
 )
 from ._typing import UNSET as UNSET
-from ._typing import Generic, overload, short
+from ._typing import Generic, cast, overload, short
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -51,6 +51,12 @@ def _text(value: object, what: str) -> str:
     if not isinstance(value, str) or not value.strip():
         raise InvalidQuestion(f"{what} must be a non-empty string, got {value!r}")
     return value
+
+
+def _enum_of(members: Iterable[object]) -> Optional[type[enum.Enum]]:
+    """The Enum class a question was built from, or None if it was built from a dict or list."""
+    first = next(iter(members), None)
+    return type(first) if isinstance(first, enum.Enum) else None
 
 
 def _enum_texts(options: type[enum.Enum], what: str) -> list[tuple[str, str]]:
@@ -101,6 +107,10 @@ class YesNo(_Question[bool]):
     def __init__(self, yes: str, no: str) -> None:
         self.criteria = {"true": _text(yes, "the yes text"), "false": _text(no, "the no text")}
 
+    def __reduce__(self) -> tuple[object, ...]:
+        criteria = cast("dict[str, str]", self.criteria)
+        return (YesNo, (criteria["true"], criteria["false"]))
+
     def decode(self, value: object) -> bool:
         if value is True or value is False:
             return value
@@ -137,6 +147,10 @@ class Choice(_Question[_T]):
             raise InvalidQuestion(f"a choice takes a dict or an Enum class, got {options!r}")
         self.criteria = dict(pairs)
 
+    def __reduce__(self) -> tuple[object, ...]:
+        # Built again from what it was built from: the Enum class (by reference), or the dict.
+        return (Choice, (_enum_of(self._options.values()) or self.criteria,))
+
     def decode(self, value: object) -> _T:
         if type(value) is str:
             found = self._options.get(value, _Mismatch)
@@ -172,6 +186,9 @@ class Score(_Question[_T]):
         else:
             raise InvalidQuestion(f"a score takes a list of level texts or an Enum class, got {levels!r}")
         self.criteria = texts
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (Score, (_enum_of(self._levels) or list(cast("list[str]", self.criteria)),))
 
     def decode(self, value: object) -> _T:
         if type(value) is int and 0 <= value < len(self._levels):
@@ -304,6 +321,10 @@ class Questions:
 
     __hash__ = None  # type: ignore[assignment]
 
+    def __reduce__(self) -> tuple[object, ...]:
+        # The class travels by reference, so it must be importable where the answers land.
+        return (type(self)._qa_from, (dict(self.__dict__),))
+
 
 class NamedQuestion:
     """A question with its id, for ``Request``: ``NamedQuestion("lang", Choice({...}))``."""
@@ -319,6 +340,9 @@ class NamedQuestion:
 
     def __repr__(self) -> str:
         return f"NamedQuestion({self.name!r}, {self.question!r})"
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (NamedQuestion, (self.name, self.question))
 
     def __eq__(self, other: object) -> bool:
         return (
@@ -367,3 +391,7 @@ class Request:
     def __repr__(self) -> str:
         questions = list(self.questions)
         return f"Request(state={short(self.state)}, questions={questions!r}, model={self.model!r})"
+
+    def __reduce__(self) -> tuple[object, ...]:
+        # Compiled again where it lands: the compiled form holds bound methods.
+        return (Request, (self.state, list(self.questions), self.model))

@@ -131,10 +131,10 @@ def read_head(fp: Stream) -> Head:
 def _status_line(line: bytes) -> tuple[int, str, bool]:
     parts = line.decode("iso-8859-1").split(None, 2)
     if len(parts) < 2 or not parts[0].startswith("HTTP/1."):
-        raise BadStatusLine(repr(line[:80]))
+        raise BadStatusLine(line[:80].decode("iso-8859-1").rstrip("\r\n"))
     code = parts[1]
     if len(code) != 3 or not (code.isascii() and code.isdigit()) or code[0] == "0":
-        raise BadStatusLine(repr(line[:80]))
+        raise BadStatusLine(line[:80].decode("iso-8859-1").rstrip("\r\n"))
     return int(code), (parts[2].strip() if len(parts) > 2 else ""), parts[0] != "HTTP/1.0"
 
 

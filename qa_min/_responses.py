@@ -1,7 +1,13 @@
 """The results of the three operations, and the checks that turn a 2xx body into one.
 
 ``parse_object``, ``usage_of`` and ``models_of`` raise ``BadShape`` with a message that quotes
-the offending data; the client adds the diagnostics and redacts the message.
+the offending data; the client adds the diagnostics. ``load_json`` is the one JSON parser for
+whatever a server sends, error bodies included: a body nested deeper than ``MAX_NESTING``
+levels, or holding an integer longer than ``MAX_INT_DIGITS`` digits, is refused before
+``json`` can overflow the C stack (a worker thread's may be small) or spend quadratic time.
+Both limits are far above anything the service sends; serde_json nests 128 deep, too.
+
+Results pickle and deep-copy: their read-only mappings travel as plain dicts.
 """
 
 from __future__ import annotations
@@ -17,24 +23,85 @@ if TYPE_CHECKING:
     from typing import Any, Optional, TypeVar
 
     _T = TypeVar("_T")
+    _R = TypeVar("_R", "AskResponse[Any]", "CoreResponse", "Model")
 else:
-    _T = None
+    _T = _R = None
 
 _EMPTY: Mapping[str, Any] = readonly({})
 _MISSING = object()
+
+
+MAX_NESTING = 128
+"""Arrays and objects nested deeper than this are refused."""
+
+MAX_INT_DIGITS = 4300
+"""Integers with more digits are refused (CPython's own limit since 3.11, on every version)."""
+
+_NOT_STRUCTURE = bytes(b for b in range(256) if b not in b'[]{}"')
+_ONE_KIND = bytes.maketrans(b"{}", b"[]")
+_STEPS = bytes.maketrans(b"[]", b"\x02\x00")  # twice the openers, so no step is negative
 
 
 class BadShape(Exception):
     """A 2xx body that is not the shape SPEC.md section 2 gives; the message says how."""
 
 
+def _int(text: str) -> int:
+    if len(text) > MAX_INT_DIGITS + (text[0] == "-"):
+        raise ValueError(f"an integer of {len(text)} digits, over the limit of {MAX_INT_DIGITS}")
+    return int(text)
+
+
+_DECODER = json.JSONDecoder(parse_int=_int)
+
+
+def _too_deep(data: bytes) -> bool:
+    """True if ``data`` nests arrays and objects deeper than ``MAX_NESTING`` levels."""
+    if data.count(b"[") + data.count(b"{") <= MAX_NESTING:
+        return False  # the common case: too few brackets to nest that deep
+    encoding = json.detect_encoding(data)
+    if encoding not in ("utf-8", "utf-8-sig"):
+        data = data.decode(encoding, "replace").encode()
+    # Brackets inside strings do not nest: drop escaped backslashes and quotes, then strings.
+    # What is left is the nesting of the body, or of the part json would read before it fails.
+    if b"\\" in data:
+        data = data.replace(b"\\\\", b"").replace(b'\\"', b"")
+    # Two quotes in a row, once the rest is gone, enclose nothing that counts: drop them first.
+    skeleton = data.translate(None, _NOT_STRUCTURE).replace(b'""', b"")
+    if b'"' in skeleton:
+        skeleton = b"".join(skeleton.split(b'"')[::2])
+    skeleton = skeleton.translate(_ONE_KIND)
+    if b"[" * (MAX_NESTING + 1) in skeleton:
+        return True  # the usual attack, found at C speed
+    # Each pass takes the innermost pairs away, one level, and shrinks a wide body to little.
+    passes = 0
+    while passes < 8 and skeleton:
+        skeleton = skeleton.replace(b"[]", b"")
+        passes += 1
+    if not skeleton:
+        return False
+    from itertools import accumulate, count
+    from operator import sub
+
+    # The depth after k brackets is 2 * openers - k: a running sum of the steps, minus k.
+    deepest: int = max(map(sub, accumulate(skeleton.translate(_STEPS)), count(1)))
+    return passes + deepest > MAX_NESTING
+
+
+def load_json(data: bytes) -> Any:
+    """The JSON value in ``data``; ``BadShape`` if it is not JSON or is beyond the limits."""
+    if _too_deep(data):
+        raise BadShape(f"the response nests deeper than {MAX_NESTING} levels or is not JSON: {short(data)}")
+    try:
+        return _DECODER.decode(data.decode(json.detect_encoding(data), "surrogatepass"))
+    except (ValueError, RecursionError) as exc:
+        # RecursionError: a last defence; the nesting check above keeps json far from it.
+        raise BadShape(f"the response is not JSON ({type(exc).__name__}: {exc}): {short(data)}") from None
+
+
 def parse_object(data: bytes) -> dict[str, Any]:
     """The JSON object in ``data``."""
-    try:
-        obj = json.loads(data)
-    except (ValueError, RecursionError) as exc:
-        # RecursionError: nesting deeper than the interpreter's limit is not an answer either.
-        raise BadShape(f"the response is not JSON ({type(exc).__name__}: {exc}): {short(data)}") from None
+    obj = load_json(data)
     if type(obj) is not dict:
         raise BadShape(f"the response is not a JSON object: {short(obj)}")
     return obj
@@ -84,6 +151,9 @@ class AskResponse(Generic[_T]):
     def __repr__(self) -> str:
         return f"AskResponse(answers={self.answers!r}, usage={dict(self.usage)!r})"
 
+    def __reduce__(self) -> tuple[object, ...]:
+        return (_restore, (AskResponse, self.answers, dict(self.usage)))
+
 
 class CoreResponse:
     """The result of ``client.core``.
@@ -111,6 +181,9 @@ class CoreResponse:
     def __repr__(self) -> str:
         return f"CoreResponse(answers={dict(self.answers)!r}, usage={dict(self.usage)!r})"
 
+    def __reduce__(self) -> tuple[object, ...]:
+        return (_restore, (CoreResponse, dict(self.answers), dict(self.usage)))
+
 
 class Model:
     """One model the account can use.
@@ -128,6 +201,9 @@ class Model:
 
     def __repr__(self) -> str:
         return f"Model(name={self.name!r})"
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (_restore, (Model, self.name, dict(self.info)))
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Model) and (other.name, other.info) == (self.name, self.info)
@@ -157,3 +233,13 @@ class ModelList:
 
     def __repr__(self) -> str:
         return f"ModelList({[m.name for m in self.models]!r})"
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (ModelList, (self.models,))
+
+
+def _restore(cls: type[_R], first: Any, mapping: dict[str, Any]) -> _R:
+    """A result rebuilt from its pickled form: a plain dict becomes read-only again."""
+    if isinstance(first, dict):
+        first = readonly(first)
+    return cls(first, readonly(mapping))

@@ -7,14 +7,15 @@ state in ``_call``; one attempt on the wire in ``_transport``.
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 
 from ._backoff import backoff_ms, server_delay_ms, should_retry
-from ._config import get_logger, redactor
-from ._errors import Canceled, ConnectionFailed, ProxyError, QAError, status_error_class
+from ._config import get_logger
+from ._errors import Canceled, ConnectionFailed, ProxyError, QAError, _StandIn, status_error_class
 from ._hooks import HookEvent
+from ._redact import Redactor
+from ._responses import BadShape, load_json
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -40,12 +41,13 @@ class Sender:
         hooks: Optional[dict[str, tuple[Hook, ...]]] = None,
     ) -> None:
         self.transport = transport
-        self.base_url = transport.origin.url()
+        self.redact = Redactor(api_key)
+        # For messages and log lines: a key put in the base URL's path is hidden there too.
+        self.base_url = self.redact(transport.origin.url())
         self._budget = budget
         self._sleep = sleep
         self._random = random
         self._hooks = hooks
-        self.redact = redactor(api_key)
 
     def send(self, request: bytes, method: str, policy: RetryPolicy, call: CallState) -> bytes:
         """The retry loop: the 2xx body, or the error SPEC.md section 5 names."""
@@ -69,10 +71,45 @@ class Sender:
             suffix = "" if call.request_id is None else f" (request id {call.request_id})"
             if call.attempts > 1 and not isinstance(exc, Canceled):
                 suffix += f" (after {call.attempts} attempts)"
-            if suffix:
-                exc.message = f"{exc.message}{suffix}"
-                exc.args = (exc.message,)
+            exc.message = f"{exc.message}{suffix}"
+            self.scrub(exc)
             raise
+
+    def scrub(self, exc: QAError) -> None:
+        """Hide the key in ``exc``'s message and in every exception chained to it."""
+        exc.message = self.redact(exc.message)
+        exc.args = (exc.message,)
+        seen = {id(exc)}
+        todo: list[BaseException] = [exc]
+        while todo:
+            node = todo.pop()
+            for link in ("__cause__", "__context__"):
+                linked = getattr(node, link)
+                if linked is not None and id(linked) not in seen:
+                    safe = self._safe(linked)
+                    setattr(node, link, safe)
+                    seen.update((id(linked), id(safe)))
+                    todo.append(safe)
+
+    def _safe_cause(self, exc: ConnectionFailed) -> Optional[BaseException]:
+        """The transport error behind ``exc``, or its stand-in, which then also becomes its cause."""
+        raw = exc.diagnostics.transport_error
+        safe = None if raw is None else self._safe(raw)
+        if safe is not raw:
+            exc.diagnostics.transport_error = exc.__cause__ = exc.__context__ = safe
+        return safe
+
+    def _safe(self, exc: BaseException) -> BaseException:
+        """``exc``, or a ``_StandIn`` with its text redacted when that text holds a piece of the key."""
+        if not self.redact.active:
+            return exc
+        try:
+            text, shown = str(exc), repr(exc)
+        except Exception:
+            return _StandIn(type(exc).__name__, "(an exception whose text cannot be shown)")
+        if self.redact.hides(text) or self.redact.hides(shown):
+            return _StandIn(type(exc).__name__, self.redact(text))
+        return exc
 
     def _attempt(
         self, request: bytes, method: str, policy: RetryPolicy, call: CallState
@@ -85,7 +122,7 @@ class Sender:
             status, headers, body = self.transport.attempt(request, method, call)
         except QAError as exc:
             if isinstance(exc, ConnectionFailed):
-                call.transport_error = exc.diagnostics.transport_error
+                call.transport_error = self._safe_cause(exc)
             if isinstance(exc, ProxyError):
                 # The proxy answered: its status and page are what the caller can act on.
                 call.status = exc.status
@@ -100,7 +137,7 @@ class Sender:
             self._record(request, method, call, status, None, started)
             if self._budget is not None:
                 self._budget.refund()
-            return body
+            return self.redact.data(body)
         failure = self._status_error(status, headers, body, method, call)
         self._record(request, method, call, status, failure, started)
         if not should_retry(policy, status, headers):
@@ -183,11 +220,12 @@ class Sender:
     def _status_error(
         self, status: int, headers: HTTPMessage, body: bytes, method: str, call: CallState
     ) -> QAError:
+        # The whole body is redacted before anything shortens it (the message, Diagnostics' repr).
         text = self.redact(body.decode("utf-8", "replace"))
         call.body = text
         path = _path(method)
-        # Redacted again: a key JSON-escaped in the body comes out plain once `detail` is decoded.
-        message = self.redact(f"HTTP {status} from {method} {self.base_url}{path}: {_detail(text, headers)}")
+        detail = _detail(body, text, headers, self.redact)
+        message = f"HTTP {status} from {method} {self.base_url}{path}: {detail}"
         return status_error_class(status)(message, status=status)
 
 
@@ -202,23 +240,29 @@ def _path(method: str) -> str:
     return "/v1/core" if method == "POST" else "/v1/models"
 
 
-def _detail(text: str, headers: HTTPMessage) -> str:
-    """A short, readable reason from an error body: JSON ``detail``, an HTML title, or the text."""
-    detail: object = None
+def _detail(body: bytes, text: str, headers: HTTPMessage, redact: Redactor) -> str:
+    """A short, readable reason from an error body: JSON ``detail``, an HTML title, or the text.
+
+    ``text`` is the body, decoded and redacted; a ``detail`` decoded from JSON is redacted again
+    (escapes undone, it may spell out a key the body only held escaped).
+    """
+    detail = None
     if "json" in (headers.get("content-type") or "") or text.startswith("{"):
         try:
-            obj = json.loads(text)
-        except (ValueError, RecursionError):
+            obj = load_json(body)
+        except BadShape:
             obj = None
         if isinstance(obj, dict) and "detail" in obj:
-            detail = obj["detail"]
-            if isinstance(detail, list):  # FastAPI-style [{"loc": ..., "msg": ...}]
-                detail = "; ".join(str(d.get("msg", d)) if isinstance(d, dict) else str(d) for d in detail)
+            found = obj["detail"]
+            if isinstance(found, list):  # FastAPI-style [{"loc": ..., "msg": ...}]
+                found = "; ".join(str(d.get("msg", d)) if isinstance(d, dict) else str(d) for d in found)
+            detail = redact(str(found))
     if detail is None:
         lower = text.lower()
         start, end = lower.find("<title>"), lower.find("</title>")
         detail = text[start + 7 : end] if 0 <= start < end else text
-    short = " ".join(str(detail).split())
+    # Redacted once more after whitespace is folded, which may join two halves of a piece.
+    short = redact(" ".join(detail[:2000].split()))
     if not short:
         return "(empty body)"
     return short if len(short) <= 200 else short[:197] + "..."

@@ -22,6 +22,7 @@ LAYERS: tuple[str, ...] = (
     "_constants",
     "_errors",
     "_typing",
+    "_redact",
     # values and per-call primitives, on the leaves only
     "_call",
     "_backoff",

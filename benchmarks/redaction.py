@@ -1,0 +1,85 @@
+"""``python -m benchmarks.redaction``: the cost of hiding the key in an 8 MiB body, and of the nesting check.
+
+Each case is timed side by side, in the same round, with decoding the same body from UTF-8
+bytes, which the client does to every error body anyway; the figure to quote is the ratio.
+Bodies:
+
+* no key: 8 MiB of text that holds no piece of the key (the common case);
+* five echoes: the same, with the key, a 20-character prefix and a middle piece planted;
+* key copies: 8 MiB made of the key, back to back;
+* prefix copies: 8 MiB made of a 20-character prefix of the key, back to back;
+* prefixes 1 apart: the same with a space between copies (the slowest kind found).
+
+The nesting check (``_responses._too_deep``) is timed on 8 MiB bodies next to ``json.loads``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from collections.abc import Callable
+
+from qa_min._redact import Redactor
+from qa_min._responses import _too_deep
+
+KEY = "sk-proj-Xq7vB2mK9pL4nR8tW1yZ3cF6hJ0dG5sA"
+SIZE = 8 * 1024 * 1024
+
+
+def _bodies() -> dict[str, str]:
+    filler = ("The quick brown fox jumps over the lazy dog 0123456789. " * (SIZE // 56 + 1))[:SIZE]
+    third = SIZE // 3
+    echoed = filler[:third] + KEY + filler[third : 2 * third] + KEY[:20] + filler[2 * third :] + KEY[10:22]
+    return {
+        "no key": filler,
+        "five echoes": echoed[:SIZE],
+        "key copies": (KEY * (SIZE // len(KEY) + 1))[:SIZE],
+        "prefix copies": (KEY[:20] * (SIZE // 20 + 1))[:SIZE],
+        "prefixes 1 apart": ((KEY[:20] + " ") * (SIZE // 21 + 1))[:SIZE],
+    }
+
+
+def _seconds(fn: Callable[[], object]) -> float:
+    started = time.perf_counter()
+    fn()
+    return time.perf_counter() - started
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--rounds", type=int, default=3)
+    rounds = parser.parse_args().rounds
+    hide = Redactor(KEY)
+    print(f"redaction of {SIZE // (1024 * 1024)} MiB, median of {rounds} rounds (ms; ratio to decoding it)")
+    for name, body in _bodies().items():
+        ours, old = [], []
+        data = body.encode()
+        for _ in range(rounds):
+            ours.append(_seconds(lambda: hide(body)))  # noqa: B023 - used at once
+            old.append(_seconds(lambda: data.decode("utf-8", "replace")))  # noqa: B023
+        ratio = statistics.median(a / b for a, b in zip(ours, old))
+        print(f"  {name:14} {statistics.median(ours) * 1000:8.1f} ms  {ratio:6.1f}x")
+    nested = {
+        "wide models": json.dumps(
+            {"models": [{"name": f"m{i}", "x": [1, {"y": [2]}]} for i in range(200_000)]}
+        ),
+        "deep run": "[" * SIZE,
+        "128 deep, repeated": "[" + ",".join(["[" * 127 + "]" * 127] * (SIZE // 255)) + "]",
+    }
+    print("nesting check (ms; ratio to json.loads of the same body, where it parses)")
+    for name, text in nested.items():
+        data = text.encode()
+        check = statistics.median(_seconds(lambda: _too_deep(data)) for _ in range(rounds))  # noqa: B023
+        try:
+            parse = statistics.median(_seconds(lambda: json.loads(data)) for _ in range(rounds))  # noqa: B023
+            ratio = f"{check / parse:6.2f}x"
+        except (ValueError, RecursionError):
+            ratio = "(json refuses)"
+        print(f"  {name:20} {check * 1000:8.1f} ms  {ratio}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,156 @@
+"""Hiding a secret (the API key) in text: every piece of it 8 characters long or longer.
+
+The one redaction function of the package and of its command line: ``Redactor(key)(text)``, or
+``redact(text, key)`` for a single use. A server may echo the key whole, cut short (a truncated
+body, a prefix quoted in a message), or JSON-escaped, so what is hidden is any run of 8 or more
+characters of any form of the key: as given, as ``json.dumps`` writes it (with and without
+``ensure_ascii``), and with ``/`` written ``\\/``. A key shorter than 8 characters is hidden
+whole. Callers redact before they shorten anything.
+
+How, in one left-to-right scan: every 8-character piece of a form contains one of the form's
+4-character blocks at offsets 0, 4, 8, ...; one compiled pattern of those blocks finds the
+candidates at C speed, a table of the 8-character pieces confirms one, and the match is
+extended as far as the key goes. A piece left behind would have to start where the scan found
+no candidate, so none is. Whole copies of the key are replaced first, at ``str.replace`` speed.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Optional
+
+PIECE = 8
+"""Runs of the key this long or longer are hidden; a shorter key is hidden whole."""
+
+_BLOCK = 4
+
+
+class Redactor:
+    """Hides every piece of the given secrets in text; immutable, safe to share between threads.
+
+    Args:
+        secrets: The secrets to hide; None and empty strings are ignored.
+    """
+
+    __slots__ = ("_blocks", "_mark", "_needles", "_pieces", "_whole")
+
+    def __init__(self, *secrets: Optional[str]) -> None:
+        forms: set[str] = set()
+        for secret in secrets:
+            if secret:
+                forms |= _forms(secret)
+        # Longest first, so that a form holding another is replaced before it.
+        self._whole = sorted(forms, key=len, reverse=True)
+        self._pieces: dict[str, list[tuple[str, int]]] = {}
+        blocks: set[str] = set()
+        for form in forms:
+            for i in range(len(form) - PIECE + 1):
+                self._pieces.setdefault(form[i : i + PIECE], []).append((form, i))
+            if len(form) >= PIECE:
+                blocks.update(form[k : k + _BLOCK] for k in range(0, len(form) - _BLOCK + 1, _BLOCK))
+        self._blocks = _alternatives(sorted(blocks)) if blocks else None
+        short = [form for form in forms if len(form) < PIECE]
+        needles = sorted({b.encode() for b in blocks} | {s.encode() for s in short})
+        self._needles = re.compile(b"|".join(map(re.escape, needles))) if needles else None
+        self._mark = _mark_for(forms, [*self._pieces, *short])
+
+    def __call__(self, text: str) -> str:
+        """``text`` with every piece of the secrets replaced by ``[redacted]``."""
+        if self._needles is None:
+            return text
+        for form in self._whole:
+            if form in text:
+                text = text.replace(form, self._mark)
+        return text if self._blocks is None else self._scan(text, self._blocks)
+
+    def data(self, body: bytes) -> bytes:
+        """``body`` itself when it holds no piece of a secret (the fast, common case), else redacted.
+
+        A body that holds one is decoded as UTF-8, redacted and encoded again.
+        """
+        if self._needles is None or self._needles.search(body) is None:
+            return body
+        return self(body.decode("utf-8", "replace")).encode("utf-8")
+
+    @property
+    def active(self) -> bool:
+        """False when there is no secret to hide."""
+        return self._needles is not None
+
+    def hides(self, text: str) -> bool:
+        """True if ``text`` holds a piece of a secret, which ``self(text)`` would hide."""
+        return self(text) != text
+
+    def _scan(self, text: str, blocks: re.Pattern[str]) -> str:
+        pieces = self._pieces
+        out: list[str] = []
+        last = pos = 0  # the end of the last match; where the search goes on
+        while True:
+            hit = blocks.search(text, pos)
+            if hit is None:
+                break
+            block = hit.start()
+            # A piece holding this block starts at most 3 characters before it.
+            for start in range(max(pos, block - _BLOCK + 1), block + 1):
+                spots = pieces.get(text[start : start + PIECE])
+                if spots:
+                    end = start + max(_reach(text, start, form, i) for form, i in spots)
+                    piece = text[start:end]
+                    while text.startswith(piece, end):  # back-to-back copies: one marker for all
+                        end += len(piece)
+                    if not out or start > last:
+                        out += (text[last:start], self._mark)
+                    last = pos = end
+                    break
+            else:
+                pos = block + 1
+        if not out:
+            return text
+        out.append(text[last:])
+        return "".join(out)
+
+
+def redact(text: str, *secrets: Optional[str]) -> str:
+    """``text`` with every piece of 8 or more characters of each secret hidden (``[redacted]``).
+
+    For a single use; build a ``Redactor`` once to redact many texts with the same secrets.
+    """
+    return Redactor(*secrets)(text)
+
+
+def _forms(secret: str) -> set[str]:
+    forms = {secret}
+    for ascii_only in (True, False):
+        escaped = json.dumps(secret, ensure_ascii=ascii_only)[1:-1]
+        forms |= {escaped, escaped.replace("/", "\\/")}
+    return forms
+
+
+def _mark_for(forms: set[str], pieces: list[str]) -> str:
+    # The marker must not hold a piece, nor make one with the text around it: a piece that
+    # crosses its edge holds its first or last character.
+    for mark in ("[redacted]", "***", "###"):
+        edges = (mark[0], mark[-1])
+        if not any(edge in form for form in forms for edge in edges) and not any(p in mark for p in pieces):
+            return mark
+    return "\u2026"  # not latin-1, so never part of a key that can be sent in a header
+
+
+def _alternatives(blocks: list[str]) -> re.Pattern[str]:
+    return re.compile("|".join(map(re.escape, blocks)))
+
+
+def _reach(text: str, start: int, form: str, i: int) -> int:
+    """How many characters from ``start`` on follow ``form`` from ``i`` on (at least ``PIECE``)."""
+    rest = form[i:]
+    if text.startswith(rest, start):
+        return len(rest)
+    n = PIECE
+    limit = min(len(rest), len(text) - start)
+    while n < limit and text[start + n] == rest[n]:
+        n += 1
+    return n

@@ -1,0 +1,98 @@
+"""Headers: names in ``extra_headers`` are RFC 9110 tokens; values hold no control character but HTAB.
+
+The same rule covers the API key, which travels in ``Authorization``. A header that breaks it is
+``InvalidOption`` when the client is made, before any connection; messages never quote a value.
+C0 controls (CR and LF included), DEL and the C1 controls 0x80-0x9F are refused (Python's own
+``str.splitlines`` ends a line at 0x85); HTAB, space and the rest of latin-1 are allowed.
+
+  test_every_token_character_is_accepted_and_sent, test_names_that_are_not_tokens_are_refused,
+  test_value_control_characters_are_refused, test_value_tab_space_and_latin1_are_accepted,
+  test_value_outside_latin1_is_refused_without_quoting_it,
+  test_header_that_is_not_a_string_is_refused_without_quoting_it,
+  test_api_key_with_a_control_character_is_refused, test_api_key_with_a_tab_is_sent
+"""
+
+from __future__ import annotations
+
+import pytest
+from support import Listener, make_client
+
+import qa_min as qa
+from qa_min.testing import FakeService
+
+TCHARS = "!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+SEPARATORS = '"(),/:;<=>?@[\\]{} \t'
+FORBIDDEN_IN_VALUES = [chr(c) for c in [*range(0x00, 0x09), *range(0x0A, 0x20), 0x7F, *range(0x80, 0xA0)]]
+
+
+def test_every_token_character_is_accepted_and_sent(svc: FakeService) -> None:
+    with make_client(svc.url, extra_headers=[(TCHARS, "v")]) as client:
+        client.list_models()
+    assert svc.requests[0].headers[TCHARS.lower()] == "v"
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["", *[f"X{c}Name" for c in SEPARATORS], "X-\x7f", "X-\x00", "X-\u00e9", "X-\u20ac", "X-Name\r\nX-Evil"],
+    ids=repr,
+)
+def test_names_that_are_not_tokens_are_refused(listener: Listener, name: str) -> None:
+    with pytest.raises(qa.InvalidOption) as caught:
+        qa.Client(base_url=listener.url, extra_headers=[(name, "value")], trust_env=False)
+    assert "RFC 9110 token" in str(caught.value)
+    assert listener.connections() == 0
+
+
+@pytest.mark.parametrize("char", FORBIDDEN_IN_VALUES, ids=lambda c: f"U+{ord(c):04X}")
+def test_value_control_characters_are_refused(listener: Listener, char: str) -> None:
+    with pytest.raises(qa.InvalidOption) as caught:
+        qa.Client(base_url=listener.url, extra_headers=[("X-Token", f"secret{char}value")], trust_env=False)
+    assert "control character" in str(caught.value)
+    assert "secret" not in str(caught.value)
+    assert caught.value.__context__ is None
+    assert listener.connections() == 0
+
+
+@pytest.mark.parametrize(
+    "value", ["a\tb", "\ttab first", "with space", "\xa0nbsp", "\xff", "caf\xe9", "~!@#$%^&*()"]
+)
+def test_value_tab_space_and_latin1_are_accepted(svc: FakeService, value: str) -> None:
+    with make_client(svc.url, extra_headers=[("X-Value", value)]) as client:
+        client.list_models()
+    assert svc.requests[0].headers["x-value"] == value.strip(" \t")  # the server trims, as RFC 9110 says
+
+
+@pytest.mark.parametrize("value", ["\u0100", "\u20ac", "\U0001f642"])
+def test_value_outside_latin1_is_refused_without_quoting_it(listener: Listener, value: str) -> None:
+    with pytest.raises(qa.InvalidOption) as caught:
+        qa.Client(base_url=listener.url, extra_headers=[("X-Value", f"secret{value}")], trust_env=False)
+    assert "latin-1" in str(caught.value)
+    assert "secret" not in repr(caught.value)
+    assert caught.value.__context__ is None
+
+
+@pytest.mark.parametrize(
+    ("name", "value"), [(b"X-Bytes", "v"), ("X-Bytes", b"secret")], ids=["name", "value"]
+)
+def test_header_that_is_not_a_string_is_refused_without_quoting_it(
+    listener: Listener, name: object, value: object
+) -> None:
+    with pytest.raises(qa.InvalidOption, match=r"pair of strings, got \((bytes, str|str, bytes)\)") as caught:
+        qa.Client(base_url=listener.url, extra_headers=[(name, value)], trust_env=False)  # type: ignore[list-item]
+    assert "secret" not in str(caught.value)
+
+
+@pytest.mark.parametrize("char", ["\x00", "\x08", "\n", "\r", "\x1f", "\x7f", "\x85", "\x9f"], ids=repr)
+def test_api_key_with_a_control_character_is_refused(listener: Listener, char: str) -> None:
+    key = f"sk-SECRET{char}0123"
+    with pytest.raises(qa.InvalidOption) as caught:
+        qa.Client(base_url=listener.url, api_key=key, trust_env=False)
+    assert "SECRET" not in str(caught.value)
+    assert "SECRET" not in repr(caught.value)
+    assert listener.connections() == 0
+
+
+def test_api_key_with_a_tab_is_sent() -> None:
+    with FakeService(api_key="sk-a\tb") as svc, make_client(svc.url, api_key="sk-a\tb") as client:
+        client.list_models()
+    assert svc.requests[0].headers["authorization"] == "Bearer sk-a\tb"
