@@ -59,6 +59,7 @@ from ._questions import (
     Score,
     YesNo,
 )
+from ._ratelimit import RateLimit
 
 __version__ = "0.1.0"
 
@@ -107,6 +108,7 @@ __all__ = [
     "PermissionDenied",
     "QAError",
     "Questions",
+    "RateLimit",
     "RateLimited",
     "Request",
     "RequestTimeout",

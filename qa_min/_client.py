@@ -47,6 +47,7 @@ if TYPE_CHECKING:
     from typing import Any, Callable, Optional, ParamSpec, TypeVar, Union
 
     from ._futures import Call
+    from ._ratelimit import RateLimit, RateLimitState
     from ._retry import RetryPolicy
     from ._retrying import PolicyLike
     from ._transport import CallState
@@ -222,6 +223,8 @@ class Client:
             ``SERVICE_DEFAULT_MODEL``, and ``HTTPS_PROXY``/``HTTP_PROXY``/``ALL_PROXY``/``NO_PROXY``.
             False suits a library that must not be steered by its host's environment.
         retry_budget: The retry budget shared by this client's threads; None disables it.
+        rate_limit: The ``RateLimit`` shared by this client's threads (``RateLimit()``: no
+            ceiling, adaptive after the first 429/529); None turns rate limiting off.
         sleep: ``sleep(seconds, wake)`` used for backoff; it must return early once ``wake``
             is set. For tests: the default waits on ``wake``.
         random: A function returning a float in [0, 1), for backoff jitter. For tests.
@@ -249,6 +252,7 @@ class Client:
         proxy: Optional[str] = None,
         trust_env: bool = True,
         retry_budget: Union[RetryBudget, Unset, None] = UNSET,
+        rate_limit: Union[RateLimit, Unset, None] = UNSET,
         sleep: Optional[Callable[[float, threading.Event], object]] = None,
         random: Optional[Callable[[], float]] = None,
     ) -> None:
@@ -294,7 +298,14 @@ class Client:
 
             random = _random_module.random
         self._new_call = CallState
-        self._sender = Sender(self._transport, budget, _wait if sleep is None else sleep, random, self._key)
+        self._sender = Sender(
+            self._transport,
+            budget,
+            _wait if sleep is None else sleep,
+            random,
+            self._key,
+            _rate_limit(rate_limit),
+        )
         self._max_workers = int(max_workers)
         self._executor_lock = threading.Lock()
         self._futures: Any = None
@@ -305,6 +316,12 @@ class Client:
     def model(self) -> str:
         """The model used when a call names none."""
         return self._model
+
+    @property
+    def rate_limit(self) -> Optional[RateLimitState]:
+        """A snapshot of the rate limiter now: its ceiling and any pause; None when turned off."""
+        limiter = self._sender.limiter
+        return None if limiter is None else limiter.state()
 
     def __repr__(self) -> str:
         return f"Client(base_url={self.base_url!r}, model={self._model!r})"
@@ -526,6 +543,16 @@ def _check_options(
         if not isinstance(ssl_context, ssl.SSLContext):
             raise InvalidOption(f"ssl_context must be an ssl.SSLContext, got {_short(ssl_context)}")
     return budget
+
+
+def _rate_limit(rate_limit: object) -> Optional[RateLimit]:
+    from ._ratelimit import RateLimit
+
+    if rate_limit is UNSET:
+        return RateLimit()
+    if rate_limit is not None and not isinstance(rate_limit, RateLimit):
+        raise InvalidOption(f"rate_limit must be a RateLimit or None, got {_short(rate_limit)}")
+    return rate_limit
 
 
 def _check_retry(retry: object) -> PolicyLike:

@@ -50,15 +50,18 @@ class Diagnostics:
         body: The last non-2xx response body as text, or None.
         attempts: HTTP attempts made, the first one included.
         transport_error: The exception behind a ``ConnectionFailed``, or None.
+        rate_limit_wait: Seconds the client's rate limiter held the call back, beyond the
+            delays it would have waited anyway (0.0 when it never waited).
     """
 
-    __slots__ = ("attempts", "body", "status", "transport_error")
+    __slots__ = ("attempts", "body", "rate_limit_wait", "status", "transport_error")
 
     def __init__(self) -> None:
         self.status: Optional[int] = None
         self.body: Optional[str] = None
         self.attempts = 0
         self.transport_error: Optional[BaseException] = None
+        self.rate_limit_wait = 0.0
 
     def __repr__(self) -> str:
         body = self.body if self.body is None or len(self.body) <= 80 else self.body[:77] + "..."

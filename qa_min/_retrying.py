@@ -19,6 +19,7 @@ import time
 from ._client import CancelToken
 from ._config import get_logger, redactor
 from ._errors import Canceled, ConnectionFailed, QAError, status_error_class
+from ._ratelimit import Limiter
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -26,6 +27,7 @@ if TYPE_CHECKING:
     from typing import Callable, Optional, Protocol
 
     from ._client import RetryBudget
+    from ._ratelimit import RateLimit
     from ._transport import CallState, Transport
 
     class PolicyLike(Protocol):
@@ -145,6 +147,7 @@ class Sender:
         sleep: Callable[[float, threading.Event], object],
         random: Callable[[], float],
         api_key: Optional[str],
+        rate_limit: Optional[RateLimit] = None,
     ) -> None:
         self.transport = transport
         self.base_url = transport.origin.url()
@@ -153,50 +156,38 @@ class Sender:
         self._random = random
         self.redact = redactor(api_key)
         self.closer = CancelToken()
+        # rate limit: one limiter per client, shared by its threads (None: turned off)
+        self.limiter = None if rate_limit is None else Limiter(rate_limit, notify=self._note_rate_limit)
 
     def send(self, request: bytes, method: str, policy: PolicyLike, call: CallState) -> bytes:
         """The retry loop: the 2xx body, or the error SPEC.md section 5 names."""
-        transport = self.transport
+        limiter = self.limiter
         retries = 0
+        wait: Optional[float] = None  # seconds before the next attempt; None before the first
+        throttled = False
         try:
             while True:
-                transport.check(call)
-                started = time.monotonic()
-                try:
-                    status, headers, body = transport.attempt(request, method, call)
-                except ConnectionFailed as exc:
-                    call.transport_error = exc.diagnostics.transport_error
-                    self._log_attempt(method, call, None, started)
-                    if not (policy.retry_connection_errors and exc.retryable):
-                        raise
-                    failure: QAError = exc
-                    delay = None
-                else:
-                    call.status = status
-                    self._log_attempt(method, call, status, started)
-                    if 200 <= status < 300:
-                        if self._budget is not None:
-                            self._budget.refund()
-                        if call.diagnostics is not None:
-                            call.fill()
-                        return body
-                    failure = self._status_error(status, headers, body, method, call)
-                    if not _should_retry(policy, status, headers):
-                        raise failure
-                    delay = (
-                        server_delay_ms(
-                            headers.get("retry-after-ms"),
-                            headers.get("retry-after"),
-                            policy.max_retry_after_ms,
-                        )
-                        if policy.respect_retry_after
-                        else None
-                    )
-                if retries >= policy.max_retries or not (self._budget is None or self._budget.try_spend()):
+                self.transport.check(call)
+                ticket = None
+                if limiter is not None and limiter.engaged:
+                    # One sleep covers both the call's own delay and its slot in the schedule.
+                    ticket = limiter.acquire(wait, throttled, lambda s, held: self._nap(s, call, held))
+                elif wait is not None:
+                    self._nap(wait, call)
+                body, failure, delay, throttled = self._attempt(request, method, policy, call, ticket)
+                if failure is None:
+                    return body
+                # A 429/529 retried after the delay the server asked for is announced pacing,
+                # not the failure storm the budget guards against: it spends no budget.
+                exempt = throttled and delay is not None
+                if retries >= policy.max_retries or not (
+                    exempt or self._budget is None or self._budget.try_spend()
+                ):
                     raise failure
                 if delay is None:
                     delay = backoff_ms(policy, retries, self._random())
-                self._pause(delay / 1000.0, call, failure)
+                wait = delay / 1000.0
+                self._log_retry(wait, call, failure)
                 retries += 1
         except QAError as exc:
             exc.diagnostics = call.fill()
@@ -205,8 +196,51 @@ class Sender:
                 exc.args = (exc.message,)
             raise
 
-    def _pause(self, seconds: float, call: CallState, failure: QAError) -> None:
-        """The backoff sleep; ends at once if the call is cancelled or the client closes."""
+    def _attempt(
+        self, request: bytes, method: str, policy: PolicyLike, call: CallState, ticket: Optional[float]
+    ) -> tuple[bytes, Optional[QAError], Optional[float], bool]:
+        """One attempt: (body, None, ...) on a 2xx, else (b"", the error, the server's delay in
+        ms or None, whether it was a 429/529); raises errors that are not retried."""
+        limiter = self.limiter
+        started = time.monotonic()
+        try:
+            status, headers, body = self.transport.attempt(request, method, call)
+        except BaseException as exc:
+            if ticket is not None and limiter is not None:
+                limiter.report(ticket, None, None)
+            if not isinstance(exc, ConnectionFailed):
+                raise
+            call.transport_error = exc.diagnostics.transport_error
+            self._log_attempt(method, call, None, started)
+            if not (policy.retry_connection_errors and exc.retryable):
+                raise
+            return b"", exc, None, False
+        call.status = status
+        self._log_attempt(method, call, status, started)
+        if 200 <= status < 300:
+            if limiter is not None and (ticket is not None or limiter.engaged):
+                limiter.report(ticket, status, None)
+            if self._budget is not None:
+                self._budget.refund()
+            if call.diagnostics is not None:
+                call.fill()
+            return body, None, None, False
+        failure = self._status_error(status, headers, body, method, call)
+        throttled = status in (429, 529)
+        delay = (
+            server_delay_ms(
+                headers.get("retry-after-ms"), headers.get("retry-after"), policy.max_retry_after_ms
+            )
+            if policy.respect_retry_after
+            else None
+        )
+        if limiter is not None and (ticket is not None or throttled):
+            limiter.report(ticket, status, _pause_seconds(headers, delay) if throttled else None)
+        if not _should_retry(policy, status, headers):
+            raise failure
+        return b"", failure, delay, throttled
+
+    def _log_retry(self, seconds: float, call: CallState, failure: QAError) -> None:
         log = get_logger()
         if log is not None:
             log.info(
@@ -216,8 +250,16 @@ class Sender:
                 call.attempts,
                 type(failure).__name__,
             )
+
+    def _nap(self, seconds: float, call: CallState, held: float = 0.0) -> None:
+        """One wait before an attempt; ends at once if the call is cancelled or the client closes.
+
+        ``held`` seconds of it are the rate limiter's, counted in ``Diagnostics.rate_limit_wait``.
+        """
         if call.deadline is not None:
-            seconds = min(seconds, max(0.0, call.deadline - time.monotonic()))
+            left = max(0.0, call.deadline - time.monotonic())
+            held, seconds = min(held, left), min(seconds, left)
+        call.rate_limit_wait += held
         wake = threading.Event()
         tokens = [t for t in (call.token, self.closer) if t is not None]
         hooked = [t for t in tokens if t._add_hook(wake.set)]
@@ -228,6 +270,11 @@ class Sender:
             for token in hooked:
                 token._remove_hook(wake.set)
         self.transport.check(call)
+
+    def _note_rate_limit(self, message: str) -> None:
+        log = get_logger()
+        if log is not None:
+            log.info("%s: %s", self.base_url, message)
 
     def _log_attempt(self, method: str, call: CallState, status: Optional[int], started: float) -> None:
         log = get_logger()
@@ -252,6 +299,26 @@ class Sender:
         # Redacted again: a key JSON-escaped in the body comes out plain once `detail` is decoded.
         message = self.redact(f"HTTP {status} from {method} {self.base_url}{path}: {_detail(text, headers)}")
         return status_error_class(status)(message, status=status)
+
+
+def _pause_seconds(headers: HTTPMessage, delay_ms: Optional[float]) -> Optional[float]:
+    """How long a 429/529 pauses the whole client, in seconds; None for no pause.
+
+    ``retry-after-ms: 0`` says the limit frees up at once: the client does not pause, though a
+    ``Retry-After`` (whole seconds, rounded up) may come with it. The call itself still waits as
+    it always has (``Retry-After``, else its backoff), and retries in the first free slot.
+    """
+    text = headers.get("retry-after-ms")
+    if delay_ms is None or (text is not None and _positive_finite(text, 1.0) is None and _is_zero(text)):
+        return None
+    return delay_ms / 1000.0
+
+
+def _is_zero(text: str) -> bool:
+    try:
+        return float(text) == 0.0
+    except ValueError:
+        return False
 
 
 def _should_retry(policy: PolicyLike, status: int, headers: HTTPMessage) -> bool:

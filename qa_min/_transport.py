@@ -52,6 +52,7 @@ class CallState:
         "body",
         "deadline",
         "diagnostics",
+        "rate_limit_wait",
         "status",
         "timeout",
         "token",
@@ -72,6 +73,7 @@ class CallState:
         self.status: Optional[int] = None
         self.body: Optional[str] = None
         self.transport_error: Optional[BaseException] = None
+        self.rate_limit_wait = 0.0  # seconds the rate limiter held the call back
 
     def fill(self) -> Diagnostics:
         """The caller's ``Diagnostics`` (or a new one), filled with what the call did."""
@@ -80,6 +82,7 @@ class CallState:
         diag.body = self.body
         diag.attempts = self.attempts
         diag.transport_error = self.transport_error
+        diag.rate_limit_wait = self.rate_limit_wait
         return diag
 
 
