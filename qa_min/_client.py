@@ -320,8 +320,12 @@ class Client:
     @property
     def rate_limit(self) -> Optional[RateLimitState]:
         """A snapshot of the rate limiter now: its ceiling and any pause; None when turned off."""
-        limiter = self._sender.limiter
-        return None if limiter is None else limiter.state()
+        from ._ratelimit import RateLimitState
+
+        sender = self._sender
+        if sender.rate_limit is None or sender.limiter is None:
+            return None
+        return RateLimitState(sender.rate_limit, *sender.limiter.snapshot())
 
     def __repr__(self) -> str:
         return f"Client(base_url={self.base_url!r}, model={self._model!r})"

@@ -19,7 +19,7 @@ import time
 from ._client import CancelToken
 from ._config import get_logger, redactor
 from ._errors import Canceled, ConnectionFailed, QAError, status_error_class
-from ._ratelimit import Limiter
+from ._limiter import Limiter
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -157,7 +157,14 @@ class Sender:
         self.redact = redactor(api_key)
         self.closer = CancelToken()
         # rate limit: one limiter per client, shared by its threads (None: turned off)
-        self.limiter = None if rate_limit is None else Limiter(rate_limit, notify=self._note_rate_limit)
+        self.rate_limit = rate_limit
+        self.limiter = (
+            None
+            if rate_limit is None
+            else Limiter(
+                rate_limit.per_second, rate_limit.burst, rate_limit.adaptive, notify=self._note_rate_limit
+            )
+        )
 
     def send(self, request: bytes, method: str, policy: PolicyLike, call: CallState) -> bytes:
         """The retry loop: the 2xx body, or the error SPEC.md section 5 names."""
@@ -218,8 +225,11 @@ class Sender:
         call.status = status
         self._log_attempt(method, call, status, started)
         if 200 <= status < 300:
-            if limiter is not None and (ticket is not None or limiter.engaged):
-                limiter.report(ticket, status, None)
+            if limiter is not None:
+                if ticket is None:
+                    limiter.succeeded.append(started)  # what got through, for a first ceiling
+                else:
+                    limiter.report(ticket, status, None)
             if self._budget is not None:
                 self._budget.refund()
             if call.diagnostics is not None:
