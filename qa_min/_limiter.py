@@ -179,8 +179,12 @@ class Limiter:
     def _slot(self, now: float, delay: Optional[float], front: bool) -> Slot:
         """The time this attempt may go, taken from the schedule, and whether it was taken
         without a ceiling (so that a first ceiling moves it)."""
-        earliest = max(now if delay is None else now + delay, self._paused_until)
+        earliest = now if delay is None else now + delay
         rate = self._rate(now)
+        if front or rate < _INF or not self._adaptive:
+            # Until an adaptive limiter has measured a pace, a lone 429 may say as much about
+            # one request as about the client: a pause holds only the calls it throttled.
+            earliest = max(earliest, self._paused_until)
         if rate == _INF:
             return earliest, True
         interval, tolerance = self._spacing(rate)
