@@ -48,9 +48,12 @@ _WINDOW = 0.3  # s: the least measuring time between two cuts after short pauses
 _RECENT = 1.0  # s: successes per second are measured over at most the last second
 _JITTER = 0.98  # a throttle while this share of the ceiling gets through cuts nothing
 _SHARE = 0.95  # a cut sets the ceiling to this share of the measured rate
+_FLOOR = 0.7  # a cut after a short pause keeps at least this share of the ceiling
 _MIN_RATE = 0.5  # calls/s: the lowest adaptive ceiling
 _REGROW, _REGROW_MIN = 0.005, 1.0  # regrowth each second: this share, or at least 1 call/s
-_REGROW_GUESS = 0.1  # regrowth each second of a ceiling that was only a halving
+# A guessed ceiling grows this much a second: doubling when a too-low guess costs nothing
+# more than a short pause to correct, slower when each correction costs a long one.
+_GROW_SHORT, _GROW_LONG = 2.0, 1.1
 _SUCCEEDED = 32  # send times of the latest successes kept before engaging
 _QUIET = 60.0  # s without a throttle after which an adaptive ceiling is lifted
 _SAMPLE, _SAMPLES = 0.05, 40  # the success count is sampled every 50 ms, for two seconds
@@ -93,7 +96,7 @@ class Limiter:
         self._estimate: Optional[float] = None
         self.engaged = False
         self._longest = 0.0
-        self._guess = False  # the ceiling is a halving, not a measurement: it regrows fast
+        self._guess = 0.0  # for a ceiling that is a guess, not a measurement: its growth a second
         # Send times of the latest successes, kept while disengaged (an atomic append, no lock).
         self.succeeded: deque[float] = deque(maxlen=_SUCCEEDED)
         if self._cap < _INF:
@@ -167,8 +170,11 @@ class Limiter:
         base = self._base
         if base == _INF:
             return self._cap
-        step = base * _REGROW_GUESS if self._guess else max(_REGROW_MIN, base * _REGROW)
-        grown = base + step * max(0.0, now - self._grow_from)
+        elapsed = max(0.0, now - self._grow_from)
+        if self._guess:  # a halving may have gone too far: grow fast until throttled again
+            grown = base * self._guess ** min(elapsed, 64.0)
+        else:
+            grown = base + max(_REGROW_MIN, base * _REGROW) * elapsed
         return grown if grown < self._cap else self._cap
 
     def _spacing(self, rate: float) -> tuple[float, float]:
@@ -281,7 +287,8 @@ class Limiter:
             recent = [sent for sent in self.succeeded if sent >= now - _RECENT]
             if len(recent) < _COUNTED or now <= recent[0]:
                 return None
-            return self._cut(now, 0.5 * len(recent) / (now - recent[0]), guess=True)
+            guess = _GROW_LONG if pause is not None and pause >= _LONG_PAUSE else _GROW_SHORT
+            return self._cut(now, 0.5 * len(recent) / (now - recent[0]), guess)
         if ticket is None or ticket < self._last_cut:
             return None  # sent before the latest cut: it says nothing new
         current = self._rate(now)
@@ -306,7 +313,7 @@ class Limiter:
             interval, tolerance = self._spacing(rate)
             self._tat = max(self._tat, until + tolerance + interval)
 
-    def _cut(self, now: float, new: float, guess: bool = False) -> Optional[str]:
+    def _cut(self, now: float, new: float, guess: float = 0.0) -> Optional[str]:
         current = self._rate(now)
         if new >= current:
             return None
@@ -318,7 +325,7 @@ class Limiter:
         was = "no ceiling" if current == _INF else f"{current:.1f}/s"
         return f"rate limit lowered to {self._base:.1f} calls/s after 429/529 responses (was {was})"
 
-    def _by_recent(self, now: float, current: float) -> Optional[tuple[float, bool]]:
+    def _by_recent(self, now: float, current: float) -> Optional[tuple[float, float]]:
         """Short pauses: the successes per second seen over the last second, 95% of it; or,
         while the ceiling is still a guess, half of it again. (The new ceiling, a guess?)"""
         if now - self._last_cut < _WINDOW and (self._guess or current == _INF):
@@ -327,14 +334,18 @@ class Limiter:
             count, span = self._ok - self._ok_since, now - self._since
             through = count / span if count >= _COUNTED and span > 0 else 0.0
             if current == _INF:
-                return (2 * through, True) if through else None
-            return max(0.5 * current, _SHARE * through), True
+                return (2 * through, _GROW_SHORT) if through else None
+            return max(0.5 * current, _SHARE * through), _GROW_SHORT
         # The guesses of the first 0.3 s do not restart the measuring window.
         start = self._since if self._last_cut < self._since + _WINDOW else self._last_cut
         if now - start < _WINDOW:
             return None
         seen = self._seen(now, start)
-        return None if seen >= _JITTER * current else (_SHARE * seen, False)
+        if seen >= _JITTER * current:
+            return None
+        # A stalled client (a busy machine) sees less than the service allows: never trust one
+        # measurement for more than a 30% cut.
+        return max(_SHARE * seen, _FLOOR * current), 0.0
 
     def _seen(self, now: float, start: float) -> float:
         """Successes per second since ``start``, or over the last second if that is shorter."""
@@ -345,7 +356,7 @@ class Limiter:
             base_t, base_ok = t, ok
         return (self._ok - base_ok) / (now - base_t) if now > base_t else 0.0
 
-    def _by_stretches(self, now: float, pause: float, current: float) -> Optional[tuple[float, bool]]:
+    def _by_stretches(self, now: float, pause: float, current: float) -> Optional[tuple[float, float]]:
         """Long pauses: the slope of successes against the length of throttled stretches."""
         ended, self._ended = self._ended, None
         if ended is None or ended[0] <= 0:
@@ -356,9 +367,9 @@ class Limiter:
             slope = (successes - prev[1]) / (length - prev[0])
             if 0 < slope <= successes / length:
                 self._estimate = slope
-                return _SHARE * slope, False
+                return _SHARE * slope, 0.0
         if length < 2 * pause:
-            return 0.5 * min(current, successes / length), True  # drained at once: far too fast
+            return 0.5 * min(current, successes / length), _GROW_LONG  # drained at once: far too fast
         if self._estimate is not None:
-            return _SHARE * self._estimate, False  # a steady cycle: the server's rate has not moved
-        return _SHARE * self._seen(now, now - _RECENT), False  # a little too fast: a little less
+            return _SHARE * self._estimate, 0.0  # a steady cycle: the server's rate has not moved
+        return _SHARE * self._seen(now, now - _RECENT), 0.0  # a little too fast: a little less
