@@ -2,26 +2,31 @@
 
 One ``Limiter`` per client gates every attempt of its threads, retries included. An adaptive
 limiter without a ceiling stays *disengaged* until the first 429 or 529: the retry loop reads
-``engaged`` and goes on, so a client that is never throttled pays nothing. Once engaged:
+``engaged`` and goes on, and only notes the send time of each success in a bounded deque (an
+atomic append), so a client that is never throttled pays nothing measurable. Once engaged:
 
 * **One schedule** (the generic cell rate algorithm; 50 ms of burst unless ``burst`` is given).
-  A caller computes its wait once, sleeps once and goes, unless an event (below) moved its
-  slot while it slept. An adaptive ceiling binds only when more than one attempt is in flight
-  or waiting: one call at a time is never paced by it. An explicit ceiling always binds.
-* **Shared pauses.** A 429/529's server-requested delay pauses every thread, with no burst at
-  its end. Slots promised for after it stay valid; a sleeper whose slot a newer pause covers
-  moves behind it. A throttled call takes the next slot, ahead of those already promised,
-  which move back one slot each, so that no call absorbs repeated 429s and the schedule keeps
-  its pace. If it gives up while nobody else waits, the pause ends with it.
-* **Measured cuts**, only for attempts sent after the latest cut. A long pause (>= 0.2 s)
-  refills the server's bucket, so its rate is the slope between two throttled stretches
-  (extra successes over extra time); the ceiling becomes 95% of it, or half the stretch's rate
-  until two stretches differ enough. After a short pause, a rough ceiling comes 20 ms after
-  engaging (the successes since, plus one, per second; throttled calls wait for it), tightens
-  at each throttle for 0.3 s, then becomes 95% of the successes per second of the last second,
-  at most every 0.3 s; a throttle while 98% of the ceiling gets through is jitter.
-* **Regrowth** of 0.5% a second (at least 1 call/s each second) after the pause; an explicit
-  ceiling is regained in full, an adaptive one lifted after 60 s without a throttle.
+  A caller computes its wait and sleeps once, unless an event below moved its slot while it
+  slept (never by polling the clock). An adaptive ceiling binds only when more than one attempt
+  is in flight or waiting, so one call at a time is never paced by it; an explicit one always.
+* **Shared pauses.** A 429/529's server-requested delay pauses every thread (until an adaptive
+  limiter has a pace, only the calls it throttled: a lone 429 may concern one request), with no
+  burst at its end. Slots promised for after it stay valid; a sleeper whose slot a newer pause
+  covers moves behind it. A throttled call takes the next slot, ahead of those promised, which
+  move back one slot each: no call absorbs repeated 429s and the pace holds. If it gives up
+  while nobody else waits, the pause ends with it.
+* **Cuts**, only for attempts sent after the latest cut. The first ceiling is a guess: half the
+  pace of the latest successes. A guess is halved again by a throttle within 0.3 s (not below
+  what got through since), and grows fast until throttled: doubling each second after short
+  pauses, 10% after long ones, where a wrong guess costs a whole pause. After a long pause
+  (>= 0.2 s) the server's bucket refilled, so its rate is the slope between two throttled
+  stretches (extra successes over extra time), and the ceiling 95% of it (half, if the bucket
+  drained at once). After a short pause it becomes 95% of the successes per second of the last
+  second, at most every 0.3 s and by at most 30%; a throttle while 98% of the ceiling gets
+  through is jitter.
+* **Regrowth** of a measured ceiling: 0.5% a second (at least 1 call/s each second) after the
+  pause; an explicit ceiling is regained in full, an adaptive one lifted after 60 s without a
+  throttle.
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ if TYPE_CHECKING:
     Slot = tuple[float, bool]
 
 _INF = math.inf
+_EPSILON = 1e-9  # s: a slot this close is now (sums of intervals round)
 _BURST_SECONDS = 0.05  # burst tolerance unless ``burst`` is given: calls at the ceiling in 50 ms
 _LONG_PAUSE = 0.2  # s: a pause this long refills a server's bucket while the client waits
 _COUNTED = 4  # successes needed before their pace means anything
@@ -86,7 +92,7 @@ class Limiter:
         self._epoch = self._inflight = self._throttles = 0  # pauses and cuts; attempts; 429s
         self._jumped = 0  # throttled calls that took a slot ahead of the schedule...
         self._jumps: list[tuple[int, float]] = []  # ...and, for the latest, (number, slot)
-        self._grow_from = self._since = self._last_cut = self._last_throttle = self._last_ok = -_INF
+        self._grow_from = self._since = self._last_cut = self._last_throttle = -_INF
         self._ok = self._ok_since = 0  # successes counted while engaged
         self._samples: list[tuple[float, int]] = []  # (time, successes), one per 50 ms
         self._stretch_start = -_INF  # the end of the last pause...
@@ -95,7 +101,7 @@ class Limiter:
         self._ended: Optional[tuple[float, int]] = None
         self._estimate: Optional[float] = None
         self.engaged = False
-        self._longest = 0.0
+        self._longest = 0.0  # the longest short pause asked for since engaging
         self._guess = 0.0  # for a ceiling that is a guess, not a measurement: its growth a second
         # Send times of the latest successes, kept while disengaged (an atomic append, no lock).
         self.succeeded: deque[float] = deque(maxlen=_SUCCEEDED)
@@ -118,7 +124,7 @@ class Limiter:
         self._tell(news)
         own = 0.0 if delay is None else delay
         try:
-            if delay is not None or slot > now:
+            if delay is not None or slot > now + _EPSILON:
                 nap(max(slot - now, own), max(0.0, slot - now - own))
             while True:
                 with self._lock:
@@ -127,7 +133,7 @@ class Limiter:
                     moved = self._moved(now, slot, loose, front, seen)
                     seen = (self._epoch, self._jumped)
                 self._tell(news)
-                if moved is None or moved[0] <= now:
+                if moved is None or moved[0] <= now + _EPSILON:
                     return slot if moved is None else moved[0]
                 slot, loose = moved
                 nap(slot - now, slot - now)
@@ -152,7 +158,7 @@ class Limiter:
             if status in (429, 529):
                 news = self._throttled(now, ticket, pause)
             elif ticket is not None and ticket >= self._since and status is not None and 200 <= status < 300:
-                self._success(now, ticket)  # only what was sent engaged tells the pace
+                self._success(now)  # only what was sent engaged tells the pace
         self._tell(news)
 
     def snapshot(self) -> tuple[Optional[float], float, int]:
@@ -204,12 +210,10 @@ class Limiter:
             self._tat = max(self._tat, slot) + interval
             return slot, False
         # Throttled calls go first, one slot apart, and the slots promised behind them move
-        # back one each (``_moved``). While the ceiling is still a rough, generous guess they
-        # go at the pace of the successes seen, less one, so as not to be throttled again.
+        # back one each (``_moved``). While the ceiling is a fresh guess, no faster than the
+        # longest short pause asked for: with exact delays, about the time to free a slot.
         slot = max(earliest, self._front)
         if self._guess and now - self._last_cut < _WINDOW:
-            # While the ceiling is a guess, no faster than the longest short pause the service
-            # asked for: with an exact delay, that is about the time it takes to free a slot.
             interval = max(interval, self._longest)
         self._front = slot + interval
         self._tat = max(self._tat + interval, self._front + tolerance)
@@ -238,7 +242,7 @@ class Limiter:
             ahead, moved = count, slot + count / rate
 
     def _tick(self, now: float) -> Optional[str]:
-        """The first rough ceiling, regaining the cap, or disengaging; the news, if any."""
+        """Regaining the cap, or disengaging after a quiet spell; the news, if any."""
         if self._base < _INF and self._rate(now) >= self._cap:
             self._base = _INF
             return f"rate limit recovered: back to {self._cap:g} calls/s"
@@ -255,14 +259,13 @@ class Limiter:
 
     def _engage(self, now: float) -> None:
         self.engaged = True
-        self._since = self._last_cut = self._last_ok = now
+        self._since = self._last_cut = now
         self._ok_since = self._ok
         self._samples = []
-        self._longest = 0.0  # the longest short pause asked for since engaging
+        self._longest = 0.0
 
-    def _success(self, now: float, ticket: float) -> None:
+    def _success(self, now: float) -> None:
         self._ok += 1
-        self._last_ok = max(self._last_ok, ticket)
         if self._stretch_ok is None and now >= self._stretch_start:
             self._stretch_ok = self._ok - 1
         samples = self._samples
@@ -349,9 +352,11 @@ class Limiter:
 
     def _seen(self, now: float, start: float) -> float:
         """Successes per second since ``start``, or over the last second if that is shorter."""
-        base_t, base_ok = self._since, self._ok_since
+        # Samples are taken at successes, so before the first one the count was ``_ok_since``.
+        start = max(start, now - _RECENT, self._since)
+        base_t, base_ok = start, self._ok_since
         for t, ok in self._samples:
-            if t > max(start, now - _RECENT):
+            if t > start:
                 break
             base_t, base_ok = t, ok
         return (self._ok - base_ok) / (now - base_t) if now > base_t else 0.0
