@@ -262,6 +262,8 @@ class Limiter:
         self._since = self._last_cut = now
         self._ok_since = self._ok
         self._samples = []
+        self._stretch_start = max(self._stretch_start, now)
+        self._ended = None
         self._longest = 0.0
 
     def _success(self, now: float) -> None:
@@ -344,14 +346,15 @@ class Limiter:
         if now - start < _WINDOW:
             return None
         seen = self._seen(now, start)
-        if seen >= _JITTER * current:
+        if seen is None or seen >= _JITTER * current:
             return None
         # A stalled client (a busy machine) sees less than the service allows: never trust one
         # measurement for more than a 30% cut.
         return max(_SHARE * seen, _FLOOR * current), 0.0
 
-    def _seen(self, now: float, start: float) -> float:
-        """Successes per second since ``start``, or over the last second if that is shorter."""
+    def _seen(self, now: float, start: float) -> Optional[float]:
+        """Successes per second since ``start``, or over the last second if that is shorter;
+        None when too few to tell."""
         # Samples are taken at successes, so before the first one the count was ``_ok_since``.
         start = max(start, now - _RECENT, self._since)
         base_t, base_ok = start, self._ok_since
@@ -359,7 +362,8 @@ class Limiter:
             if t > start:
                 break
             base_t, base_ok = t, ok
-        return (self._ok - base_ok) / (now - base_t) if now > base_t else 0.0
+        count = self._ok - base_ok
+        return count / (now - base_t) if count >= _COUNTED and now > base_t else None
 
     def _by_stretches(self, now: float, pause: float, current: float) -> Optional[tuple[float, float]]:
         """Long pauses: the slope of successes against the length of throttled stretches."""
@@ -367,6 +371,8 @@ class Limiter:
         if ended is None or ended[0] <= 0:
             return None
         length, successes = ended
+        if successes < _COUNTED:
+            return None  # nothing got through: nothing measured (the pauses still hold)
         prev, self._prev = self._prev, ended
         if prev is not None and abs(length - prev[0]) >= 0.25 * max(length, prev[0]):
             slope = (successes - prev[1]) / (length - prev[0])
@@ -377,4 +383,5 @@ class Limiter:
             return 0.5 * min(current, successes / length), _GROW_LONG  # drained at once: far too fast
         if self._estimate is not None:
             return _SHARE * self._estimate, 0.0  # a steady cycle: the server's rate has not moved
-        return _SHARE * self._seen(now, now - _RECENT), 0.0  # a little too fast: a little less
+        seen = self._seen(now, now - _RECENT)
+        return None if seen is None else (_SHARE * seen, 0.0)  # a little too fast: a little less
