@@ -499,3 +499,52 @@ def test_threads_sharing_a_limiter_get_distinct_evenly_spaced_slots() -> None:
     assert not any(worker.is_alive() for worker in workers)
     assert sorted(tickets) == [pytest.approx(100 + k / 1000) for k in range(threads * rounds)]
     assert lim._inflight == 0
+
+
+def test_long_stretches_keep_the_estimate_or_take_what_got_through() -> None:
+    clock = Clock()
+    lim = engaged_at(2000, clock, pause=1.0)
+
+    def stretch(rate: float, length: float) -> None:
+        clock.now = lim._paused_until
+        measured(clock, lim, rate, length)
+        lim.report(clock.now - 0.001, 429, 1.0)
+
+    stretch(250, 20.0)  # long, nothing to compare with: 95% of the last second's successes
+    assert ceiling(lim) == pytest.approx(0.95 * 250, rel=0.02)
+    stretch(1000, 50 / 800)  # drained at once: a slope against the long one
+    assert ceiling(lim) == pytest.approx(0.95 * (5000 - 62) / (20 - 50 / 800), rel=0.01)
+    stretch(200, 19.0)  # a slope against the short one
+    estimate = lim._estimate
+    assert estimate == pytest.approx((3800 - 62) / (19 - 50 / 800), rel=0.01)
+    stretch(200, 19.5)  # about as long as the last: the estimate still holds
+    assert lim._estimate == estimate
+    assert ceiling(lim) == pytest.approx(0.95 * estimate, rel=0.01)
+
+
+def test_a_slope_that_makes_no_sense_is_not_an_estimate() -> None:
+    clock = Clock()
+    lim = engaged_at(2000, clock, pause=1.0)
+
+    def stretch(rate: float, length: float) -> None:
+        clock.now = lim._paused_until
+        measured(clock, lim, rate, length)
+        lim.report(clock.now - 0.001, 429, 1.0)
+
+    stretch(800, 0.5)
+    stretch(100, 1.2)  # longer, with fewer successes: a negative slope
+    assert lim._estimate is None
+    assert ceiling(lim) == pytest.approx(0.5 * 100, rel=0.05)  # drained at once: halve
+
+
+def test_failed_attempts_give_their_slot_back_and_few_throttled_slots_are_remembered() -> None:
+    lim, clock = limiter(1000, burst=1)
+    naps = Naps(clock, advance=False)
+    ticket = lim.acquire(None, False, naps)
+    lim.report(ticket, None, None)  # the connection failed: no response, nothing measured
+    assert lim._inflight == 0
+    lim.report(None, 429, 0.001)
+    for _ in range(300):
+        lim.report(lim.acquire(0.001, True, naps), 200, None)
+    assert len(lim._jumps) <= 256
+    assert lim._jumped == 300
