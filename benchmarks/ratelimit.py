@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import platform
 import subprocess
 import sys
 import time
@@ -105,14 +106,18 @@ def run_job(header: str, in_flight: int, mode: str, calls: int) -> Outcome:
         out, _ = process.communicate("", timeout=60)
     counts = json.loads(out.strip().splitlines()[-1])
     answered = calls - sum(failed.values())
-    return Outcome(
-        header, in_flight, mode, calls, seconds, answered, dict(failed), counts["requests"], counts["throttled"]
-    )
+    requests, throttled = counts["requests"], counts["throttled"]
+    return Outcome(header, in_flight, mode, calls, seconds, answered, dict(failed), requests, throttled)
+
+
+def _load(values: Optional[tuple[float, float, float]]) -> str:
+    return "unknown" if values is None else " ".join(f"{v:.2f}" for v in values)
 
 
 def table(outcomes: list[Outcome]) -> list[str]:
     lines = [
-        "| header | in flight | rate_limit | calls | seconds | % of allowed rate | % answered 429 | failed calls |",
+        "| header | in flight | rate_limit | calls | seconds | % of allowed rate | % answered 429 "
+        "| failed calls |",
         "|---|--:|---|--:|--:|--:|--:|--:|",
     ]
     for o in outcomes:
@@ -146,10 +151,13 @@ def verdicts(outcomes: list[Outcome]) -> list[str]:
 
 
 def parse_args(argv: Optional[list[str]]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.ratelimit", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.ratelimit", description=(__doc__ or "").split("\n")[0]
+    )
     parser.add_argument("--serve", metavar="STYLE", help=argparse.SUPPRESS)
     parser.add_argument("--calls", type=int, default=4000, help="calls per job (4,000)")
-    parser.add_argument("--long-calls", type=int, default=20_000, help="calls of the long adaptive job (20,000)")
+    parser.add_argument("--long-calls", type=int, default=20_000, help="calls of the long job (20,000)")
+    parser.add_argument("--rounds", type=int, default=1, help="times to run every job (1)")
     parser.add_argument("--in-flight", type=int, nargs="+", default=[8, 32])
     parser.add_argument("--headers", nargs="+", choices=list(STYLES), default=list(STYLES))
     parser.add_argument("--modes", nargs="+", default=["none", "RateLimit(190)", "RateLimit()", "long"])
@@ -162,14 +170,19 @@ def main(argv: Optional[list[str]] = None) -> int:
         return serve(args.serve)
     load = os.getloadavg() if hasattr(os, "getloadavg") else None
     outcomes = []
-    for header in args.headers:
-        for in_flight in args.in_flight:
-            for mode in args.modes:
-                calls = args.long_calls if mode == "long" else args.calls
-                outcome = run_job(header, in_flight, "RateLimit()" if mode == "long" else mode, calls)
-                outcomes.append(outcome)
-                print(table([outcome])[-1], file=sys.stderr, flush=True)
-    print(f"Service: FakeService(rate_limit=({RATE:g}, {BURST})) in its own process; load at start {load}")
+    started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    for _ in range(args.rounds):
+        for header in args.headers:
+            for in_flight in args.in_flight:
+                for mode in args.modes:
+                    calls = args.long_calls if mode == "long" else args.calls
+                    outcome = run_job(header, in_flight, "RateLimit()" if mode == "long" else mode, calls)
+                    outcomes.append(outcome)
+                    print(table([outcome])[-1], file=sys.stderr, flush=True)
+    end = os.getloadavg() if hasattr(os, "getloadavg") else None
+    print(f"Measured {started} with python -m benchmarks.ratelimit; Python {platform.python_version()}, ")
+    print(f"{os.cpu_count()} cores; load averages at the start {_load(load)}, at the end {_load(end)}.")
+    print(f"Service: FakeService(rate_limit=({RATE:g}, {BURST})) in its own process.")
     print("\n".join(table(outcomes)))
     print()
     print("\n".join(verdicts(outcomes)))
