@@ -54,6 +54,7 @@ from ._errors import (
 )
 from ._hooks import HookEvent
 from ._questions import Choice, NamedQuestion, Questions, Request, Score, YesNo
+from ._ratelimit import RateLimit
 from ._responses import AskResponse, CoreResponse, Model, ModelList
 
 TYPE_CHECKING = False
@@ -98,6 +99,7 @@ __all__ = [
     "ProxyError",
     "QAError",
     "Questions",
+    "RateLimit",
     "RateLimited",
     "Request",
     "RequestTimeout",

@@ -201,6 +201,7 @@ class CallState:
         "diagnostics",
         "headers",
         "history",
+        "rate_limit_total",
         "rate_limit_wait",
         "redact",
         "request_id",
@@ -233,6 +234,7 @@ class CallState:
         self.history: list[Attempt] = []
         self.delay = 0.0  # seconds slept before the next attempt
         self.rate_limit_wait = 0.0  # seconds the next attempt waited for the rate limiter
+        self.rate_limit_total = 0.0  # and every attempt so far
         self.redact: Callable[[str], str] = str  # the client's key redaction
 
     def record(self, status: Optional[int], error: Optional[str], duration: float) -> Optional[str]:
@@ -295,4 +297,5 @@ class CallState:
             diag.headers = ResponseHeaders((name, redact(value)) for name, value in headers.items())
         diag.elapsed = time.monotonic() - self.started
         diag.history = tuple(self.history)
+        diag.rate_limit_wait = self.rate_limit_total
         return diag

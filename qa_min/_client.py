@@ -26,7 +26,7 @@ from ._errors import (
     InvalidQuestion,
     InvalidResponse,
 )
-from ._options import check_options, check_retry, number
+from ._options import check_options, check_rate_limit, check_retry, number
 from ._questions import Questions, Request, _Mismatch, _Spec, check_model
 from ._responses import AskResponse, BadShape, CoreResponse, ModelList, models_of, parse_object, usage_of
 from ._typing import UNSET, Unset, readonly, short
@@ -40,6 +40,7 @@ if TYPE_CHECKING:
 
     from ._futures import Call, Executor
     from ._hooks import HookEvent
+    from ._ratelimit import RateLimit, RateLimitState
 
     Q = TypeVar("Q", bound=Questions)
     R = TypeVar("R")
@@ -90,6 +91,8 @@ class Client:
             ``SERVICE_DEFAULT_MODEL``, and ``HTTPS_PROXY``/``HTTP_PROXY``/``ALL_PROXY``/``NO_PROXY``.
             False suits a library that must not be steered by its host's environment.
         retry_budget: The retry budget shared by this client's threads; None disables it.
+        rate_limit: The ``RateLimit`` shared by this client's threads (``RateLimit()``: no
+            ceiling, adaptive after the first 429/529); None turns rate limiting off.
         sleep: ``sleep(seconds, wake)`` used for backoff; it must return early once ``wake``
             is set. For tests: the default waits on ``wake``.
         random: A function returning a float in [0, 1), for backoff jitter. For tests.
@@ -120,6 +123,7 @@ class Client:
         proxy: Optional[str] = None,
         trust_env: bool = True,
         retry_budget: Union[RetryBudget, Unset, None] = UNSET,
+        rate_limit: Union[RateLimit, Unset, None] = UNSET,
         sleep: Optional[Callable[[float, threading.Event], object]] = None,
         random: Optional[Callable[[], float]] = None,
         hooks: Optional[Mapping[str, Sequence[Callable[[HookEvent], object]]]] = None,
@@ -146,7 +150,13 @@ class Client:
         max_body = int(number("max_response_bytes", max_response_bytes, 0))
         self._transport = Transport(origin, proxy_origin, pool, ssl_context, max_body)
         self._sender = Sender(
-            self._transport, budget, sleep or _wait, random or _uniform, self._key, check_hooks(hooks)
+            self._transport,
+            budget,
+            sleep or _wait,
+            random or _uniform,
+            self._key,
+            check_hooks(hooks),
+            check_rate_limit(rate_limit),
         )
         self._max_workers = int(max_workers)
         self._executor_lock = threading.Lock()
@@ -173,6 +183,16 @@ class Client:
     def model(self) -> str:
         """The model used when a call names none."""
         return self._model
+
+    @property
+    def rate_limit(self) -> Optional[RateLimitState]:
+        """A snapshot of the rate limiter now: its ceiling and any pause; None when turned off."""
+        from ._ratelimit import RateLimitState
+
+        sender = self._sender
+        if sender.rate_limit is None or sender.limiter is None:
+            return None
+        return RateLimitState(sender.rate_limit, *sender.limiter.snapshot())
 
     def __repr__(self) -> str:
         return f"Client(base_url={self.base_url!r}, model={self._model!r})"

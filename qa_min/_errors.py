@@ -63,6 +63,8 @@ class Diagnostics:
         headers: The last response's headers, read-only, as received; None if none arrived.
         elapsed: Seconds the whole call took, retries and waits included.
         history: One read-only ``Attempt`` per attempt, in order.
+        rate_limit_wait: Seconds the client's rate limiter held the call back, beyond the
+            delays it would have waited anyway (0.0 when it never waited).
     """
 
     __slots__ = (
@@ -71,6 +73,7 @@ class Diagnostics:
         "elapsed",
         "headers",
         "history",
+        "rate_limit_wait",
         "request_id",
         "status",
         "transport_error",
@@ -85,6 +88,7 @@ class Diagnostics:
         self.headers: Optional[ResponseHeaders] = None
         self.elapsed = 0.0
         self.history: tuple[Attempt, ...] = ()
+        self.rate_limit_wait = 0.0
 
     def __repr__(self) -> str:
         body = self.body if self.body is None or len(self.body) <= 80 else self.body[:77] + "..."

@@ -1,374 +1,215 @@
-"""The machinery behind `qa_min.testing.FakeService`: its request rules and its HTTP server.
+"""The fake service's state and its one owner, ``ServiceState``, behind ``testing.FakeService``.
 
-`qa_min.testing` is the public face (the service object, the steps, `expected_answer`); this
-module is what it runs on, in two parts:
+Three private modules make the fake; ``qa_min.testing`` is the public face over them:
 
-* The request rules, pure functions of one request and the service's settings: `_apply_rules`
-  checks the API key, the route and the method, and `_core` validates a ``/v1/core`` body
-  (`_parse_core`, `_classify`) and answers it by the hash rule (`_answer`), the rule
-  `expected_answer` exposes. The `testing` module docstring is their specification.
-* The server plumbing: `_accept_loop` accepts connections for `_Server`, which serves each on
-  its own tracked daemon thread with a `_Handler`. The handler reads a request, has the service
-  record it and hand out the next scripted step, then plays that step or sends what the rules
-  answer.
+* ``_fakerules``: the request rules and data, pure (``apply_rules``, ``TokenBucket``, the
+  ``RecordedRequest`` and ``Step`` values);
+* ``_fakehttp``: the HTTP plumbing (``Server``, ``Handler``), which keeps no state and asks its
+  ``Host`` what to do with each request;
+* this module: ``ServiceState``, that ``Host``. It owns every piece of mutable state (settings,
+  recorded requests, the script, answer overrides, connections, the rate limit's bucket and
+  counters) and the one condition guarding it, which also wakes every kind of waiter.
 
-The service owns every piece of shared state and the one lock that guards it; the server
-reaches it only through the ``FakeService`` hooks named in `_Server`'s docstring. This module
-never imports `testing` at run time (the names it takes from there are for type checking
-only), so `testing` imports it at load without a cycle, and ``import qa_min`` loads neither.
+Imports point one way: ``testing`` → ``_fake`` → ``_fakehttp`` → ``_fakerules``.
 """
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
-import http.server
-import json
-import re
-import selectors
 import socket
-import socketserver
-import struct
-import sys
 import threading
-from collections.abc import Iterable, Iterator, Mapping
+import time
+from collections import deque
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final, Literal, cast
+from typing import Final
 
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from .testing import FakeService, RecordedRequest, Step
+from ._fakehttp import ConnState, Server, accept_loop, shutdown
+from ._fakerules import RecordedRequest, Reply, Step, TokenBucket, apply_rules, throttle_headers
 
-# fullmatch, not `$`: `$` would also accept a trailing newline.
-_VERSIONED: Final = re.compile(r"([a-z][a-z0-9-]*?)-\d+(?:\.\d+)+")
-_TRUNCATED_BODY: Final = b'{"answers": {}, "usage": {"input_tokens": 0, "output_tokens": 0}}'
-_JSON: Final = ("Content-Type", "application/json")
-
-_HeaderPairs = tuple[tuple[str, str], ...]
-_Reply = tuple[int, object, _HeaderPairs]
-_ConnState = Literal["idle", "busy", "writing"]
-_Parsed = tuple[str, str, dict[str, tuple[str, tuple[str, ...]]]]
-
-
-# The request rules: pure functions of the request and the settings; no sockets, no locks.
-
-
-def _classify(criteria: object) -> tuple[str, tuple[str, ...]] | None:
-    """Return ``(kind, option keys or levels)`` for valid criteria, else None."""
-    if (
-        isinstance(criteria, list)
-        and len(criteria) >= 2
-        and all(isinstance(level, str) for level in criteria)
-    ):
-        return "score", tuple(criteria)
-    if (
-        isinstance(criteria, dict)
-        and len(criteria) >= 2
-        and all(isinstance(key, str) and isinstance(text, str) for key, text in criteria.items())
-    ):
-        return ("yesno" if set(criteria) == {"true", "false"} else "choice"), tuple(criteria)
-    return None
-
-
-def _answer(model: str, state: str, question_id: str, kind: str, options: tuple[str, ...]) -> object:
-    # surrogatepass: JSON may carry lone surrogates, which plain UTF-8 encoding rejects.
-    key = f"{model}\0{state}\0{question_id}".encode("utf-8", "surrogatepass")
-    h = hashlib.sha256(key).digest()[0]
-    if kind == "yesno":
-        return h % 2 == 0
-    if kind == "choice":
-        return options[h % len(options)]
-    return h % len(options)
-
-
-def _parse_core(doc: object) -> _Parsed | str:
-    """Return ``(state, model, {id: (kind, options)})``, or the 422 detail."""
-    if not isinstance(doc, dict):
-        return "request body must be a JSON object"
-    state = doc.get("state")
-    if not isinstance(state, str) or not state:
-        return "'state' must be a non-empty string"
-    questions = doc.get("questions")
-    if not isinstance(questions, dict) or not questions:
-        return "'questions' must be a non-empty object"
-    parsed: dict[str, tuple[str, tuple[str, ...]]] = {}
-    for question_id, question in questions.items():
-        criteria = question.get("criteria") if isinstance(question, dict) else None
-        classified = _classify(criteria)
-        if classified is None:
-            return f"question {question_id!r} has no valid 'criteria'"
-        parsed[question_id] = classified
-    model = doc.get("model")
-    if not isinstance(model, str):
-        return "'model' must be a string"
-    return state, model, parsed
-
-
-def _family(model: str) -> str:
-    if model.endswith("-latest"):
-        return model[: -len("-latest")]
-    versioned = _VERSIONED.fullmatch(model)
-    return versioned.group(1) if versioned else model
-
-
-def _apply_rules(
-    recorded: RecordedRequest,
-    overrides: Mapping[str, object],
-    *,
-    api_key: str | None,
-    prefix: str,
-    models: tuple[str, ...],
-) -> _Reply:
-    """Return ``(status, JSON payload, extra headers)`` for a request the rules serve."""
-    expected = None if api_key is None else f"Bearer {api_key}"
-    if expected is not None and recorded.headers.get("authorization") != expected:
-        return 401, {"detail": "missing or invalid API key"}, (("WWW-Authenticate", "Bearer"),)
-    path = recorded.path.split("?", 1)[0]
-    routes = {f"{prefix}/v1/core": "POST", f"{prefix}/v1/models": "GET"}
-    allowed = routes.get(path)
-    if allowed is None:
-        return 404, {"detail": f"no route for {path}"}, ()
-    if recorded.method != allowed:
-        detail = f"method {recorded.method} not allowed on {path}"
-        return 405, {"detail": detail}, (("Allow", allowed),)
-    if allowed == "GET":
-        listed = [{"name": name, "family": _family(name)} for name in models]
-        return 200, {"models": listed}, ()
-    return _core(recorded.body, overrides, models)
-
-
-def _core(body: bytes, overrides: Mapping[str, object], models: tuple[str, ...]) -> _Reply:
-    try:
-        doc = json.loads(body)
-    except (ValueError, RecursionError):
-        return 422, {"detail": "request body is not valid JSON"}, ()
-    parsed = _parse_core(doc)
-    if isinstance(parsed, str):
-        return 422, {"detail": parsed}, ()
-    state, model, questions = parsed
-    if model not in models and not _VERSIONED.fullmatch(model):
-        return 404, {"detail": f"model {model!r} not found"}, ()
-    answers = {
-        question_id: (
-            overrides[question_id]
-            if question_id in overrides
-            else _answer(model, state, question_id, *question)
-        )
-        for question_id, question in questions.items()
-    }
-    usage = {"input_tokens": len(state.split()), "output_tokens": len(questions)}
-    return 200, {"answers": answers, "usage": usage, "model": model}, ()
-
-
-# The server plumbing: sockets, threads and the bytes of each exchange.
-
-
-class _Headers(Mapping[str, str]):
-    """Read-only header mapping; names are stored lowercased and looked up in any case."""
-
-    __slots__ = ("_items",)
-
-    def __init__(self, pairs: Iterable[tuple[str, str]]) -> None:
-        items: dict[str, str] = {}
-        for name, value in pairs:
-            key = name.lower()
-            # Repeated headers fold into one value, as RFC 9110 section 5.3 allows.
-            items[key] = f"{items[key]}, {value}" if key in items else value
-        self._items = items
-
-    def __getitem__(self, name: str) -> str:
-        return self._items[name.lower()]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._items)
-
-    def __len__(self) -> int:
-        return len(self._items)
-
-    def __repr__(self) -> str:
-        return f"Headers({self._items!r})"
-
-
-def _accept_loop(server: _Server, wake: socket.socket) -> None:
-    """Hand each new connection to ``server`` until ``wake`` becomes readable."""
-    with selectors.DefaultSelector() as selector:
-        selector.register(server.socket, selectors.EVENT_READ)
-        selector.register(wake, selectors.EVENT_READ)
-        while True:
-            ready = [key.fileobj for key, _ in selector.select()]
-            if wake in ready:
-                return
-            try:
-                request, client_address = server.get_request()
-            except OSError:  # pragma: no cover - the client gave up before accept()
-                continue
-            server.process_request(request, client_address)
-
-
-def _json_bytes(payload: object) -> bytes:
-    return json.dumps(payload).encode()
-
-
-def _shutdown(sock: socket.socket) -> None:
-    # The peer, or reset(), may have closed the socket already; that is the goal anyway.
-    with contextlib.suppress(OSError):
-        sock.shutdown(socket.SHUT_RDWR)
+# Bounds every join so that a bug in a handler cannot hang the test run that owns the fake.
+JOIN_TIMEOUT: Final = 10.0
+_THROTTLED_BODY: Final = {"detail": "rate limit exceeded"}
 
 
 @dataclass(eq=False)
 class _Conn:
     sock: socket.socket
     thread: threading.Thread
-    state: _ConnState = "idle"
+    state: ConnState = "idle"
 
 
 @dataclass(frozen=True)
 class _Running:
-    server: _Server
+    server: Server
     accept_thread: threading.Thread
     wake_r: socket.socket
     wake_w: socket.socket
 
 
-class _Server(socketserver.TCPServer):
-    """Accepts connections for a `FakeService`; one tracked daemon thread per connection.
+class ServiceState:
+    """Everything a fake service knows, and the lock that guards it; ``FakeService`` forwards here.
 
-    The server and its handlers call these ``FakeService`` hooks, each taking the service's lock:
-    ``_track``/``_untrack`` (a connection and its thread), ``_set_state`` (idle, busy or
-    writing, for ``close_idle_connections``), ``_record`` (builds the `RecordedRequest`, returns
-    it with the next scripted step and the current release generation), ``_hold`` (a `hang`),
-    ``_sleep`` (a `delay`) and ``_respond`` (the rules' answer, with the current overrides).
+    ``rate_limit`` is ``(rate, burst)`` or None; ``retry_after`` is ``"seconds"``, ``"ms"``,
+    ``"both"`` or ``"none"`` (checked by the facade).
     """
 
-    allow_reuse_address = True
-    # Tests open many connections at once; the default backlog of 5 would refuse some.
-    request_queue_size = 128
+    def __init__(
+        self,
+        *,
+        api_key: str | None,
+        models: Sequence[str],
+        prefix: str,
+        address: tuple[str, int],
+        rate_limit: tuple[float, float] | None,
+        retry_after: str,
+    ) -> None:
+        self._api_key = api_key
+        self._models = tuple(models)
+        stripped = prefix.strip("/")
+        self._prefix = f"/{stripped}" if stripped else ""
+        self._address = address
+        self._rate_limit = rate_limit
+        self._retry_after = retry_after
+        self.url: str | None = None
+        self._cond = threading.Condition()
+        self._closed = False
+        self._running: _Running | None = None
+        self._requests: list[RecordedRequest] = []
+        self._steps: deque[Step] = deque()
+        self._overrides: Mapping[str, object] = {}
+        self._release_generation = 0
+        self._connections = 0
+        self._conns: dict[socket.socket, _Conn] = {}
+        self._threads: list[threading.Thread] = []
+        self._bucket: TokenBucket | None = None
+        self._throttled = 0
 
-    def __init__(self, service: FakeService, address: tuple[str, int]) -> None:
-        self.service = service
-        super().__init__(address, _Handler)
-
-    def process_request(self, request: Any, client_address: Any) -> None:
-        thread = threading.Thread(
-            target=self._serve_connection,
-            args=(request, client_address),
-            name=f"qa_min-fake-conn-{client_address}",
-            daemon=True,
-        )
-        self.service._track(request, thread)
-
-    def _serve_connection(self, request: socket.socket, client_address: Any) -> None:
-        try:
-            self.finish_request(request, client_address)
-        except Exception:
-            self.handle_error(request, client_address)
-        finally:
-            self.service._untrack(request)
-            self.shutdown_request(request)
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        # Clients vanish mid-request and close() shuts sockets under live handlers: both are
-        # normal for this server and not worth a traceback.
-        if not isinstance(sys.exc_info()[1], OSError):  # pragma: no cover - a bug in the fake
-            super().handle_error(request, client_address)
-
-
-class _Handler(http.server.BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    server_version = "qa_min-fake/1"
-    # Headers and body go out in two writes; Nagle plus delayed ACKs would stall the second.
-    disable_nagle_algorithm = True
+    # What the facade reads and changes.
 
     @property
-    def _svc(self) -> FakeService:
-        return cast(_Server, self.server).service
+    def requests(self) -> list[RecordedRequest]:
+        with self._cond:
+            return list(self._requests)
 
-    def version_string(self) -> str:
-        return self.server_version
+    @property
+    def counts(self) -> tuple[int, int, int]:
+        """(requests, connections, 429s the rate limit answered)."""
+        with self._cond:
+            return len(self._requests), self._connections, self._throttled
 
-    def log_message(self, format: str, *args: Any) -> None:
-        """Stay silent: a test run has no use for one stderr line per request."""
+    def start(self) -> None:
+        with self._cond:
+            if self._running is not None or self._closed:
+                raise RuntimeError("a FakeService can be started only once")
+            server = Server(self, self._address)
+            server.socket.setblocking(False)
+            wake_r, wake_w = socket.socketpair()
+            thread = threading.Thread(
+                target=accept_loop, args=(server, wake_r), name="qa_min-fake-accept", daemon=True
+            )
+            self._running = _Running(server, thread, wake_r, wake_w)
+            self.url = f"http://{self._address[0]}:{server.socket.getsockname()[1]}{self._prefix}"
+            if self._rate_limit is not None:
+                self._bucket = TokenBucket(*self._rate_limit, time.monotonic())
+        thread.start()
 
-    def parse_request(self) -> bool:
-        self._svc._set_state(self.request, "busy")
-        return super().parse_request()
-
-    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
-        if self.request_version == "HTTP/0.9":
-            # parse_request() keeps this default when it cannot read a version, and 0.9 would
-            # suppress the status line; real servers answer garbage with a full HTTP/1.1 reply.
-            self.request_version = self.protocol_version
-        # Protocol errors leave the byte stream in an unknown state: never keep it alive.
-        detail = message or self.responses.get(code, ("Error",))[0]
-        self._send(code, _json_bytes({"detail": detail}), (_JSON, ("Connection", "close")))
-
-    def _dispatch(self) -> None:
-        if "Transfer-Encoding" in self.headers:
-            self.send_error(501, "request bodies must be sent with Content-Length")
-            return
-        try:
-            length = int(self.headers.get("Content-Length", "0"))
-        except ValueError:
-            length = -1
-        if length < 0:
-            self.send_error(400, "invalid Content-Length")
-            return
-        body = self.rfile.read(length)
-        headers = _Headers((name, str(value)) for name, value in self.headers.items())
-        recorded, step, generation = self._svc._record(self.command, self.path, headers, body)
-        if step is None:
-            self._serve(recorded)
-        else:
-            self._play(step, recorded, generation)
-
-    do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = do_HEAD = do_OPTIONS = _dispatch
-
-    def _serve(self, recorded: RecordedRequest) -> None:
-        status, payload, headers = self._svc._respond(recorded)
-        self._send(status, _json_bytes(payload), (_JSON, *headers))
-
-    def _play(self, step: Step, recorded: RecordedRequest, generation: int) -> None:
-        if step.kind == "reply":
-            self._send(step.status, step.body, step.headers)
-            return
-        if step.kind == "delay":
-            if not self._svc._sleep(step.seconds):
-                self._serve(recorded)
+    def close(self) -> None:
+        with self._cond:
+            if self._closed:
                 return
-        elif step.kind == "hang":
-            self._svc._hold(generation)
-        elif step.kind == "reset":
-            self._abort()
-        elif step.kind == "truncate":
-            self._truncate()
-        # Every other outcome ends the exchange without a complete response.
-        self.close_connection = True
+            self._closed = True
+            self._cond.notify_all()  # wakes hang() and delay() steps
+            running = self._running
+        if running is None:
+            return
+        running.wake_w.send(b"\0")
+        running.accept_thread.join(JOIN_TIMEOUT)
+        running.server.server_close()
+        with self._cond:
+            for conn in self._conns.values():
+                shutdown(conn.sock)
+            threads = list(self._threads)
+        for thread in threads:
+            thread.join(JOIN_TIMEOUT)
+        running.wake_r.close()
+        running.wake_w.close()
 
-    def _send(self, status: int, body: bytes, headers: Iterable[tuple[str, str]]) -> None:
-        self.send_response(status)
-        for name, value in headers:
-            self.send_header(name, value)
-        self.send_header("Content-Length", str(len(body)))
-        # "writing" lets close_idle_connections() wait for a response a client may already hold.
-        self._svc._set_state(self.request, "writing")
-        try:
-            self.end_headers()
-            if self.command != "HEAD":
-                self.wfile.write(body)
-        finally:
-            self._svc._set_state(self.request, "idle")
+    def set_answers(self, overrides: Mapping[str, object]) -> None:
+        with self._cond:
+            self._overrides = overrides
 
-    def _abort(self) -> None:
-        linger = struct.pack("hh" if sys.platform == "win32" else "ii", 1, 0)
-        self.request.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, linger)
-        # The buffered reader holds a reference that would postpone the real close, and the
-        # shutdown() that normally follows a handler would send a FIN ahead of the reset.
-        self.rfile.close()
-        self.request.close()
+    def script(self, steps: Sequence[Step]) -> None:
+        with self._cond:
+            self._steps.extend(steps)
 
-    def _truncate(self) -> None:
-        self.send_response(200)
-        self.send_header(*_JSON)
-        self.send_header("Content-Length", str(len(_TRUNCATED_BODY)))
-        self.end_headers()
-        self.wfile.write(_TRUNCATED_BODY[: len(_TRUNCATED_BODY) // 2])
+    def wait_for_requests(self, n: int, timeout: float) -> bool:
+        with self._cond:
+            return self._cond.wait_for(lambda: len(self._requests) >= n, timeout)
+
+    def release(self) -> None:
+        with self._cond:
+            self._release_generation += 1
+            self._cond.notify_all()
+
+    def close_idle_connections(self) -> None:
+        with self._cond:
+            # A client may already hold a response whose handler has not yet turned idle.
+            self._cond.wait_for(
+                lambda: all(conn.state != "writing" for conn in self._conns.values()), JOIN_TIMEOUT
+            )
+            idle = [conn for conn in self._conns.values() if conn.state == "idle"]
+            for conn in idle:
+                shutdown(conn.sock)
+        for conn in idle:
+            conn.thread.join(JOIN_TIMEOUT)
+
+    # What the server and its handlers ask (the ``_fakehttp.Host`` protocol).
+
+    def track(self, sock: socket.socket, thread: threading.Thread) -> None:
+        with self._cond:
+            self._connections += 1
+            self._conns[sock] = _Conn(sock, thread)
+            self._threads = [t for t in self._threads if t.is_alive()]
+            self._threads.append(thread)
+            # Started under the lock so close_idle_connections() never joins an unstarted thread.
+            thread.start()
+
+    def untrack(self, sock: socket.socket) -> None:
+        with self._cond:
+            del self._conns[sock]
+            self._cond.notify_all()
+
+    def set_state(self, sock: socket.socket, state: ConnState) -> None:
+        with self._cond:
+            self._conns[sock].state = state
+            self._cond.notify_all()
+
+    def record(
+        self, method: str, path: str, headers: Mapping[str, str], body: bytes
+    ) -> tuple[RecordedRequest, Step | None, int]:
+        recorded = RecordedRequest(method, path, headers, body)
+        with self._cond:
+            self._requests.append(recorded)
+            step = self._steps.popleft() if self._steps else None
+            self._cond.notify_all()
+            return recorded, step, self._release_generation
+
+    def hold(self, generation: int) -> None:
+        with self._cond:
+            self._cond.wait_for(lambda: self._closed or self._release_generation != generation)
+
+    def pause(self, seconds: float) -> bool:
+        with self._cond:
+            return self._cond.wait_for(lambda: self._closed, seconds)
+
+    def respond(self, recorded: RecordedRequest) -> Reply:
+        with self._cond:
+            overrides = self._overrides
+            wait = None if self._bucket is None else self._bucket.take(time.monotonic())
+            if wait is not None:
+                self._throttled += 1
+        if wait is not None:
+            return 429, _THROTTLED_BODY, throttle_headers(wait, self._retry_after)
+        return apply_rules(
+            recorded, overrides, api_key=self._api_key, prefix=self._prefix, models=self._models
+        )

@@ -10,6 +10,7 @@ import threading
 from ._backoff import RetryPolicy
 from ._call import RetryBudget
 from ._errors import InvalidOption
+from ._ratelimit import RateLimit
 from ._typing import UNSET, short
 
 TYPE_CHECKING = False
@@ -61,3 +62,12 @@ def check_retry(retry: object) -> RetryPolicy:
     if not isinstance(retry, RetryPolicy):
         raise InvalidOption(f"retry must be a RetryPolicy, got {short(retry)}")
     return retry
+
+
+def check_rate_limit(rate_limit: object) -> Optional[RateLimit]:
+    """The client's ``RateLimit``: ``RateLimit()`` when not given, None when turned off."""
+    if rate_limit is UNSET:
+        return RateLimit()
+    if rate_limit is not None and not isinstance(rate_limit, RateLimit):
+        raise InvalidOption(f"rate_limit must be a RateLimit or None, got {short(rate_limit)}")
+    return rate_limit

@@ -10,10 +10,11 @@ from __future__ import annotations
 import threading
 import time
 
-from ._backoff import backoff_ms, server_delay_ms, should_retry
+from ._backoff import _positive_finite, backoff_ms, server_delay_ms, should_retry
 from ._config import get_logger
 from ._errors import Canceled, ConnectionFailed, ProxyError, QAError, _StandIn, status_error_class
 from ._hooks import HookEvent
+from ._limiter import Limiter
 from ._redact import Redactor
 from ._responses import BadShape, load_json
 
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
     from ._backoff import RetryPolicy
     from ._call import CallState, RetryBudget
     from ._hooks import Hook
+    from ._ratelimit import RateLimit
     from ._transport import Transport
 
 
@@ -39,6 +41,7 @@ class Sender:
         random: Callable[[], float],
         api_key: Optional[str],
         hooks: Optional[dict[str, tuple[Hook, ...]]] = None,
+        rate_limit: Optional[RateLimit] = None,
     ) -> None:
         self.transport = transport
         self.redact = Redactor(api_key)
@@ -48,23 +51,47 @@ class Sender:
         self._sleep = sleep
         self._random = random
         self._hooks = hooks
+        # One limiter per client, shared by its threads; None when rate limiting is off.
+        self.rate_limit = rate_limit
+        self.limiter = (
+            None
+            if rate_limit is None
+            else Limiter(
+                rate_limit.per_second, rate_limit.burst, rate_limit.adaptive, notify=self._note_rate_limit
+            )
+        )
 
     def send(self, request: bytes, method: str, policy: RetryPolicy, call: CallState) -> bytes:
         """The retry loop: the 2xx body, or the error SPEC.md section 5 names."""
         call.redact = self.redact
+        limiter = self.limiter
         retries = 0
+        wait: Optional[float] = None  # seconds before the next attempt; None before the first
+        throttled = False
         try:
             while True:
                 call.check()
-                outcome = self._attempt(request, method, policy, call)
+                ticket = None
+                if limiter is not None and limiter.engaged:
+                    # One sleep covers both the call's own delay and its slot in the schedule.
+                    ticket = limiter.acquire(wait, throttled, lambda s, held: self._nap(s, call, held))
+                elif wait is not None:
+                    self._nap(wait, call)
+                outcome = self._attempt(request, method, policy, call, ticket)
                 if isinstance(outcome, bytes):
                     return outcome
-                failure, delay = outcome
-                if retries >= policy.max_retries or not (self._budget is None or self._budget.try_spend()):
+                failure, delay, throttled = outcome
+                # A 429/529 retried after the delay the server asked for is announced pacing,
+                # not the failure storm the budget guards against: it spends no budget.
+                exempt = throttled and delay is not None
+                if retries >= policy.max_retries or not (
+                    exempt or self._budget is None or self._budget.try_spend()
+                ):
                     raise failure
                 if delay is None:
                     delay = backoff_ms(policy, retries, self._random())
-                self._pause(delay / 1000.0, call, failure)
+                wait = delay / 1000.0
+                self._log_retry(wait, call, failure)
                 retries += 1
         except QAError as exc:
             exc.diagnostics = call.fill()
@@ -112,42 +139,62 @@ class Sender:
         return exc
 
     def _attempt(
-        self, request: bytes, method: str, policy: RetryPolicy, call: CallState
-    ) -> Union[bytes, tuple[QAError, Optional[float]]]:
-        """One attempt: the 2xx body, or (the error, the server's delay in ms) when worth a retry."""
+        self, request: bytes, method: str, policy: RetryPolicy, call: CallState, ticket: Optional[float]
+    ) -> Union[bytes, tuple[QAError, Optional[float], bool]]:
+        """One attempt: the 2xx body, or (the error, the server's delay in ms, whether it was a
+        429/529) when worth a retry; raises the errors that are not."""
         if self._hooks is not None:
             self._emit("before_attempt", request, method, call, None, None, None)
         started = time.monotonic()
         try:
             status, headers, body = self.transport.attempt(request, method, call)
-        except QAError as exc:
-            if isinstance(exc, ConnectionFailed):
-                call.transport_error = self._safe_cause(exc)
-            if isinstance(exc, ProxyError):
-                # The proxy answered: its status and page are what the caller can act on.
-                call.status = exc.status
-                call.body = self.redact(exc.diagnostics.body or "")
-            self._record(request, method, call, None, exc, started)
-            if not (isinstance(exc, ConnectionFailed) and exc.retryable and _retry_failure(policy, exc)):
+        except BaseException as exc:
+            if ticket is not None and self.limiter is not None:
+                self.limiter.report(ticket, None, None)
+            if not isinstance(exc, QAError):
                 raise
-            return exc, None
+            return self._failed(request, method, policy, call, exc, started)
         call.status = status
         call.headers = headers
+        limiter = self.limiter
         if 200 <= status < 300:
             self._record(request, method, call, status, None, started)
+            if limiter is not None:
+                if ticket is None:
+                    limiter.succeeded.append(started)  # what got through, for a first ceiling
+                else:
+                    limiter.report(ticket, status, None)
             if self._budget is not None:
                 self._budget.refund()
             return self.redact.data(body)
         failure = self._status_error(status, headers, body, method, call)
         self._record(request, method, call, status, failure, started)
+        throttled = status in (429, 529)
+        delay = None
+        if policy.respect_retry_after:
+            delay = server_delay_ms(
+                headers.get("retry-after-ms"), headers.get("retry-after"), policy.max_retry_after_ms
+            )
+        if limiter is not None and (ticket is not None or throttled):
+            limiter.report(ticket, status, _pause_seconds(headers, delay) if throttled else None)
         if not should_retry(policy, status, headers):
             raise failure
-        if not policy.respect_retry_after:
-            return failure, None
-        delay = server_delay_ms(
-            headers.get("retry-after-ms"), headers.get("retry-after"), policy.max_retry_after_ms
-        )
-        return failure, delay
+        return failure, delay, throttled
+
+    def _failed(
+        self, request: bytes, method: str, policy: RetryPolicy, call: CallState, exc: QAError, started: float
+    ) -> tuple[QAError, Optional[float], bool]:
+        """An attempt that ended without a response: recorded, then retried or raised."""
+        if isinstance(exc, ConnectionFailed):
+            call.transport_error = self._safe_cause(exc)
+        if isinstance(exc, ProxyError):
+            # The proxy answered: its status and page are what the caller can act on.
+            call.status = exc.status
+            call.body = self.redact(exc.diagnostics.body or "")
+        self._record(request, method, call, None, exc, started)
+        if not (isinstance(exc, ConnectionFailed) and exc.retryable and _retry_failure(policy, exc)):
+            raise exc
+        return exc, None, False
 
     def _record(
         self,
@@ -203,8 +250,7 @@ class Sender:
                         "the %s hook %r raised %s: %s", stage, hook, type(exc).__name__, self.redact(str(exc))
                     )
 
-    def _pause(self, seconds: float, call: CallState, failure: QAError) -> None:
-        """The backoff sleep; ends at once if the call is cancelled or the client closes."""
+    def _log_retry(self, seconds: float, call: CallState, failure: QAError) -> None:
         log = get_logger()
         if log is not None:
             log.info(
@@ -214,8 +260,23 @@ class Sender:
                 call.attempts,
                 type(failure).__name__,
             )
-        call.delay = seconds
+
+    def _nap(self, seconds: float, call: CallState, held: float = 0.0) -> None:
+        """One wait before an attempt; ends at once if the call is cancelled or the client closes.
+
+        ``held`` seconds of it are the rate limiter's, the rest the backoff or the server's delay.
+        """
+        if call.deadline is not None:
+            held = min(held, max(0.0, call.deadline - time.monotonic()))
+        call.delay = max(0.0, seconds - held)
+        call.rate_limit_wait = held
+        call.rate_limit_total += held
         call.wait(seconds, self._sleep)
+
+    def _note_rate_limit(self, message: str) -> None:
+        log = get_logger()
+        if log is not None:
+            log.info("%s: %s", self.base_url, message)
 
     def _status_error(
         self, status: int, headers: HTTPMessage, body: bytes, method: str, call: CallState
@@ -227,6 +288,26 @@ class Sender:
         detail = _detail(body, text, headers, self.redact)
         message = f"HTTP {status} from {method} {self.base_url}{path}: {detail}"
         return status_error_class(status)(message, status=status)
+
+
+def _pause_seconds(headers: HTTPMessage, delay_ms: Optional[float]) -> Optional[float]:
+    """How long a 429/529 pauses the whole client, in seconds; None for no pause.
+
+    ``retry-after-ms: 0`` says the limit frees up at once: the client does not pause, though a
+    ``Retry-After`` (whole seconds, rounded up) may come with it. The call itself still waits as
+    it always has (``Retry-After``, else its backoff), and retries in the first free slot.
+    """
+    text = headers.get("retry-after-ms")
+    if delay_ms is None or (text is not None and _positive_finite(text, 1.0) is None and _is_zero(text)):
+        return None
+    return delay_ms / 1000.0
+
+
+def _is_zero(text: str) -> bool:
+    try:
+        return float(text) == 0.0
+    except ValueError:
+        return False
 
 
 def _retry_failure(policy: RetryPolicy, failure: ConnectionFailed) -> bool:

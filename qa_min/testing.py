@@ -39,6 +39,14 @@ Scripting:
     ``Content-Length``). Every request, scripted or not, is recorded first, in
     `FakeService.requests`.
 
+Rate limiting:
+    ``FakeService(rate_limit=(rate, burst), retry_after=...)`` plays a rate-limited service: a
+    token bucket of ``burst`` tokens refilled at ``rate`` a second, full at start, shared by
+    every request. A request that finds no token gets 429 before any other rule is applied,
+    with ``Retry-After`` (whole seconds, rounded up), ``retry-after-ms`` (the exact time until a
+    token is free), both or neither. `FakeService.request_count` and
+    `FakeService.rate_limited_count` count what arrived and what the limit refused.
+
 Example:
     ::
 
@@ -61,26 +69,12 @@ Example:
 from __future__ import annotations
 
 import json
-import socket
-import threading
-from collections import deque
+import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, Final, Literal
+from typing import Final
 
-from ._fake import (
-    _accept_loop,
-    _answer,
-    _apply_rules,
-    _classify,
-    _Conn,
-    _ConnState,
-    _HeaderPairs,
-    _Reply,
-    _Running,
-    _Server,
-    _shutdown,
-)
+from ._fake import ServiceState
+from ._fakerules import RecordedRequest, Step, answer, classify
 
 __all__ = [
     "DEFAULT_MODELS",
@@ -104,45 +98,9 @@ DEFAULT_MODELS: Final[tuple[str, ...]] = (
 )
 """Model names `FakeService` lists on ``GET /v1/models`` unless told otherwise."""
 
-# Bounds every join so that a bug in a handler cannot hang the test run that owns the fake.
-_JOIN_TIMEOUT: Final = 10.0
-
-_Kind = Literal["reply", "delay", "hang", "drop", "reset", "truncate"]
-
-
-@dataclass(frozen=True)
-class RecordedRequest:
-    """One request as the fake received it.
-
-    Attributes:
-        method: The HTTP method, e.g. ``"POST"``.
-        path: The request target as sent, prefix and query string included.
-        headers: The request headers; names are lowercased and lookups ignore case.
-        body: The raw request body (empty when there was none).
-    """
-
-    method: str
-    path: str
-    headers: Mapping[str, str]
-    body: bytes
-
-    def json(self) -> Any:
-        """Return the body parsed as JSON; raises ``ValueError`` when it is not JSON."""
-        return json.loads(self.body)
-
-
-@dataclass(frozen=True)
-class Step:
-    """One scripted behaviour of a `FakeService`.
-
-    Build steps with `reply`, `delay`, `hang`, `drop`, `reset` or `truncate` rather than directly.
-    """
-
-    kind: _Kind
-    status: int = 200
-    body: bytes = b""
-    headers: _HeaderPairs = ()
-    seconds: float = 0.0
+# Defined with the fake's rules; public here, and pickled under this module's name.
+RecordedRequest.__module__ = Step.__module__ = __name__
+_RETRY_AFTER: Final = ("seconds", "ms", "both", "none")
 
 
 def reply(status: int, body: bytes | str | object = None, *, headers: Sequence[tuple[str, str]] = ()) -> Step:
@@ -224,10 +182,10 @@ def expected_answer(model: str, state: str, question_id: str, criteria: object) 
     Raises:
         ValueError: ``criteria`` is not valid yes/no, choice or score criteria.
     """
-    classified = _classify(criteria)
+    classified = classify(criteria)
     if classified is None:
         raise ValueError(f"invalid criteria: {criteria!r}")
-    return _answer(model, state, question_id, *classified)
+    return answer(model, state, question_id, *classified)
 
 
 class FakeService:
@@ -242,6 +200,18 @@ class FakeService:
         prefix: A path prefix the service lives under, e.g. ``"/api"``.
         host: The address to listen on.
         port: The port to listen on; 0 picks a free one.
+        rate_limit: ``(rate, burst)``: play a rate-limited service, a token bucket of
+            ``burst`` tokens refilled at ``rate`` a second (full at start). A request that finds
+            no token is answered 429 ``{"detail": "rate limit exceeded"}``, before any other
+            rule; scripted steps are played regardless. None (the default): no limit.
+        retry_after: What a 429 of the rate limit says about when to retry: ``"seconds"``
+            (``Retry-After``, whole seconds rounded up), ``"ms"`` (``retry-after-ms``, the exact
+            time until a token is free, to the microsecond), ``"both"`` or ``"none"``.
+
+    Raises:
+        TypeError: ``models`` is a str, or ``rate_limit`` not a pair of numbers.
+        ValueError: ``rate_limit`` holds a rate that is not > 0 or a burst below 1, or
+            ``retry_after`` is not one of the four styles.
     """
 
     def __init__(
@@ -252,26 +222,21 @@ class FakeService:
         prefix: str = "",
         host: str = "127.0.0.1",
         port: int = 0,
+        rate_limit: tuple[float, float] | None = None,
+        retry_after: str = "seconds",
     ) -> None:
         if isinstance(models, str):
             raise TypeError("models must be a sequence of names, not a str")
-        self._api_key = api_key
-        self._models = tuple(models)
-        stripped = prefix.strip("/")
-        self._prefix = f"/{stripped}" if stripped else ""
-        self._address = (host, port)
-        self._url: str | None = None
-        # One condition guards all mutable state below and wakes every kind of waiter.
-        self._cond = threading.Condition()
-        self._closed = False
-        self._running: _Running | None = None
-        self._requests: list[RecordedRequest] = []
-        self._steps: deque[Step] = deque()
-        self._overrides: dict[str, object] = {}
-        self._release_generation = 0
-        self._connections = 0
-        self._conns: dict[socket.socket, _Conn] = {}
-        self._threads: list[threading.Thread] = []
+        if retry_after not in _RETRY_AFTER:
+            raise ValueError(f"retry_after must be one of {', '.join(_RETRY_AFTER)}, not {retry_after!r}")
+        self._state = ServiceState(
+            api_key=api_key,
+            models=models,
+            prefix=prefix,
+            address=(host, port),
+            rate_limit=None if rate_limit is None else _bucket(rate_limit),
+            retry_after=retry_after,
+        )
 
     @property
     def url(self) -> str:
@@ -280,21 +245,29 @@ class FakeService:
         Raises:
             RuntimeError: The service was never started.
         """
-        if self._url is None:
+        if self._state.url is None:
             raise RuntimeError("FakeService.url is known only after start()")
-        return self._url
+        return self._state.url
 
     @property
     def requests(self) -> list[RecordedRequest]:
         """A snapshot of every request received so far, in arrival order."""
-        with self._cond:
-            return list(self._requests)
+        return self._state.requests
+
+    @property
+    def request_count(self) -> int:
+        """How many requests the service has received so far (``len(requests)``, cheaper)."""
+        return self._state.counts[0]
 
     @property
     def connections(self) -> int:
         """How many TCP connections the service has accepted so far."""
-        with self._cond:
-            return self._connections
+        return self._state.counts[1]
+
+    @property
+    def rate_limited_count(self) -> int:
+        """How many requests the ``rate_limit`` answered with 429 so far (scripted 429s aside)."""
+        return self._state.counts[2]
 
     def start(self) -> FakeService:
         """Bind, start serving from a background daemon thread, and return ``self``.
@@ -302,44 +275,12 @@ class FakeService:
         Raises:
             RuntimeError: The service was already started or closed.
         """
-        with self._cond:
-            if self._running is not None or self._closed:
-                raise RuntimeError("a FakeService can be started only once")
-            server = _Server(self, self._address)
-            server.socket.setblocking(False)
-            wake_r, wake_w = socket.socketpair()
-            thread = threading.Thread(
-                target=_accept_loop,
-                args=(server, wake_r),
-                name="qa_min-fake-accept",
-                daemon=True,
-            )
-            self._running = _Running(server, thread, wake_r, wake_w)
-            self._url = f"http://{self._address[0]}:{server.socket.getsockname()[1]}{self._prefix}"
-        thread.start()
+        self._state.start()
         return self
 
     def close(self) -> None:
         """Stop serving and end every connection, hung or idle, joining all threads; idempotent."""
-        with self._cond:
-            if self._closed:
-                return
-            self._closed = True
-            self._cond.notify_all()  # wakes hang() and delay() steps
-            running = self._running
-        if running is None:
-            return
-        running.wake_w.send(b"\0")
-        running.accept_thread.join(_JOIN_TIMEOUT)
-        running.server.server_close()
-        with self._cond:
-            for conn in self._conns.values():
-                _shutdown(conn.sock)
-            threads = list(self._threads)
-        for thread in threads:
-            thread.join(_JOIN_TIMEOUT)
-        running.wake_r.close()
-        running.wake_w.close()
+        self._state.close()
 
     def __enter__(self) -> FakeService:
         return self.start()
@@ -360,18 +301,15 @@ class FakeService:
         """
         overrides = dict(answers)
         json.dumps(overrides)  # fail here, in the test, rather than inside a handler thread
-        with self._cond:
-            self._overrides = overrides
+        self._state.set_answers(overrides)
 
     def script(self, *steps: Step) -> None:
         """Queue ``steps``; each following request, on any path, consumes one in order."""
-        with self._cond:
-            self._steps.extend(steps)
+        self._state.script(steps)
 
     def wait_for_requests(self, n: int, timeout: float = 5.0) -> bool:
         """Block until at least ``n`` requests were recorded; return False on timeout."""
-        with self._cond:
-            return self._cond.wait_for(lambda: len(self._requests) >= n, timeout)
+        return self._state.wait_for_requests(n, timeout)
 
     def release(self) -> None:
         """Wake every request held by a `hang` step so far; each one's connection is closed.
@@ -379,9 +317,7 @@ class FakeService:
         A request counts as held from the moment it is recorded, so
         ``wait_for_requests(n)`` followed by ``release()`` cannot miss it.
         """
-        with self._cond:
-            self._release_generation += 1
-            self._cond.notify_all()
+        self._state.release()
 
     def close_idle_connections(self) -> None:
         """Close, server side, every keep-alive connection waiting for its next request.
@@ -389,62 +325,17 @@ class FakeService:
         This is what a server's keep-alive timeout does; a client that sends its next request
         on such a connection finds it closed. Returns once those connections are gone.
         """
-        with self._cond:
-            # A client may already hold a response whose handler has not yet turned idle.
-            self._cond.wait_for(
-                lambda: all(conn.state != "writing" for conn in self._conns.values()),
-                _JOIN_TIMEOUT,
-            )
-            idle = [conn for conn in self._conns.values() if conn.state == "idle"]
-            for conn in idle:
-                _shutdown(conn.sock)
-        for conn in idle:
-            conn.thread.join(_JOIN_TIMEOUT)
+        self._state.close_idle_connections()
 
-    # Below: the hooks the server's threads call (listed in `_fake._Server`).
 
-    def _track(self, sock: socket.socket, thread: threading.Thread) -> None:
-        with self._cond:
-            self._connections += 1
-            self._conns[sock] = _Conn(sock, thread)
-            self._threads = [t for t in self._threads if t.is_alive()]
-            self._threads.append(thread)
-            # Started under the lock so close_idle_connections() never joins an unstarted thread.
-            thread.start()
-
-    def _untrack(self, sock: socket.socket) -> None:
-        with self._cond:
-            del self._conns[sock]
-            self._cond.notify_all()
-
-    def _set_state(self, sock: socket.socket, state: _ConnState) -> None:
-        with self._cond:
-            self._conns[sock].state = state
-            self._cond.notify_all()
-
-    def _record(
-        self, method: str, path: str, headers: Mapping[str, str], body: bytes
-    ) -> tuple[RecordedRequest, Step | None, int]:
-        # Built here, not by the handler: `_fake` must not import this module at run time.
-        recorded = RecordedRequest(method, path, headers, body)
-        with self._cond:
-            self._requests.append(recorded)
-            step = self._steps.popleft() if self._steps else None
-            self._cond.notify_all()
-            return recorded, step, self._release_generation
-
-    def _hold(self, generation: int) -> None:
-        with self._cond:
-            self._cond.wait_for(lambda: self._closed or self._release_generation != generation)
-
-    def _sleep(self, seconds: float) -> bool:
-        """Wait ``seconds``; return True if `close` interrupted the wait."""
-        with self._cond:
-            return self._cond.wait_for(lambda: self._closed, seconds)
-
-    def _respond(self, recorded: RecordedRequest) -> _Reply:
-        with self._cond:
-            overrides = self._overrides
-        return _apply_rules(
-            recorded, overrides, api_key=self._api_key, prefix=self._prefix, models=self._models
-        )
+def _bucket(rate_limit: object) -> tuple[float, float]:
+    """``(rate, burst)`` checked: a rate > 0 and a burst >= 1, both finite numbers."""
+    pair = tuple(rate_limit) if isinstance(rate_limit, (tuple, list)) else ()
+    if len(pair) != 2 or not all(
+        isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) for x in pair
+    ):
+        raise TypeError(f"rate_limit must be a (rate, burst) pair of finite numbers, not {rate_limit!r}")
+    rate, burst = float(pair[0]), float(pair[1])
+    if not rate > 0 or not burst >= 1:
+        raise ValueError(f"rate_limit needs a rate > 0 and a burst >= 1, not {rate_limit!r}")
+    return rate, burst

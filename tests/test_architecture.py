@@ -23,7 +23,9 @@ LAYERS: tuple[str, ...] = (
     "_errors",
     "_typing",
     "_redact",
+    "_limiter",
     # values and per-call primitives, on the leaves only
+    "_ratelimit",
     "_call",
     "_backoff",
     "_questions",
@@ -41,7 +43,10 @@ LAYERS: tuple[str, ...] = (
     "_client",
     # the public facade, then what is built on the public names only
     "__init__",
+    "_fakerules",
+    "_fakehttp",
     "_fake",
+    "_mock",
     "testing",
     "_output",
     "_batch",

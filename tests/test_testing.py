@@ -5,6 +5,8 @@ from __future__ import annotations
 import hashlib
 import http.client
 import json
+import math
+import pickle
 import socket
 import struct
 import threading
@@ -759,3 +761,102 @@ def test_host_and_explicit_port(connect: Connect) -> None:
     with FakeService(port=port) as second:
         assert second.url == f"http://127.0.0.1:{port}"
         assert get(connect(second))[0] == 200
+
+
+# --- a rate-limited service --------------------------------------------------------------------
+
+
+def exchange(conn: http.client.HTTPConnection) -> http.client.HTTPResponse:
+    conn.request("GET", "/v1/models")
+    response = conn.getresponse()
+    response.read()
+    return response
+
+
+@pytest.mark.parametrize(
+    ("style", "sent"),
+    [
+        ("seconds", {"retry-after"}),
+        ("ms", {"retry-after-ms"}),
+        ("both", {"retry-after", "retry-after-ms"}),
+        ("none", set()),
+    ],
+)
+def test_rate_limit_answers_429_once_the_bucket_is_empty(
+    connect: Connect, style: str, sent: set[str]
+) -> None:
+    # Half a token a second, three saved up: three answers, then 429 for about two seconds.
+    with FakeService(rate_limit=(0.5, 3), retry_after=style) as service:
+        conn = connect(service)
+        assert [exchange(conn).status for _ in range(3)] == [200, 200, 200]
+        throttled = exchange(conn)
+        assert throttled.status == 429
+        names = {name.lower() for name, _ in throttled.getheaders()}
+        assert names & {"retry-after", "retry-after-ms"} == sent
+        if "retry-after" in sent:
+            assert throttled.getheader("Retry-After") == "2"  # 2 s at most, rounded up
+        if "retry-after-ms" in sent:
+            millis = float(throttled.getheader("retry-after-ms") or "nan")
+            assert 1000.0 < millis <= 2000.0
+        conn.request("POST", "/v1/core", json.dumps(core_body()), {"Content-Type": "application/json"})
+        assert read(conn) == (429, {"detail": "rate limit exceeded"})
+        assert service.request_count == 5
+        assert service.rate_limited_count == 2
+        assert len(service.requests) == 5  # refused requests are recorded too
+
+
+def test_rate_limit_refills_and_leaves_scripted_steps_alone(connect: Connect) -> None:
+    with FakeService(rate_limit=(50, 1)) as service:
+        conn = connect(service)
+        service.script(reply(503, {"detail": "down"}))
+        assert exchange(conn).status == 503  # a scripted step is played whatever the bucket holds
+        assert exchange(conn).status == 200  # the one token
+        statuses = [exchange(conn).status]
+        deadline = time.monotonic() + 5
+        while statuses[-1] != 200 and time.monotonic() < deadline:
+            statuses.append(exchange(conn).status)  # polling: a token comes every 20 ms
+        assert statuses[-1] == 200
+        assert service.rate_limited_count == statuses.count(429)
+
+
+def test_counts_are_zero_without_a_rate_limit(svc: FakeService, connect: Connect) -> None:
+    assert (svc.request_count, svc.rate_limited_count) == (0, 0)
+    exchange(connect(svc))
+    assert (svc.request_count, svc.rate_limited_count) == (1, 0)
+
+
+@pytest.mark.parametrize(
+    ("rate_limit", "error", "words"),
+    [
+        ((1, 1), None, ""),
+        ((0.001, 1.0), None, ""),
+        ((0, 1), ValueError, "rate > 0"),
+        ((1, 0.99), ValueError, "burst >= 1"),
+        ((1, math.inf), TypeError, "pair of finite numbers"),
+        ((True, 1), TypeError, "pair of finite numbers"),
+        ((1, 2, 3), TypeError, "pair of finite numbers"),
+        ("fast", TypeError, "pair of finite numbers"),
+    ],
+)
+def test_rate_limit_is_checked(rate_limit: Any, error: type[Exception] | None, words: str) -> None:
+    if error is None:
+        FakeService(rate_limit=rate_limit).close()
+        return
+    with pytest.raises(error, match=words):
+        FakeService(rate_limit=rate_limit)
+
+
+def test_retry_after_style_is_checked() -> None:
+    with pytest.raises(ValueError, match="retry_after must be one of seconds, ms, both, none"):
+        FakeService(retry_after="minutes")
+
+
+def test_recorded_requests_and_steps_are_public_values_of_this_module(
+    svc: FakeService, connect: Connect
+) -> None:
+    exchange(connect(svc))
+    [recorded] = svc.requests
+    assert type(recorded).__module__ == "qa_min.testing"
+    assert pickle.loads(pickle.dumps(recorded)) == recorded
+    step = reply(503)
+    assert pickle.loads(pickle.dumps(step)) == step

@@ -1,0 +1,193 @@
+"""``python -m benchmarks.ratelimit``: qa_min against a rate-limited service, with and without its limiter.
+
+The service is ``qa_min.testing.FakeService(rate_limit=(200, 50), ...)`` in a process of its
+own (so that the client's threads and the server's do not share a GIL), answering 429 with
+``Retry-After: 1`` or with an exact ``retry-after-ms``. For each header style and each number
+of calls in flight (8 and 32, through ``client.submit``), it runs a job of N calls with:
+
+* ``rate_limit=None``: no limiter, the "before";
+* ``RateLimit(190)``: a ceiling just under the service's rate, paced from the first call;
+* the default ``RateLimit()``: no ceiling, adaptive after the first 429.
+
+and reports the share of the allowed rate achieved (successful calls per second over 200), the
+share of requests the service answered 429, and the calls that failed. Self-contained: it
+shares nothing with the other benchmark modules.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+ROOT = Path(__file__).resolve().parent.parent
+RATE, BURST = 200.0, 50
+STYLES = {"Retry-After: 1": "seconds", "retry-after-ms": "ms"}
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One job: what the client saw and what the service counted."""
+
+    header: str
+    in_flight: int
+    mode: str
+    calls: int
+    seconds: float
+    answered: int
+    failed: dict[str, int]
+    requests: int
+    throttled: int
+
+    @property
+    def share_of_rate(self) -> float:
+        return self.answered / self.seconds / RATE
+
+    @property
+    def share_429(self) -> float:
+        return self.throttled / self.requests if self.requests else 0.0
+
+
+def serve(style: str) -> int:
+    """The service process: print the URL, serve until stdin closes, print the counts."""
+    sys.path.insert(0, str(ROOT))
+    from qa_min.testing import FakeService
+
+    with FakeService(rate_limit=(RATE, BURST), retry_after=style) as svc:
+        print(svc.url, flush=True)
+        sys.stdin.read()
+        counts = {"requests": svc.request_count, "throttled": svc.rate_limited_count}
+    print(json.dumps(counts), flush=True)
+    return 0
+
+
+def _start_service(style: str) -> tuple[subprocess.Popen[str], str]:
+    process = subprocess.Popen(
+        [sys.executable, "-m", "benchmarks.ratelimit", "--serve", style],
+        cwd=ROOT,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert process.stdout is not None
+    return process, process.stdout.readline().strip()
+
+
+def run_job(header: str, in_flight: int, mode: str, calls: int) -> Outcome:
+    """One job of ``calls`` calls against a fresh service process."""
+    import qa_min as qa
+
+    class Review(qa.Questions):
+        toxic = qa.YesNo("The text insults someone", "The text insults no one")
+
+    limits = {"none": None, "RateLimit(190)": qa.RateLimit(190), "RateLimit()": qa.RateLimit()}
+    process, url = _start_service(STYLES[header])
+    failed: Counter[str] = Counter()
+    try:
+        client = qa.Client(base_url=url, trust_env=False, max_workers=in_flight, rate_limit=limits[mode])
+        with client:
+            started = time.monotonic()
+            futures = [client.submit(client.ask, f"text {i}", Review) for i in range(calls)]
+            for future in futures:
+                try:
+                    future.result()
+                except qa.QAError as exc:
+                    failed[type(exc).__name__] += 1
+            seconds = time.monotonic() - started
+    finally:
+        out, _ = process.communicate("", timeout=60)
+    counts = json.loads(out.strip().splitlines()[-1])
+    answered = calls - sum(failed.values())
+    requests, throttled = counts["requests"], counts["throttled"]
+    return Outcome(header, in_flight, mode, calls, seconds, answered, dict(failed), requests, throttled)
+
+
+def _load(values: Optional[tuple[float, float, float]]) -> str:
+    return "unknown" if values is None else " ".join(f"{v:.2f}" for v in values)
+
+
+def table(outcomes: list[Outcome]) -> list[str]:
+    lines = [
+        "| header | in flight | rate_limit | calls | seconds | % of allowed rate | % answered 429 "
+        "| failed calls |",
+        "|---|--:|---|--:|--:|--:|--:|--:|",
+    ]
+    for o in outcomes:
+        failed = ", ".join(f"{n} {name}" for name, n in sorted(o.failed.items())) or "0"
+        lines.append(
+            f"| {o.header} | {o.in_flight} | {o.mode} | {o.calls:,} | {o.seconds:.1f} | "
+            f"{100 * o.share_of_rate:.1f}% | {100 * o.share_429:.2f}% | {failed} |"
+        )
+    return lines
+
+
+def verdicts(outcomes: list[Outcome]) -> list[str]:
+    """The acceptance lines of the jobs that have one."""
+    lines = []
+    for o in outcomes:
+        target: Optional[tuple[float, float]] = None
+        if o.mode == "RateLimit(190)":
+            target = (0.90, 0.01)
+        elif o.mode == "RateLimit()" and o.calls >= 20_000:
+            target = (0.85, 0.05)
+        if target is None:
+            continue
+        met = o.share_of_rate >= target[0] and o.share_429 < target[1] and not o.failed
+        lines.append(
+            f"- {o.mode}, {o.calls:,} calls, {o.in_flight} in flight, {o.header}: "
+            f"{100 * o.share_of_rate:.1f}% of the rate (>= {100 * target[0]:.0f}%), "
+            f"{100 * o.share_429:.2f}% 429 (< {100 * target[1]:.0f}%), "
+            f"{sum(o.failed.values())} failed: {'met' if met else 'NOT MET'}"
+        )
+    return lines
+
+
+def parse_args(argv: Optional[list[str]]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.ratelimit", description=(__doc__ or "").split("\n")[0]
+    )
+    parser.add_argument("--serve", metavar="STYLE", help=argparse.SUPPRESS)
+    parser.add_argument("--calls", type=int, default=4000, help="calls per job (4,000)")
+    parser.add_argument("--long-calls", type=int, default=20_000, help="calls of the long job (20,000)")
+    parser.add_argument("--rounds", type=int, default=1, help="times to run every job (1)")
+    parser.add_argument("--in-flight", type=int, nargs="+", default=[8, 32])
+    parser.add_argument("--headers", nargs="+", choices=list(STYLES), default=list(STYLES))
+    parser.add_argument("--modes", nargs="+", default=["none", "RateLimit(190)", "RateLimit()", "long"])
+    return parser.parse_args(argv)
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    args = parse_args(argv)
+    if args.serve:
+        return serve(args.serve)
+    load = os.getloadavg() if hasattr(os, "getloadavg") else None
+    outcomes = []
+    started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    for _ in range(args.rounds):
+        for header in args.headers:
+            for in_flight in args.in_flight:
+                for mode in args.modes:
+                    calls = args.long_calls if mode == "long" else args.calls
+                    outcome = run_job(header, in_flight, "RateLimit()" if mode == "long" else mode, calls)
+                    outcomes.append(outcome)
+                    print(table([outcome])[-1], file=sys.stderr, flush=True)
+    end = os.getloadavg() if hasattr(os, "getloadavg") else None
+    print(f"Measured {started} with python -m benchmarks.ratelimit; Python {platform.python_version()}, ")
+    print(f"{os.cpu_count()} cores; load averages at the start {_load(load)}, at the end {_load(end)}.")
+    print(f"Service: FakeService(rate_limit=({RATE:g}, {BURST})) in its own process.")
+    print("\n".join(table(outcomes)))
+    print()
+    print("\n".join(verdicts(outcomes)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,202 @@
+"""The fake service's request rules and data: pure functions and values, no sockets, no locks.
+
+``apply_rules`` answers one recorded request the way the real service would: it checks the API
+key, the route and the method, and ``core`` validates a ``/v1/core`` body (``parse_core``,
+``classify``) and answers it by the hash rule (``answer``), the rule ``expected_answer`` in
+``qa_min.testing`` exposes; that module's docstring is their specification. ``TokenBucket`` is
+the rate limit a fake can play. ``RecordedRequest`` and ``Step`` are public through
+``qa_min.testing``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Final, Literal
+
+# fullmatch, not `$`: `$` would also accept a trailing newline.
+VERSIONED: Final = re.compile(r"([a-z][a-z0-9-]*?)-\d+(?:\.\d+)+")
+
+HeaderPairs = tuple[tuple[str, str], ...]
+Reply = tuple[int, object, HeaderPairs]
+StepKind = Literal["reply", "delay", "hang", "drop", "reset", "truncate"]
+_Parsed = tuple[str, str, dict[str, tuple[str, tuple[str, ...]]]]
+
+
+@dataclass(frozen=True)
+class RecordedRequest:
+    """One request as the fake received it.
+
+    Attributes:
+        method: The HTTP method, e.g. ``"POST"``.
+        path: The request target as sent, prefix and query string included.
+        headers: The request headers; names are lowercased and lookups ignore case.
+        body: The raw request body (empty when there was none).
+    """
+
+    method: str
+    path: str
+    headers: Mapping[str, str]
+    body: bytes
+
+    def json(self) -> Any:
+        """Return the body parsed as JSON; raises ``ValueError`` when it is not JSON."""
+        return json.loads(self.body)
+
+
+@dataclass(frozen=True)
+class Step:
+    """One scripted behaviour of a `FakeService`.
+
+    Build steps with `reply`, `delay`, `hang`, `drop`, `reset` or `truncate` rather than directly.
+    """
+
+    kind: StepKind
+    status: int = 200
+    body: bytes = b""
+    headers: HeaderPairs = ()
+    seconds: float = 0.0
+
+
+class TokenBucket:
+    """``rate`` tokens a second, at most ``burst`` saved up; full at first. Not thread-safe:
+    its owner holds a lock around it."""
+
+    __slots__ = ("_burst", "_rate", "_tokens", "_updated")
+
+    def __init__(self, rate: float, burst: float, now: float) -> None:
+        self._rate = rate
+        self._burst = burst
+        self._tokens = burst
+        self._updated = now
+
+    def take(self, now: float) -> float | None:
+        """Take a token: None when there was one, else the seconds until there will be."""
+        self._tokens = min(self._burst, self._tokens + (now - self._updated) * self._rate)
+        self._updated = now
+        if self._tokens >= 1.0:
+            self._tokens -= 1.0
+            return None
+        return (1.0 - self._tokens) / self._rate
+
+
+def throttle_headers(wait: float, style: str) -> HeaderPairs:
+    """The 429's delay headers: ``Retry-After`` in whole seconds (rounded up), ``retry-after-ms``
+    exact to the microsecond (rounded up, so never 0), both, or neither."""
+    seconds = ("Retry-After", str(max(1, math.ceil(wait))))
+    millis = ("retry-after-ms", f"{math.ceil(wait * 1e6) / 1000:.3f}")
+    return {"seconds": (seconds,), "ms": (millis,), "both": (millis, seconds)}.get(style, ())
+
+
+# The request rules.
+
+
+def classify(criteria: object) -> tuple[str, tuple[str, ...]] | None:
+    """Return ``(kind, option keys or levels)`` for valid criteria, else None."""
+    if (
+        isinstance(criteria, list)
+        and len(criteria) >= 2
+        and all(isinstance(level, str) for level in criteria)
+    ):
+        return "score", tuple(criteria)
+    if (
+        isinstance(criteria, dict)
+        and len(criteria) >= 2
+        and all(isinstance(key, str) and isinstance(text, str) for key, text in criteria.items())
+    ):
+        return ("yesno" if set(criteria) == {"true", "false"} else "choice"), tuple(criteria)
+    return None
+
+
+def answer(model: str, state: str, question_id: str, kind: str, options: tuple[str, ...]) -> object:
+    # surrogatepass: JSON may carry lone surrogates, which plain UTF-8 encoding rejects.
+    key = f"{model}\0{state}\0{question_id}".encode("utf-8", "surrogatepass")
+    h = hashlib.sha256(key).digest()[0]
+    if kind == "yesno":
+        return h % 2 == 0
+    if kind == "choice":
+        return options[h % len(options)]
+    return h % len(options)
+
+
+def parse_core(doc: object) -> _Parsed | str:
+    """Return ``(state, model, {id: (kind, options)})``, or the 422 detail."""
+    if not isinstance(doc, dict):
+        return "request body must be a JSON object"
+    state = doc.get("state")
+    if not isinstance(state, str) or not state:
+        return "'state' must be a non-empty string"
+    questions = doc.get("questions")
+    if not isinstance(questions, dict) or not questions:
+        return "'questions' must be a non-empty object"
+    parsed: dict[str, tuple[str, tuple[str, ...]]] = {}
+    for question_id, question in questions.items():
+        criteria = question.get("criteria") if isinstance(question, dict) else None
+        classified = classify(criteria)
+        if classified is None:
+            return f"question {question_id!r} has no valid 'criteria'"
+        parsed[question_id] = classified
+    model = doc.get("model")
+    if not isinstance(model, str):
+        return "'model' must be a string"
+    return state, model, parsed
+
+
+def family(model: str) -> str:
+    if model.endswith("-latest"):
+        return model[: -len("-latest")]
+    versioned = VERSIONED.fullmatch(model)
+    return versioned.group(1) if versioned else model
+
+
+def apply_rules(
+    recorded: RecordedRequest,
+    overrides: Mapping[str, object],
+    *,
+    api_key: str | None,
+    prefix: str,
+    models: tuple[str, ...],
+) -> Reply:
+    """Return ``(status, JSON payload, extra headers)`` for a request the rules serve."""
+    expected = None if api_key is None else f"Bearer {api_key}"
+    if expected is not None and recorded.headers.get("authorization") != expected:
+        return 401, {"detail": "missing or invalid API key"}, (("WWW-Authenticate", "Bearer"),)
+    path = recorded.path.split("?", 1)[0]
+    routes = {f"{prefix}/v1/core": "POST", f"{prefix}/v1/models": "GET"}
+    allowed = routes.get(path)
+    if allowed is None:
+        return 404, {"detail": f"no route for {path}"}, ()
+    if recorded.method != allowed:
+        detail = f"method {recorded.method} not allowed on {path}"
+        return 405, {"detail": detail}, (("Allow", allowed),)
+    if allowed == "GET":
+        listed = [{"name": name, "family": family(name)} for name in models]
+        return 200, {"models": listed}, ()
+    return core(recorded.body, overrides, models)
+
+
+def core(body: bytes, overrides: Mapping[str, object], models: tuple[str, ...]) -> Reply:
+    try:
+        doc = json.loads(body)
+    except (ValueError, RecursionError):
+        return 422, {"detail": "request body is not valid JSON"}, ()
+    parsed = parse_core(doc)
+    if isinstance(parsed, str):
+        return 422, {"detail": parsed}, ()
+    state, model, questions = parsed
+    if model not in models and not VERSIONED.fullmatch(model):
+        return 404, {"detail": f"model {model!r} not found"}, ()
+    answers = {
+        question_id: (
+            overrides[question_id]
+            if question_id in overrides
+            else answer(model, state, question_id, *question)
+        )
+        for question_id, question in questions.items()
+    }
+    usage = {"input_tokens": len(state.split()), "output_tokens": len(questions)}
+    return 200, {"answers": answers, "usage": usage, "model": model}, ()

@@ -1,0 +1,145 @@
+"""Client-side rate limiting, the public values: ``RateLimit`` and ``RateLimitState``.
+
+``RateLimit`` is what a client is given (``Client(rate_limit=...)``); ``RateLimitState`` is what
+``client.rate_limit`` shows of it. The engine that applies a ``RateLimit``, one per client, is
+``_limiter.Limiter``, whose docstring tells the strategy.
+"""
+
+from __future__ import annotations
+
+import math
+
+from ._errors import InvalidOption
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Optional
+
+
+def _check(name: str, value: object, whole: bool) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        good = False
+    else:
+        good = isinstance(value, int) and value >= 1 if whole else value > 0
+    if not good:
+        kind = "a whole number >= 1" if whole else "a finite number > 0"
+        raise InvalidOption(f"{name} must be {kind}, got {value!r}")
+
+
+class _ReadOnly:
+    __slots__ = ()
+
+    def __setattr__(self, name: str, value: object = None) -> None:
+        raise AttributeError(f"{type(self).__name__} is read-only; cannot change {name!r}")
+
+    __delattr__ = __setattr__
+
+    def _set(self, **values: object) -> None:
+        for name, value in values.items():
+            object.__setattr__(self, name, value)
+
+
+class RateLimit(_ReadOnly):
+    """How fast a client may send: passed as ``Client(rate_limit=...)``; immutable.
+
+    The default ``RateLimit()`` sets no ceiling and adapts: it engages at the first 429 or 529
+    and measures the rate the service lets through. ``RateLimit(190)`` paces every attempt at
+    190 per second from the first call (and still adapts below that). ``Client(rate_limit=None)``
+    turns limiting off, server-requested pauses of the whole client included.
+
+    Args:
+        per_second: The ceiling in attempts per second, retries included; None for none.
+        burst: Attempts that may start at once after a quiet spell (default: as many as the
+            ceiling allows in 50 ms, at least 1).
+        adaptive: Lower the ceiling after a 429/529 and regrow it while calls succeed.
+
+    Raises:
+        InvalidOption: ``per_second`` is not a finite number > 0, ``burst`` not a whole
+            number >= 1, ``adaptive`` not a bool, or a burst is given with nothing to pace.
+    """
+
+    __slots__ = ("adaptive", "burst", "per_second")
+
+    per_second: Optional[float]
+    burst: Optional[int]
+    adaptive: bool
+
+    def __init__(
+        self, per_second: Optional[float] = None, *, burst: Optional[int] = None, adaptive: bool = True
+    ) -> None:
+        if per_second is not None:
+            _check("RateLimit per_second", per_second, whole=False)
+        if burst is not None:
+            _check("RateLimit burst", burst, whole=True)
+        if not isinstance(adaptive, bool):
+            raise InvalidOption(f"RateLimit adaptive must be True or False, got {adaptive!r}")
+        if burst is not None and per_second is None and not adaptive:
+            raise InvalidOption("RateLimit burst needs a ceiling: give per_second or adaptive=True")
+        self._set(per_second=per_second, burst=burst, adaptive=adaptive)
+
+    def split(self, n: int) -> RateLimit:
+        """Each of ``n`` workers' share: ``per_second / n``, and ``burst // n`` (at least 1).
+
+        Each share adapts on its own when this limit is adaptive. The bursts are rounded down
+        so that together they never exceed this one's, unless ``n`` is larger than it.
+
+        Raises:
+            InvalidOption: ``n`` is not a whole number >= 1.
+        """
+        _check("RateLimit.split n", n, whole=True)
+        per_second = None if self.per_second is None else self.per_second / n
+        burst = None if self.burst is None else max(1, self.burst // n)
+        return RateLimit(per_second, burst=burst, adaptive=self.adaptive)
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (_rebuild, (self.per_second, self.burst, self.adaptive))
+
+    def __eq__(self, other: object) -> bool:
+        return self.__reduce__() == other.__reduce__() if isinstance(other, RateLimit) else NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self.__reduce__())
+
+    def __repr__(self) -> str:
+        parts = [] if self.per_second is None else [f"{self.per_second!r}"]
+        if self.burst is not None:
+            parts.append(f"burst={self.burst!r}")
+        if not self.adaptive:
+            parts.append("adaptive=False")
+        return f"RateLimit({', '.join(parts)})"
+
+
+def _rebuild(per_second: Optional[float], burst: Optional[int], adaptive: bool) -> RateLimit:
+    return RateLimit(per_second, burst=burst, adaptive=adaptive)
+
+
+class RateLimitState(_ReadOnly):
+    """A read-only snapshot of a client's limiter, as ``client.rate_limit`` returns it.
+
+    Attributes:
+        limit: The ``RateLimit`` the client was given.
+        state: ``"unlimited"`` (nothing gates calls), ``"paced"`` (a ceiling is in force) or
+            ``"paused"`` (waiting out a delay a 429/529 asked for).
+        per_second: The ceiling in force now, or None for none.
+        paused_for: Seconds left of the pause (0.0 when not paused).
+        throttles: 429 and 529 responses seen so far.
+    """
+
+    __slots__ = ("limit", "paused_for", "per_second", "state", "throttles")
+
+    limit: RateLimit
+    state: str
+    per_second: Optional[float]
+    paused_for: float
+    throttles: int
+
+    def __init__(
+        self, limit: RateLimit, per_second: Optional[float], paused_for: float, throttles: int
+    ) -> None:
+        state = "paused" if paused_for > 0 else "unlimited" if per_second is None else "paced"
+        self._set(limit=limit, state=state, per_second=per_second, paused_for=paused_for, throttles=throttles)
+
+    def __repr__(self) -> str:
+        pace = "unlimited" if self.per_second is None else f"paced at {self.per_second:.1f}/s"
+        text = f"paused for {self.paused_for:.2f} s, then {pace}" if self.paused_for > 0 else pace
+        return f"RateLimitState({text}, throttles={self.throttles})"

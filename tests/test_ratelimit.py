@@ -1,0 +1,551 @@
+"""``qa.RateLimit`` and the limiter behind it, on an injected clock.
+
+Spec line -> tests (SPEC.md 7a; the rate-limit issue):
+
+  RateLimit(per_second=None, *, burst=None, adaptive=True), validated, immutable, picklable
+      test_rate_limit_accepts_values_at_the_limits, test_rate_limit_refuses_bad_values,
+      test_rate_limit_is_an_immutable_value, test_rate_limit_repr_reads_as_code
+  RateLimit.split(n) gives each of n workers its share
+      test_split_shares_the_rate_and_the_burst, test_split_refuses_a_bad_count
+  one schedule: an explicit ceiling always binds, an adaptive one only with company
+      test_explicit_ceiling_paces_from_the_first_call_with_its_burst,
+      test_adaptive_ceiling_binds_only_when_more_than_one_attempt_is_out
+  a 429/529 delay pauses the whole client; promised slots stay; the throttled call goes first
+      test_pause_holds_every_caller_once_there_is_a_pace,
+      test_pause_without_a_pace_holds_only_throttled_calls,
+      test_pause_only_limiter_holds_everyone, test_slots_promised_after_a_pause_stay_valid,
+      test_sleeper_whose_slot_a_new_pause_covers_waits_once_more,
+      test_throttled_call_overtakes_and_moves_the_sleepers_back
+  giving up: the slot goes back, and a pause nobody waits for ends
+      test_a_stopped_wait_gives_the_slot_back_and_lifts_an_orphan_pause
+  cuts: first a guess, then measured; cooldown; jitter; the 30% bound; stretches
+      test_first_ceiling_is_half_the_pace_of_the_latest_successes,
+      test_a_guess_is_halved_by_a_fresh_throttle_and_doubles_each_second,
+      test_throttle_of_an_attempt_sent_before_the_cut_does_not_cut,
+      test_measured_cut_is_95_percent_of_what_got_through,
+      test_throttle_while_the_ceiling_gets_through_is_jitter,
+      test_measured_cut_keeps_at_least_70_percent, test_long_pauses_estimate_the_rate_from_two_stretches
+  regrowth and recovery, with log lines
+      test_measured_ceiling_regrows_slowly, test_explicit_ceiling_is_regained_and_told,
+      test_adaptive_ceiling_is_lifted_after_a_quiet_minute
+  thread safety
+      test_threads_sharing_a_limiter_get_distinct_evenly_spaced_slots
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import pickle
+import sys
+import threading
+from typing import Any, Callable, Optional
+
+import pytest
+
+import qa_min as qa
+from qa_min._limiter import Limiter
+
+# -- RateLimit, the value ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        pytest.param({}, id="default"),
+        pytest.param({"per_second": sys.float_info.min}, id="per_second-smallest-positive"),
+        pytest.param({"per_second": 1}, id="per_second-int"),
+        pytest.param({"per_second": sys.float_info.max}, id="per_second-largest-finite"),
+        pytest.param({"per_second": 5, "burst": 1}, id="burst-exactly-1"),
+        pytest.param({"burst": 10}, id="burst-for-the-adaptive-ceiling"),
+        pytest.param({"per_second": 5, "adaptive": False}, id="fixed-ceiling"),
+        pytest.param({"adaptive": False}, id="pauses-only"),
+    ],
+)
+def test_rate_limit_accepts_values_at_the_limits(kwargs: dict[str, Any]) -> None:
+    limit = qa.RateLimit(**kwargs)
+    assert limit.per_second == kwargs.get("per_second")
+    assert limit.burst == kwargs.get("burst")
+    assert limit.adaptive is kwargs.get("adaptive", True)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "words"),
+    [
+        pytest.param({"per_second": 0}, "per_second must be a finite number > 0", id="per_second-0"),
+        pytest.param({"per_second": -1}, "per_second must be a finite number > 0", id="per_second-negative"),
+        pytest.param({"per_second": math.inf}, "finite number", id="per_second-inf"),
+        pytest.param({"per_second": math.nan}, "finite number", id="per_second-nan"),
+        pytest.param({"per_second": True}, "finite number", id="per_second-bool"),
+        pytest.param({"per_second": "10"}, "finite number", id="per_second-str"),
+        pytest.param({"per_second": 5, "burst": 0}, "burst must be a whole number >= 1", id="burst-0"),
+        pytest.param({"per_second": 5, "burst": 1.0}, "whole number", id="burst-float"),
+        pytest.param({"per_second": 5, "burst": True}, "whole number", id="burst-bool"),
+        pytest.param({"adaptive": 1}, "adaptive must be True or False", id="adaptive-int"),
+        pytest.param(
+            {"burst": 5, "adaptive": False}, "burst needs a ceiling", id="burst-with-nothing-to-pace"
+        ),
+    ],
+)
+def test_rate_limit_refuses_bad_values(kwargs: dict[str, Any], words: str) -> None:
+    with pytest.raises(qa.InvalidOption, match=words):
+        qa.RateLimit(**kwargs)
+
+
+def test_rate_limit_is_an_immutable_value() -> None:
+    limit = qa.RateLimit(190, burst=10, adaptive=False)
+    with pytest.raises(AttributeError, match="read-only"):
+        limit.per_second = 5
+    with pytest.raises(AttributeError, match="read-only"):
+        del limit.burst
+    for twin in (pickle.loads(pickle.dumps(limit)), copy.deepcopy(limit), copy.copy(limit)):
+        assert twin == limit
+        assert hash(twin) == hash(limit)
+        assert type(twin) is qa.RateLimit
+    assert limit != qa.RateLimit(190, burst=10)
+    assert limit != (190, 10, False)
+    assert len({qa.RateLimit(), qa.RateLimit(), qa.RateLimit(1)}) == 2
+
+
+@pytest.mark.parametrize(
+    ("limit", "text"),
+    [
+        (qa.RateLimit(), "RateLimit()"),
+        (qa.RateLimit(190), "RateLimit(190)"),
+        (qa.RateLimit(2.5, burst=3), "RateLimit(2.5, burst=3)"),
+        (qa.RateLimit(adaptive=False), "RateLimit(adaptive=False)"),
+    ],
+)
+def test_rate_limit_repr_reads_as_code(limit: qa.RateLimit, text: str) -> None:
+    assert repr(limit) == text
+    assert eval(text, {"RateLimit": qa.RateLimit}) == limit
+
+
+@pytest.mark.parametrize(
+    ("limit", "n", "share"),
+    [
+        (qa.RateLimit(190, burst=50), 8, qa.RateLimit(23.75, burst=6)),
+        (qa.RateLimit(190, burst=50), 1, qa.RateLimit(190, burst=50)),
+        (qa.RateLimit(190, burst=50), 50, qa.RateLimit(3.8, burst=1)),
+        (qa.RateLimit(190, burst=50), 51, qa.RateLimit(190 / 51, burst=1)),
+        (qa.RateLimit(), 4, qa.RateLimit()),
+        (qa.RateLimit(10, adaptive=False), 2, qa.RateLimit(5, adaptive=False)),
+    ],
+)
+def test_split_shares_the_rate_and_the_burst(limit: qa.RateLimit, n: int, share: qa.RateLimit) -> None:
+    assert limit.split(n) == share
+
+
+@pytest.mark.parametrize("n", [0, -1, 2.0, True, "2"])
+def test_split_refuses_a_bad_count(n: Any) -> None:
+    with pytest.raises(qa.InvalidOption, match="split n must be a whole number >= 1"):
+        qa.RateLimit(10).split(n)
+
+
+# -- the limiter on an injected clock --------------------------------------------------------
+
+
+class Clock:
+    """A clock that moves only when told, or when a nap sleeps on it."""
+
+    def __init__(self, now: float = 100.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Naps:
+    """An injected ``nap``: records (seconds, held), optionally sleeps on the clock, then runs
+    ``during`` once (what other threads do while this one sleeps)."""
+
+    def __init__(self, clock: Clock, advance: bool = True) -> None:
+        self.clock = clock
+        self.advance = advance
+        self.calls: list[tuple[float, float]] = []
+        self.during: Optional[Callable[[], object]] = None
+
+    def __call__(self, seconds: float, held: float) -> None:
+        self.calls.append((seconds, held))
+        during, self.during = self.during, None
+        if during is not None:
+            during()
+        if self.advance:
+            self.clock.now += seconds
+
+
+def near(actual: list[tuple[float, float]], expected: list[tuple[float, float]], rel: float = 1e-6) -> bool:
+    """The naps taken are the ones expected, to a rounding error (or ``rel``)."""
+    return len(actual) == len(expected) and all(
+        math.isclose(a, e, rel_tol=rel, abs_tol=1e-9)
+        for pair, want in zip(actual, expected)
+        for a, e in zip(pair, want)
+    )
+
+
+def limiter(
+    per_second: Optional[float] = None,
+    burst: Optional[int] = None,
+    adaptive: bool = True,
+    clock: Optional[Clock] = None,
+    news: Optional[list[str]] = None,
+) -> tuple[Limiter, Clock]:
+    clock = clock or Clock()
+    notes = news if news is not None else []
+    return Limiter(per_second, burst, adaptive, clock, notes.append), clock
+
+
+def engaged_at(rate: float, clock: Clock, pause: Optional[float] = 0.005) -> Limiter:
+    """An adaptive limiter whose first throttle came after successes at ``rate`` a second."""
+    lim, _ = limiter(clock=clock)
+    for i in range(8):
+        lim.succeeded.append(clock.now - (8 - i) / rate)
+    lim.report(None, 429, pause)
+    return lim
+
+
+def ceiling(lim: Limiter) -> Optional[float]:
+    return lim.snapshot()[0]
+
+
+def test_explicit_ceiling_paces_from_the_first_call_with_its_burst() -> None:
+    lim, clock = limiter(100)  # 10 ms apart; the default burst is 50 ms worth: 6 at once
+    assert lim.engaged
+    naps = Naps(clock, advance=False)
+    slots = [lim.acquire(None, False, naps) for _ in range(8)]
+    assert slots[:6] == [pytest.approx(100.0)] * 6
+    assert slots[6:] == [pytest.approx(100.01), pytest.approx(100.02)]
+    assert near(naps.calls, [(0.01, 0.01), (0.02, 0.02)])
+
+    lim, clock = limiter(10, burst=1)  # one at a time, 100 ms apart, even alone
+    naps = Naps(clock)
+    for k in range(3):
+        assert lim.acquire(None, False, naps) == pytest.approx(100 + 0.1 * k)
+        lim.report(clock.now, 200, None)
+    assert near(naps.calls, [(0.1, 0.1)] * 2)
+
+
+def test_adaptive_ceiling_binds_only_when_more_than_one_attempt_is_out() -> None:
+    clock = Clock()
+    lim = engaged_at(20, clock)  # half of 20/s: 10/s, 100 ms apart
+    assert ceiling(lim) == pytest.approx(10)
+    clock.now += 0.01  # after the 429's pause
+    naps = Naps(clock, advance=False)
+    for _ in range(5):  # one at a time, far faster than the ceiling: never paced
+        ticket = lim.acquire(None, False, naps)
+        lim.report(ticket, 200, None)
+    assert naps.calls == []
+    first = lim.acquire(None, False, naps)  # two out at once: the second waits its slot
+    second = lim.acquire(None, False, naps)
+    assert second - first == pytest.approx(0.1, rel=0.01)  # the guess has grown 0.35%
+    assert near(naps.calls, [(0.1, 0.1)], rel=0.01)
+
+
+def test_pause_holds_every_caller_once_there_is_a_pace() -> None:
+    clock = Clock()
+    lim = engaged_at(400, clock, pause=2.0)
+    naps = Naps(clock, advance=False)
+    clock.now += 0.5
+    assert lim.acquire(None, False, naps) == pytest.approx(102.0)  # a first attempt waits too
+    assert near(naps.calls, [(1.5, 1.5)])
+    # The throttled call's retry: one sleep of its own delay, none of it the limiter's.
+    other = Naps(clock, advance=False)
+    clock.now = 100.0
+    assert lim.acquire(2.0, True, other) == pytest.approx(102.0)
+    assert other.calls == [(2.0, 0.0)]
+
+
+def test_pause_without_a_pace_holds_only_throttled_calls() -> None:
+    lim, clock = limiter()
+    lim.report(None, 429, 30.0)  # nothing measured before: no pace
+    assert lim.engaged
+    assert ceiling(lim) is None
+    naps = Naps(clock, advance=False)
+    assert lim.acquire(None, False, naps) == 100.0
+    assert naps.calls == []
+    assert lim.acquire(30.0, True, naps) == pytest.approx(130.0)
+    assert naps.calls == [(30.0, 0.0)]
+
+
+def test_pause_only_limiter_holds_everyone() -> None:
+    lim, clock = limiter(adaptive=False)
+    assert not lim.engaged
+    lim.report(None, 429, 3.0)
+    assert lim.engaged
+    assert ceiling(lim) is None
+    naps = Naps(clock)
+    assert lim.acquire(None, False, naps) == pytest.approx(103.0)
+    assert near(naps.calls, [(3.0, 3.0)])
+    lim.report(103.0, 200, None)
+    clock.now += 1
+    assert lim.acquire(None, False, naps) == pytest.approx(104.0)  # the pause is over: fast path again
+    assert not lim.engaged
+
+
+def test_slots_promised_after_a_pause_stay_valid() -> None:
+    lim, clock = limiter(10, burst=1)
+    naps = Naps(clock, advance=False)
+    promised = [lim.acquire(None, False, naps) for _ in range(6)]
+    assert promised == [pytest.approx(100 + 0.1 * k) for k in range(6)]
+    lim.report(promised[0], 429, 0.25)
+    # Slots after the pause stay; a new caller queues behind them; the throttled call, first.
+    assert lim.acquire(None, False, naps) == pytest.approx(100.6)
+    assert lim.acquire(0.25, True, naps) == pytest.approx(100.25)
+
+
+def test_sleeper_whose_slot_a_new_pause_covers_waits_once_more() -> None:
+    lim, clock = limiter(10, burst=1)
+    naps = Naps(clock)
+    lim.acquire(None, False, naps)
+    naps.during = lambda: lim.report(100.0, 429, 0.5)  # while it sleeps, a 429 asks for 0.5 s
+    ticket = lim.acquire(None, False, naps)
+    assert ticket >= 100.6
+    assert len(naps.calls) == 2
+    assert near(naps.calls[:1], [(0.1, 0.1)])
+
+
+def test_throttled_call_overtakes_and_moves_the_sleepers_back() -> None:
+    lim, clock = limiter(10, burst=1)
+    other = Naps(clock, advance=False)
+    promised = [lim.acquire(None, False, other) for _ in range(3)]
+    assert promised == [pytest.approx(100 + k / 10) for k in range(3)]
+    naps = Naps(clock)
+    # While this caller sleeps towards 100.3, a throttled call takes the slot at 100.1.
+    naps.during = lambda: lim.acquire(0.1, True, other)
+    assert lim.acquire(None, False, naps) == pytest.approx(100.4)
+    assert near(naps.calls, [(0.3, 0.3), (0.1, 0.1)])
+
+
+def test_a_stopped_wait_gives_the_slot_back_and_lifts_an_orphan_pause() -> None:
+    lim, clock = limiter(10, burst=1)
+    lim.report(None, 429, 30.0)
+
+    def stop(seconds: float, held: float) -> None:
+        raise qa.Canceled("the call was cancelled")
+
+    with pytest.raises(qa.Canceled):
+        lim.acquire(30.0, True, stop)
+    assert lim.snapshot()[1] == 0.0  # nobody waited for that pause any more
+    assert lim._inflight == 0
+
+    lim.report(None, 429, 30.0)
+    naps = Naps(clock, advance=False)
+    waiting = lim.acquire(None, False, naps)  # someone else still waits for it...
+    with pytest.raises(qa.Canceled):
+        lim.acquire(30.0, True, stop)
+    assert lim.snapshot()[1] == pytest.approx(30.0)  # ...so the pause stays
+    lim.report(waiting, 200, None)
+    assert lim._inflight == 0
+
+
+def test_first_ceiling_is_half_the_pace_of_the_latest_successes() -> None:
+    news: list[str] = []
+    lim, clock = limiter(news=news)
+    for i in range(10):  # ten successes sent 10 ms apart, the last 10 ms ago
+        lim.succeeded.append(clock.now - 0.1 + 0.01 * i)
+    lim.report(None, 429, 0.005)
+    assert ceiling(lim) == pytest.approx(50.0)  # 10 in 0.1 s, halved
+    assert news == ["rate limit lowered to 50.0 calls/s after 429/529 responses (was no ceiling)"]
+
+    lim, clock = limiter(news=news)
+    for i in range(3):  # too few to tell a pace
+        lim.succeeded.append(clock.now - 0.01 * i)
+    lim.report(None, 429, 0.005)
+    assert ceiling(lim) is None
+
+
+def test_a_guess_is_halved_by_a_fresh_throttle_and_doubles_each_second() -> None:
+    clock = Clock()
+    lim = engaged_at(400, clock)  # a guess of 200/s
+    naps = Naps(clock, advance=False)
+    clock.now += 0.05
+    ticket = lim.acquire(None, False, naps)
+    lim.report(ticket, 429, 0.005)  # still throttled soon after the guess: halve it
+    halved = 0.5 * 200 * 2**0.045  # the guess had grown for 45 ms since its pause ended
+    assert ceiling(lim) == pytest.approx(halved)
+    clock.now += 0.005 + 1.0  # a second after the pause: a guess doubles
+    assert ceiling(lim) == pytest.approx(2 * halved)
+    clock.now += 1.0
+    assert ceiling(lim) == pytest.approx(4 * halved)
+
+
+def test_throttle_of_an_attempt_sent_before_the_cut_does_not_cut() -> None:
+    clock = Clock()
+    lim = engaged_at(400, clock)
+    clock.now += 0.01
+    lim.report(99.99, 429, 0.005)  # sent before the cut at 100.0
+    lim.report(None, 429, 0.005)  # sent while disengaged
+    assert ceiling(lim) == pytest.approx(200.0 * 2**0.005, rel=1e-3)
+
+
+def measured(clock: Clock, lim: Limiter, successes_per_second: float, seconds: float) -> None:
+    """Report successes of attempts sent engaged, evenly over ``seconds`` of the clock."""
+    count = round(successes_per_second * seconds)
+    for _ in range(count):
+        clock.now += 1 / successes_per_second
+        lim.report(clock.now - 0.001, 200, None)
+
+
+def test_measured_cut_is_95_percent_of_what_got_through() -> None:
+    lim, clock = limiter(210)
+    clock.now += 0.5
+    measured(clock, lim, 200, 1.0)  # 200/s of 210 got through
+    ticket = clock.now - 0.002
+    news: list[str] = []
+    lim._notify = news.append
+    lim.report(ticket, 429, 0.005)
+    assert ceiling(lim) == pytest.approx(0.95 * 200, rel=0.01)
+    assert news == ["rate limit lowered to 190.0 calls/s after 429/529 responses (was 210.0/s)"]
+
+
+def test_throttle_while_the_ceiling_gets_through_is_jitter() -> None:
+    lim, clock = limiter(200)  # an explicit 200/s that all gets through
+    clock.now += 0.5
+    measured(clock, lim, 198, 1.0)
+    lim.report(clock.now - 0.002, 429, 0.005)
+    assert ceiling(lim) == 200.0
+
+
+def test_measured_cut_keeps_at_least_70_percent() -> None:
+    lim, clock = limiter(1000)
+    clock.now += 0.5
+    measured(clock, lim, 100, 1.0)  # a stalled client: 100/s of its 1000
+    lim.report(clock.now - 0.002, 429, 0.005)
+    assert ceiling(lim) == pytest.approx(700.0)
+
+
+def test_long_pauses_estimate_the_rate_from_two_stretches() -> None:
+    """A server at 200/s with a bucket of 50: a stretch at rate c drains it in 50/(c - 200) s."""
+    clock = Clock()
+    lim = engaged_at(2000, clock, pause=1.0)  # a guess of 1000/s; paused until 101
+    assert ceiling(lim) == pytest.approx(1000.0)
+
+    def stretch(rate: float) -> None:
+        clock.now = lim._paused_until
+        length = 50 / (rate - 200)
+        measured(clock, lim, rate, length)
+        lim.report(clock.now - 0.001, 429, 1.0)
+
+    stretch(1000)  # drained at once: halve
+    assert ceiling(lim) == pytest.approx(500.0, rel=0.02)
+    stretch(500)  # a stretch of another length: the slope between them
+    assert ceiling(lim) == pytest.approx(0.95 * 200, rel=0.03)
+
+
+def test_measured_ceiling_regrows_slowly() -> None:
+    lim, clock = limiter(1000)
+    clock.now += 0.5
+    measured(clock, lim, 100, 1.0)
+    lim.report(clock.now - 0.002, 429, 0.005)  # 700/s, then 0.5% a second
+    clock.now += 0.005 + 10.0
+    assert ceiling(lim) == pytest.approx(700 * 1.05)
+    lim, clock = limiter(10)
+    clock.now += 0.5
+    measured(clock, lim, 5, 1.0)
+    lim.report(clock.now - 0.002, 429, 0.005)  # 7/s, then at least 1 call/s each second
+    clock.now += 0.005 + 2.0
+    assert ceiling(lim) == pytest.approx(9.0)
+
+
+def test_explicit_ceiling_is_regained_and_told() -> None:
+    news: list[str] = []
+    lim, clock = limiter(1000, news=news)
+    clock.now += 0.5
+    measured(clock, lim, 100, 1.0)
+    lim.report(clock.now - 0.002, 429, 0.005)
+    clock.now += 0.005 + (1000 - 700) / 3.5 + 1  # 0.5% of 700: 3.5 calls/s more each second
+    lim.acquire(None, False, Naps(clock))
+    assert ceiling(lim) == 1000.0
+    assert news[-1] == "rate limit recovered: back to 1000 calls/s"
+
+
+def test_adaptive_ceiling_is_lifted_after_a_quiet_minute() -> None:
+    news: list[str] = []
+    clock = Clock()
+    lim = engaged_at(400, clock)
+    lim._notify = news.append
+    clock.now += 59.9
+    lim.acquire(None, False, Naps(clock, advance=False))
+    assert lim.engaged
+    clock.now += 0.2
+    lim.acquire(None, False, Naps(clock, advance=False))
+    assert not lim.engaged
+    assert ceiling(lim) is None
+    assert news == ["rate limit recovered: no 429/529 for 60 s, no ceiling any more"]
+
+
+@pytest.mark.timeout(30)
+def test_threads_sharing_a_limiter_get_distinct_evenly_spaced_slots() -> None:
+    lim, clock = limiter(1000, burst=1)
+    threads, rounds = 8, 50
+    start = threading.Barrier(threads)
+    tickets: list[float] = []
+    lock = threading.Lock()
+
+    def work() -> None:
+        naps = Naps(clock, advance=False)
+        start.wait(5)
+        for _ in range(rounds):
+            ticket = lim.acquire(None, False, naps)
+            with lock:
+                tickets.append(ticket)
+            lim.report(ticket, 200, None)
+
+    workers = [threading.Thread(target=work) for _ in range(threads)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(10)
+    assert not any(worker.is_alive() for worker in workers)
+    assert sorted(tickets) == [pytest.approx(100 + k / 1000) for k in range(threads * rounds)]
+    assert lim._inflight == 0
+
+
+def test_long_stretches_keep_the_estimate_or_take_what_got_through() -> None:
+    clock = Clock()
+    lim = engaged_at(2000, clock, pause=1.0)
+
+    def stretch(rate: float, length: float) -> None:
+        clock.now = lim._paused_until
+        measured(clock, lim, rate, length)
+        lim.report(clock.now - 0.001, 429, 1.0)
+
+    stretch(250, 20.0)  # long, nothing to compare with: 95% of the last second's successes
+    assert ceiling(lim) == pytest.approx(0.95 * 250, rel=0.02)
+    stretch(1000, 50 / 800)  # drained at once: a slope against the long one
+    assert ceiling(lim) == pytest.approx(0.95 * (5000 - 62) / (20 - 50 / 800), rel=0.01)
+    stretch(200, 19.0)  # a slope against the short one
+    estimate = lim._estimate
+    assert estimate is not None
+    assert estimate == pytest.approx((3800 - 62) / (19 - 50 / 800), rel=0.01)
+    stretch(200, 19.5)  # about as long as the last: the estimate still holds
+    assert lim._estimate == estimate
+    assert ceiling(lim) == pytest.approx(0.95 * estimate, rel=0.01)
+
+
+def test_a_slope_that_makes_no_sense_is_not_an_estimate() -> None:
+    clock = Clock()
+    lim = engaged_at(2000, clock, pause=1.0)
+
+    def stretch(rate: float, length: float) -> None:
+        clock.now = lim._paused_until
+        measured(clock, lim, rate, length)
+        lim.report(clock.now - 0.001, 429, 1.0)
+
+    stretch(800, 0.5)
+    stretch(100, 1.2)  # longer, with fewer successes: a negative slope
+    assert lim._estimate is None
+    assert ceiling(lim) == pytest.approx(0.5 * 100, rel=0.05)  # drained at once: halve
+
+
+def test_failed_attempts_give_their_slot_back_and_few_throttled_slots_are_remembered() -> None:
+    lim, clock = limiter(1000, burst=1)
+    naps = Naps(clock, advance=False)
+    ticket = lim.acquire(None, False, naps)
+    lim.report(ticket, None, None)  # the connection failed: no response, nothing measured
+    assert lim._inflight == 0
+    lim.report(None, 429, 0.001)
+    for _ in range(300):
+        lim.report(lim.acquire(0.001, True, naps), 200, None)
+    assert len(lim._jumps) <= 256
+    assert lim._jumped == 300

@@ -1,0 +1,336 @@
+"""The rate limiter inside a ``Client``, over real sockets to the fake service.
+
+Spec line -> tests (SPEC.md 7a, 6; the rate-limit issue):
+
+  Client(rate_limit=...): RateLimit() by default, None turns it off; client.rate_limit shows it
+      test_default_client_shows_an_unlimited_adaptive_limiter, test_rate_limit_none_turns_it_off,
+      test_rate_limit_option_must_be_a_rate_limit, test_rate_limit_shows_a_pause_and_its_ceiling
+  a client never throttled pays one attribute check per attempt
+      test_never_throttled_client_only_reads_engaged_and_notes_successes
+  one call at a time waits for nothing beyond the server's delay; an explicit ceiling binds
+      test_one_call_at_a_time_waits_only_for_the_delay_asked,
+      test_explicit_ceiling_binds_even_one_call_at_a_time
+  a 429/529 pauses the client: the throttled call sleeps once; others wait, counted in Diagnostics
+      test_throttled_call_sleeps_once_for_the_delay_asked,
+      test_other_calls_wait_out_the_pause_and_diagnostics_say_how_long
+  waiting for the limiter honours cancel=, timeout= and close(), and counts no attempt
+      test_wait_for_the_limiter_ends_at_once_on_cancel_timeout_and_close
+  a throttled call retried after the server's delay spends no retry budget; max_retries holds
+      test_throttled_retry_after_the_servers_delay_spends_no_budget,
+      test_throttled_call_still_obeys_max_retries
+  retry-after-ms: 0 asks for no client-wide pause
+      test_zero_retry_after_ms_pauses_nobody_but_the_call_still_waits
+  INFO log lines when the ceiling drops
+      test_lowered_ceiling_is_logged_at_info
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any, Callable, Optional
+
+import pytest
+from support import BOUND, SleepRecorder, make_recording_client, wait_until
+
+import qa_min as qa
+from qa_min.testing import FakeService, reply
+
+STATE = "Some text"
+PROMPT = 1.0
+
+
+class Review(qa.Questions):
+    toxic = qa.YesNo("The text insults someone", "The text insults no one")
+
+
+def busy(*headers: tuple[str, str]) -> Any:
+    return reply(429, {"detail": "slow down"}, headers=list(headers))
+
+
+def test_default_client_shows_an_unlimited_adaptive_limiter(svc: FakeService) -> None:
+    with make_recording_client(svc.url) as client:
+        state = client.rate_limit
+        assert state is not None
+        assert state.limit == qa.RateLimit()
+        assert (state.state, state.per_second, state.paused_for, state.throttles) == (
+            "unlimited",
+            None,
+            0.0,
+            0,
+        )
+        assert repr(state) == "RateLimitState(unlimited, throttles=0)"
+        with pytest.raises(AttributeError, match="read-only"):
+            state.throttles = 3
+
+
+def test_rate_limit_none_turns_it_off(svc: FakeService) -> None:
+    svc.script(busy(("Retry-After", "30")))
+    sleep = SleepRecorder()
+    with make_recording_client(svc.url, sleep, rate_limit=None) as client:
+        assert client.rate_limit is None
+        assert client._sender.limiter is None
+        with pytest.raises(qa.RateLimited):
+            client.ask(STATE, Review, retry=qa.RetryPolicy.none)
+        client.ask(STATE, Review)  # no pause held it
+    assert sleep.seconds == []
+
+
+@pytest.mark.parametrize("value", [190, "RateLimit()", qa.RetryPolicy(), False], ids=repr)
+def test_rate_limit_option_must_be_a_rate_limit(svc: FakeService, value: object) -> None:
+    with pytest.raises(qa.InvalidOption, match="rate_limit must be a RateLimit or None"):
+        qa.Client(base_url=svc.url, trust_env=False, rate_limit=value)  # type: ignore[arg-type]
+
+
+def test_rate_limit_shows_a_pause_and_its_ceiling(svc: FakeService) -> None:
+    svc.script(busy(("Retry-After", "30")))
+    with make_recording_client(svc.url, rate_limit=qa.RateLimit(50)) as client:
+        state = client.rate_limit
+        assert state is not None
+        assert (state.state, state.per_second) == ("paced", 50.0)
+        with pytest.raises(qa.RateLimited):
+            client.ask(STATE, Review, retry=qa.RetryPolicy.none)
+        state = client.rate_limit
+        assert state is not None
+        assert state.state == "paused"
+        assert 29.0 < state.paused_for <= 30.0
+        assert state.throttles == 1
+        assert repr(state).startswith("RateLimitState(paused for ")
+        assert repr(state).endswith(", then paced at 50.0/s, throttles=1)")
+
+
+class Spy:
+    """Stands in for the limiter: anything but reading ``engaged`` and noting a success fails."""
+
+    engaged = False
+
+    def __init__(self) -> None:
+        self.succeeded: list[float] = []
+
+    def acquire(self, *args: object) -> float:
+        raise AssertionError("acquire() on the fast path")
+
+    def report(self, *args: object) -> None:
+        raise AssertionError("report() on the fast path")
+
+
+def test_never_throttled_client_only_reads_engaged_and_notes_successes(svc: FakeService) -> None:
+    with make_recording_client(svc.url) as client:
+        spy = Spy()
+        client._sender.limiter = spy  # type: ignore[assignment]
+        for _ in range(5):
+            client.ask(STATE, Review)
+        client.list_models()
+    assert len(spy.succeeded) == 6
+    assert spy.succeeded == sorted(spy.succeeded)
+
+
+def test_one_call_at_a_time_waits_only_for_the_delay_asked(svc: FakeService) -> None:
+    sleep = SleepRecorder()
+    with make_recording_client(svc.url, sleep) as client:
+        for _ in range(8):  # successes to measure a pace from
+            client.ask(STATE, Review)
+        svc.script(busy(("retry-after-ms", "3")), busy(("retry-after-ms", "3")))
+        client.ask(STATE, Review)
+        state = client.rate_limit
+        assert state is not None
+        assert state.per_second is not None  # the limiter has a ceiling now...
+        # The injected sleep returned at once: let the 3 ms pause end in real time.
+        assert wait_until(lambda: client.rate_limit is not None and client.rate_limit.paused_for == 0)
+        for _ in range(30):  # ...and one call at a time, as fast as it goes, never meets it
+            diag = qa.Diagnostics()
+            client.ask(STATE, Review, diagnostics=diag)
+            assert diag.rate_limit_wait == 0.0
+    assert sleep.seconds == [pytest.approx(0.003), pytest.approx(0.003)]
+
+
+def test_explicit_ceiling_binds_even_one_call_at_a_time(svc: FakeService) -> None:
+    sleep = SleepRecorder()
+    with make_recording_client(svc.url, sleep, rate_limit=qa.RateLimit(0.1)) as client:
+        client.ask(STATE, Review)
+        diag = qa.Diagnostics()
+        client.ask(STATE, Review, diagnostics=diag)
+    # One slot every 10 s: the second call waits what is left of its interval, all of it
+    # the limiter's (the injected sleep returns at once, so the clock barely moved).
+    assert len(sleep.seconds) == 1
+    assert 5.0 < sleep.seconds[0] <= 10.0
+    assert diag.rate_limit_wait == sleep.seconds[0]
+    assert diag.attempts == 1
+
+
+def test_throttled_call_sleeps_once_for_the_delay_asked(svc: FakeService) -> None:
+    svc.script(busy(("retry-after-ms", "1500")))
+    sleep = SleepRecorder()
+    with make_recording_client(svc.url, sleep, rate_limit=qa.RateLimit(1000)) as client:
+        diag = qa.Diagnostics()
+        client.ask(STATE, Review, diagnostics=diag)
+    assert sleep.seconds == [pytest.approx(1.5)]  # its backoff is the pause: one sleep
+    assert diag.attempts == 2
+    assert diag.rate_limit_wait == 0.0  # its own delay, not the limiter's
+
+
+def test_other_calls_wait_out_the_pause_and_diagnostics_say_how_long(svc: FakeService) -> None:
+    svc.script(busy(("Retry-After", "30")))
+    sleep = SleepRecorder()
+    with make_recording_client(svc.url, sleep, rate_limit=qa.RateLimit(1000)) as client:
+        with pytest.raises(qa.RateLimited):
+            client.ask(STATE, Review, retry=qa.RetryPolicy.none)
+        diag = qa.Diagnostics()
+        client.ask(STATE, Review, diagnostics=diag)  # another call: held by the pause
+    # After the pause, one slot (1 ms) for a throttled call to go first.
+    assert len(sleep.seconds) == 1
+    assert 29.0 < sleep.seconds[0] <= 30.001
+    assert diag.rate_limit_wait == sleep.seconds[0]
+    assert diag.attempts == 1
+
+
+class BlockingSleep:
+    """An injected sleep that really waits on ``wake``, and says when a wait began."""
+
+    def __init__(self) -> None:
+        self.waiting = threading.Event()
+
+    def __call__(self, seconds: float, wake: threading.Event) -> None:
+        self.waiting.set()
+        wake.wait(seconds)
+
+
+@pytest.fixture
+def paused() -> Iterator[tuple[qa.Client, FakeService, BlockingSleep]]:
+    """A client whose service asked for 30 s of quiet; every call now waits for the limiter."""
+    with FakeService() as svc:
+        svc.script(busy(("Retry-After", "30")))
+        sleep = BlockingSleep()
+        client = make_recording_client(svc.url, sleep, rate_limit=qa.RateLimit(1000))  # type: ignore[arg-type]
+        try:
+            with pytest.raises(qa.RateLimited):
+                client.ask(STATE, Review, retry=qa.RetryPolicy.none)
+            yield client, svc, sleep
+        finally:
+            client.close()
+
+
+def blocked_call(
+    client: qa.Client, **options: Any
+) -> tuple[threading.Thread, list[BaseException], qa.Diagnostics]:
+    diag = qa.Diagnostics()
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            client.ask(STATE, Review, diagnostics=diag, **options)
+        except BaseException as exc:
+            errors.append(exc)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread, errors, diag
+
+
+@pytest.mark.parametrize("way", ["cancel", "timeout", "close"])
+def test_wait_for_the_limiter_ends_at_once_on_cancel_timeout_and_close(
+    paused: tuple[qa.Client, FakeService, BlockingSleep], way: str
+) -> None:
+    client, svc, sleep = paused
+    token = qa.CancelToken()
+    options: dict[str, Any] = {"cancel": token} if way != "timeout" else {"timeout": 0.3}
+    thread, errors, diag = blocked_call(client, **options)
+    assert sleep.waiting.wait(BOUND)
+    fired = time.monotonic()
+    stop: Callable[[], object] = {"cancel": token.cancel, "close": client.close}.get(way, lambda: None)
+    stop()
+    thread.join(BOUND)
+    assert not thread.is_alive()
+    assert time.monotonic() - fired < PROMPT + (0.3 if way == "timeout" else 0)
+    [error] = errors
+    assert isinstance(error, qa.Canceled)
+    words = {"cancel": "cancelled", "timeout": "timeout of 0.3 s expired", "close": "client was closed"}
+    assert words[way] in str(error)
+    assert diag.attempts == 0  # waiting for the limiter is no attempt
+    assert len(svc.requests) == 1
+    assert diag.rate_limit_wait > 0.0
+
+
+def test_throttled_retry_after_the_servers_delay_spends_no_budget(svc: FakeService) -> None:
+    empty = qa.RetryBudget(capacity=0)
+    with make_recording_client(svc.url, retry_budget=empty) as client:
+        svc.script(reply(503))
+        assert ask_error(client).diagnostics.attempts == 1  # the budget forbids this retry...
+        svc.script(busy(("retry-after-ms", "2")))
+        diag = qa.Diagnostics()
+        client.ask(STATE, Review, diagnostics=diag)  # ...not this one: the server set the pace
+        assert diag.attempts == 2
+        svc.script(busy())
+        assert ask_error(client).diagnostics.attempts == 1  # a 429 without a delay still pays
+
+
+def ask_error(client: qa.Client, **options: Any) -> qa.QAError:
+    with pytest.raises(qa.QAError) as caught:
+        client.ask(STATE, Review, **options)
+    return caught.value
+
+
+def test_throttled_call_still_obeys_max_retries(svc: FakeService) -> None:
+    svc.script(*[busy(("retry-after-ms", "2"))] * 5)
+    sleep = SleepRecorder()
+    with make_recording_client(svc.url, sleep) as client:
+        error = ask_error(client)
+    assert isinstance(error, qa.RateLimited)
+    assert error.diagnostics.attempts == 3
+    assert sleep.seconds == [pytest.approx(0.002)] * 2
+
+
+def test_zero_retry_after_ms_pauses_nobody_but_the_call_still_waits(svc: FakeService) -> None:
+    svc.script(busy(("retry-after-ms", "0"), ("Retry-After", "1")))
+    sleep = SleepRecorder()
+    with make_recording_client(svc.url, sleep, rate_limit=qa.RateLimit(1000)) as client:
+        client.ask(STATE, Review)
+        state = client.rate_limit
+        assert state is not None
+        assert state.throttles == 1
+        assert state.paused_for == 0.0
+    assert sleep.seconds == [1.0]  # as it always did: Retry-After, since the 0 is no delay
+
+
+def test_lowered_ceiling_is_logged_at_info(svc: FakeService, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="qa_min")
+    with make_recording_client(svc.url) as client:
+        for _ in range(8):
+            client.ask(STATE, Review)
+        svc.script(busy(("retry-after-ms", "1")))
+        client.ask(STATE, Review)
+    lowered = [r for r in caplog.records if "rate limit lowered" in r.getMessage()]
+    assert len(lowered) == 1
+    assert lowered[0].levelno == logging.INFO
+    assert lowered[0].getMessage().startswith(f"{svc.url}: rate limit lowered to ")
+    assert "(was no ceiling)" in lowered[0].getMessage()
+
+
+def test_threads_of_one_client_share_the_pause(svc: FakeService) -> None:
+    """Eight threads; one 429 asks for 30 s: every other call waits it out (the sleep is
+    injected and returns at once), none of them is sent during it."""
+    sleep = SleepRecorder()
+    with make_recording_client(svc.url, sleep, rate_limit=qa.RateLimit(1000)) as client:
+        svc.script(busy(("Retry-After", "30")))
+        with pytest.raises(qa.RateLimited):
+            client.ask(STATE, Review, retry=qa.RetryPolicy.none)
+        start = threading.Barrier(8)
+        done: list[Optional[qa.Diagnostics]] = []
+
+        def work() -> None:
+            start.wait(BOUND)
+            diag = qa.Diagnostics()
+            client.ask(STATE, Review, diagnostics=diag)
+            done.append(diag)
+
+        threads = [threading.Thread(target=work) for _ in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(BOUND)
+        assert wait_until(lambda: len(done) == 8)
+    # The first slot after the pause is kept for a throttled call; then one a millisecond.
+    assert len(sleep.seconds) == 8
+    assert all(29.0 < seconds <= 30.01 for seconds in sleep.seconds)
