@@ -17,7 +17,7 @@ import time
 from ._call import hooked
 from ._errors import Canceled, ConnectionFailed, InvalidResponse
 from ._fakehttp import Headers
-from ._fakerules import DEFAULT_MODELS, RecordedRequest, Step, apply_rules
+from ._fakerules import DEFAULT_MODELS, HeaderPairs, RecordedRequest, Step, apply_rules
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -84,7 +84,9 @@ class MockTransport:
         """What a client uses as its transport: this mock, for ``origin``."""
         return _Bound(self, origin, max_body)
 
-    def _serve(self, recorded: RecordedRequest, prefix: str, call: CallState) -> tuple[int, bytes, Headers]:
+    def _serve(
+        self, recorded: RecordedRequest, prefix: str, call: CallState
+    ) -> tuple[int, bytes, HeaderPairs]:
         with self._lock:
             self._requests.append(recorded)
         step = None if self._handler is None else self._handler(recorded)
@@ -99,11 +101,11 @@ class MockTransport:
         elif kind == "delay":
             _wait_for_stop(call, step.seconds)  # type: ignore[union-attr]
         if step is not None and kind == "reply":
-            return step.status, step.body, Headers(step.headers)
+            return step.status, step.body, step.headers
         status, payload, headers = apply_rules(
             recorded, {}, api_key=self._api_key, prefix=prefix, models=self._models
         )
-        return status, json.dumps(payload).encode(), Headers((*headers, ("Content-Type", "application/json")))
+        return status, json.dumps(payload).encode(), (*headers, ("Content-Type", "application/json"))
 
 
 def _wait_for_stop(call: CallState, seconds: Optional[float]) -> None:
@@ -143,9 +145,9 @@ class _Bound:
         if reason is not None:
             raise Canceled(reason)
         message = http.client.HTTPMessage()
-        for name, value in headers.items():
+        for name, value in headers:  # spelled and ordered as the handler gave them
             message[name] = value
-        if "content-length" not in headers:
+        if message.get("content-length") is None:
             message["Content-Length"] = str(len(body))
         if len(body) > self.max_body:
             if 200 <= status < 300:
