@@ -65,6 +65,14 @@ def _wait(seconds: float, wake: threading.Event) -> None:
     wake.wait(seconds)
 
 
+def _jitter() -> float:
+    # ``random`` loads on the first retry, not in ``Client()``: most calls never need it, and
+    # since Python 3.13 ``http.client`` no longer loads it, so a cold start would pay for it.
+    from random import random
+
+    return random()
+
+
 def _number(name: str, value: object, minimum: float, allow_none: bool = False) -> Any:
     if value is None and allow_none:
         return None
@@ -289,12 +297,14 @@ class Client:
             ssl_context,
             int(_number("max_response_bytes", max_response_bytes, 0)),
         )
-        if random is None:
-            import random as _random_module
-
-            random = _random_module.random
         self._new_call = CallState
-        self._sender = Sender(self._transport, budget, _wait if sleep is None else sleep, random, self._key)
+        self._sender = Sender(
+            self._transport,
+            budget,
+            _wait if sleep is None else sleep,
+            _jitter if random is None else random,
+            self._key,
+        )
         self._max_workers = int(max_workers)
         self._executor_lock = threading.Lock()
         self._futures: Any = None
