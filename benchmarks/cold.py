@@ -189,18 +189,21 @@ def measure(
     """
     results = ColdResults(list(urls), names)
     codes = {(scheme, name): child_code(name, url) for scheme, url in urls.items() for name in names}
-    for code in codes.values():  # byte-compile, fill the page cache: no round pays for either
-        run_child(python, code, env)
+
+    def one(scheme: str, name: str) -> Run:
+        try:
+            return run_child(python, codes[scheme, name], env)
+        except ColdFailed as exc:
+            raise ColdFailed(f"{name} over {scheme}: {exc}") from None
+
+    for scheme, name in codes:  # byte-compile, fill the page cache: no round pays for either
+        one(scheme, name)
     for index in range(rounds):
         shift = index % len(names)
         order = [*names[shift:], *names[:shift]]
-        schemes = results.schemes if index % 2 == 0 else results.schemes[::-1]
-        for scheme in schemes:
+        for scheme in results.schemes if index % 2 == 0 else results.schemes[::-1]:
             for name in order:
-                try:
-                    results.runs[scheme, name].append(run_child(python, codes[scheme, name], env))
-                except ColdFailed as exc:
-                    raise ColdFailed(f"{name} over {scheme}: {exc}") from None
+                results.runs[scheme, name].append(one(scheme, name))
         if progress and (index + 1) % 10 == 0:
             print(f"cold: {index + 1}/{rounds} rounds", file=sys.stderr)
     return results

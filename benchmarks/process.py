@@ -76,16 +76,14 @@ class ServerProcess:
 
     def stop(self) -> None:
         """Stop the server, wait for it, and read its ``STATS`` line if it prints one."""
-        if self.process.poll() is None:
-            if self._stop_signal is not None:
-                self.process.send_signal(self._stop_signal)
-            try:
-                out, _ = self.process.communicate(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                out, _ = self.process.communicate()
-        else:
-            out = self.process.stdout.read() if self.process.stdout else ""
+        if self.process.poll() is None and self._stop_signal is not None:
+            self.process.send_signal(self._stop_signal)
+        # communicate() also when it has exited: it reads what is left and closes the pipes.
+        try:
+            out, _ = self.process.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            out, _ = self.process.communicate()
         self.output = out or ""
         for line in self.output.splitlines():
             if line.startswith("STATS "):

@@ -1,7 +1,7 @@
 """The benchmark's own server: HTTP/1.1 keep-alive, fixed JSON replies, in a process of its own.
 
 Used when nginx is not installed (``benchmarks.nginx``), and next to it to show that the two
-agree. On its own::
+agree; ``benchmarks.servers`` starts it. On its own::
 
     python -m benchmarks.server [--host 127.0.0.1] [--port 0] [--wrong-answer]
                                 [--tls-cert FILE --tls-key FILE] [--exit-on-stdin-eof]
@@ -36,11 +36,8 @@ import sys
 import time
 from typing import TYPE_CHECKING, Optional
 
-from .process import ServerProcess, start_process
-
 if TYPE_CHECKING:
     import ssl
-    from contextlib import AbstractContextManager
 
 CORE_BODY = (
     b'{"answers": {"toxic": true, "tone": "formal", "quality": 2}, '
@@ -94,7 +91,7 @@ class Parser:
             BadRequest: The stream is not HTTP/1.x this server can frame.
         """
         buffer = self._buffer + data if self._buffer else data
-        requests = []
+        requests: list[tuple[bytes, bytes, bool]] = []
         start = 0
         pending = self._pending
         if pending is not None:
@@ -381,27 +378,6 @@ def main(argv: Optional[list[str]] = None) -> int:
     loop.run(sys.stdin.fileno() if args.exit_on_stdin_eof else None)
     print(f"STATS requests={loop.requests} cpu_s={time.process_time() - started:.6f}", flush=True)
     return 0
-
-
-def start(
-    wrong_answer: bool = False, python: str = sys.executable, tls: Optional[tuple[str, str]] = None
-) -> AbstractContextManager[ServerProcess]:
-    """Run this server in a child process for the duration of a ``with`` block.
-
-    Args:
-        wrong_answer: Serve ``WRONG_BODY`` for ``POST /v1/core``.
-        python: The interpreter to run it with.
-        tls: (certificate file, key file): also serve HTTPS, at ``tls_url``.
-
-    Raises:
-        RuntimeError: The server did not print ``READY`` (its stderr is in the message).
-    """
-    command = [python, "-m", "benchmarks.server", "--exit-on-stdin-eof"]
-    if wrong_answer:
-        command.append("--wrong-answer")
-    if tls is not None:
-        command += ["--tls-cert", tls[0], "--tls-key", tls[1]]
-    return start_process(command, "benchmarks/server.py (selectors, one thread)")
 
 
 if __name__ == "__main__":

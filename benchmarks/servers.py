@@ -9,7 +9,8 @@ from __future__ import annotations
 import sys
 from typing import TYPE_CHECKING, Optional
 
-from . import nginx, server
+from . import nginx
+from .process import start_process
 
 if TYPE_CHECKING:
     from contextlib import AbstractContextManager
@@ -36,10 +37,31 @@ class Starter:
     def start(
         self, wrong_answer: bool = False, tls: Optional[tuple[str, str]] = None
     ) -> AbstractContextManager[ServerProcess]:
-        """A context manager running the server; see ``nginx.start`` and ``server.start``."""
+        """A context manager running the server; see ``nginx.start`` and ``start_own``."""
         if self.key == "nginx":
             return nginx.start(wrong_answer=wrong_answer, tls=tls, binary=self.binary)
-        return server.start(wrong_answer=wrong_answer, python=self.python, tls=tls)
+        return start_own(wrong_answer=wrong_answer, python=self.python, tls=tls)
+
+
+def start_own(
+    wrong_answer: bool = False, python: str = sys.executable, tls: Optional[tuple[str, str]] = None
+) -> AbstractContextManager[ServerProcess]:
+    """Run ``benchmarks.server`` in a child process for the duration of a ``with`` block.
+
+    Args:
+        wrong_answer: Serve ``WRONG_BODY`` for ``POST /v1/core``.
+        python: The interpreter to run it with.
+        tls: (certificate file, key file): also serve HTTPS, at ``tls_url``.
+
+    Raises:
+        RuntimeError: The server did not print ``READY`` (its stderr is in the message).
+    """
+    command = [python, "-m", "benchmarks.server", "--exit-on-stdin-eof"]
+    if wrong_answer:
+        command.append("--wrong-answer")
+    if tls is not None:
+        command += ["--tls-cert", tls[0], "--tls-key", tls[1]]
+    return start_process(command, "benchmarks/server.py (selectors, one thread)")
 
 
 def choose(

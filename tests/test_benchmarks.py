@@ -1,7 +1,10 @@
-"""Tests of ``benchmarks/``: the server's framing, the clients' checks, and a smoke run.
+"""Tests of ``benchmarks/``: the own server's framing, the clients' checks, the runner, smoke runs.
 
 Only the standard-library clients (raw, qa_core, qa_ask) are run end to end, so the suite needs
-no extra; the urllib3/requests/httpx clients are exercised only where those are installed.
+no extra; the urllib3/requests/httpx clients are exercised only where those are installed. The
+runs use the own server (``--server own``); nginx and the ``openssl`` command are exercised where
+installed, skipped with the reason otherwise. The cold-start mode and nginx are in
+``test_benchmarks_cold.py``.
 """
 
 from __future__ import annotations
@@ -16,18 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import clients, report, run
-from benchmarks.server import (
-    CORE_BODY,
-    MAX_HEAD,
-    MODELS_BODY,
-    ROOT,
-    BadRequest,
-    Parser,
-    ServerProcess,
-    child_env,
-    start,
-)
+from benchmarks import cli, clients, report, run
+from benchmarks.process import ROOT, ServerProcess, child_env
+from benchmarks.server import CORE_BODY, MAX_HEAD, MODELS_BODY, BadRequest, Parser
+from benchmarks.servers import start_own as start
 from qa_min.testing import FakeService
 
 STDLIB_CLIENTS = ("raw", "qa_core", "qa_ask")
@@ -100,6 +95,27 @@ def test_parser_waits_for_the_whole_body_before_yielding_a_request() -> None:
     parser = Parser()
     assert parser.feed(POST[:-1]) == []
     assert parser.feed(POST[-1:]) == [(b"POST", b"/v1/core", True)]
+
+
+def test_parser_keeps_a_parsed_head_while_its_body_arrives(monkeypatch: pytest.MonkeyPatch) -> None:
+    # http.client's pattern: the head in one send, the body in the next, then more requests.
+    from benchmarks import server
+
+    parsed: list[bytes] = []
+    real = server._head
+
+    def counting(head: bytes) -> tuple[bytes, bytes, bool, int]:
+        parsed.append(head)
+        return real(head)
+
+    monkeypatch.setattr(server, "_head", counting)
+    parser = Parser()
+    head, body = POST.split(b"\r\n\r\n")
+    assert parser.feed(head + b"\r\n\r\n") == []
+    assert parser.feed(body[:3]) == []
+    assert parser.feed(body[3:] + GET) == [(b"POST", b"/v1/core", True), (b"GET", b"/v1/models", True)]
+    assert len(parsed) == 2  # the POST's head once, the GET's once
+    assert parser.feed(POST) == [(b"POST", b"/v1/core", True)]
 
 
 @pytest.mark.parametrize(
@@ -179,6 +195,38 @@ def test_server_keeps_the_connection_across_requests_sent_in_pieces(server: Serv
             assert _read_responses(sock, 1) == [(b"HTTP/1.1 200 OK", CORE_BODY)]
 
 
+def test_server_answers_a_flood_of_pipelined_requests_it_cannot_send_at_once(server: ServerProcess) -> None:
+    # More replies than the socket buffers hold while the client reads nothing: the server
+    # must keep the rest and send it as the client reads, not drop or block on it.
+    count = 3000
+    with _connect(server.url) as sock:
+        sock.sendall(GET * count)
+        responses = _read_responses(sock, count)
+    assert responses == [(b"HTTP/1.1 200 OK", MODELS_BODY)] * count
+
+
+def test_server_closes_after_a_connection_close_request(server: ServerProcess) -> None:
+    with _connect(server.url) as sock:
+        sock.sendall(b"GET /v1/models HTTP/1.1\r\nConnection: close\r\n\r\n" + GET)
+        data = b""
+        while True:
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+    assert data.count(b"HTTP/1.1 200 OK") == 1
+    assert b"Connection: close\r\n" in data
+
+
+def test_server_answers_a_bad_request_and_closes(server: ServerProcess) -> None:
+    with _connect(server.url) as sock:
+        sock.sendall(b"NONSENSE\r\n\r\n")
+        data = sock.recv(65536)
+        assert sock.recv(65536) == b""
+    assert data.startswith(b"HTTP/1.1 400 Bad Request\r\n")
+    assert b"bad request line" in data
+
+
 def test_server_body_holds_the_answers_every_client_checks() -> None:
     answers = json.loads(CORE_BODY)["answers"]
     clients.check(answers["toxic"], answers["tone"], answers["quality"])
@@ -190,6 +238,15 @@ def test_server_reports_its_request_count_when_stopped() -> None:
         _read_responses(sock, 2)
     assert running.requests == 2
     assert running.process.returncode == 0
+    assert running.name.startswith("benchmarks/server.py")
+
+
+def test_server_stops_on_sigterm_and_still_reports() -> None:
+    with start() as running:
+        running.process.terminate()
+        running.process.wait(timeout=10)
+    assert running.process.returncode == 0
+    assert running.requests == 0
 
 
 # -- the clients -----------------------------------------------------------------------------
@@ -302,12 +359,14 @@ def test_results_compare_with_raw_of_the_same_round() -> None:
     for raw_cpu, qa_cpu in ((100.0, 110.0), (200.0, 180.0), (150.0, 150.0)):
         results.add_round(
             {
-                "raw": {"cpu_us": raw_cpu, "rss_mib": 20.0},
-                "qa_core": {"cpu_us": qa_cpu, "rss_mib": 20.5},
+                "raw": {"cpu_us@own": raw_cpu, "cpu_us@nginx": 50.0, "rss_mib": 20.0},
+                "qa_core": {"cpu_us@own": qa_cpu, "cpu_us@nginx": 40.0, "rss_mib": 20.5},
             }
         )
-    assert results.median("qa_core", "cpu_us") == 150.0
-    assert results.median_versus_raw("qa_core", "cpu_us") == pytest.approx(1.0)  # of 1.1, 0.9, 1.0
+    assert results.median("qa_core", "cpu_us@own") == 150.0
+    assert results.median_versus_raw("qa_core", "cpu_us@own") == pytest.approx(1.0)  # of 1.1, 0.9, 1.0
+    assert results.range_versus_raw("qa_core", "cpu_us@own") == pytest.approx((0.9, 1.1))
+    assert results.median_versus_raw("qa_core", "cpu_us@nginx") == pytest.approx(0.8)  # its own raw
     assert results.median_versus_raw("qa_core", "rss_mib") == pytest.approx(0.5)  # a difference
 
 
@@ -320,12 +379,12 @@ def test_results_compare_with_raw_of_the_same_round() -> None:
     ],
 )
 def test_clients_option_always_includes_the_raw_floor(argv: list[str], expected: list[str]) -> None:
-    assert [spec.name for spec in run.parse_args(argv).specs] == expected
+    assert [spec.name for spec in cli.parse_args(argv).specs] == expected
 
 
 def test_clients_option_rejects_an_unknown_client(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as caught:
-        run.parse_args(["--clients", "raw,curl"])
+        cli.parse_args(["--clients", "raw,curl"])
     assert caught.value.code == 2
     assert "unknown client 'curl'" in capsys.readouterr().err
 
@@ -347,24 +406,29 @@ def test_a_client_whose_package_is_missing_is_reported_not_installed() -> None:
     installed, missing = run.available([run.BY_NAME["raw"], ghost])
     assert (installed, missing) == ([run.BY_NAME["raw"]], [ghost])
     results = run.Results(installed, missing)
-    results.add_round({"raw": dict.fromkeys(run.METRICS, 1.0)})
-    assert "| ghost Client | not installed |" in "\n".join(report.table(results, 8))
+    results.add_round({"raw": dict.fromkeys([*run.METRICS, "cpu_us@own", "calls_per_s@own"], 1.0)})
+    settings = run.Settings(1, 1, 0, 8, 1, 1, 1, servers=[("own", "the own server")])
+    assert "| ghost Client | not installed |" in "\n".join(report.table(results))
+    assert "| ghost Client | not installed |" in "\n".join(report.per_server_table(results, settings))
 
 
 def test_help_documents_the_measurements() -> None:
     proc = _run("-m", "benchmarks", "--help")
     assert proc.returncode == 0
-    for text in ("--rounds", "--quick", "--clients", "--output", "importtime", "RSS", "not installed"):
+    for text in ("--rounds", "--quick", "--clients", "--output", "--server", "nginx", "importtime", "RSS"):
         assert text in proc.stdout
+    assert "benchmarks cold --help" in proc.stdout
 
 
 # -- the whole command -----------------------------------------------------------------------
 
-SMALL = ("--calls", "40", "--warmup", "5", "--thread-calls", "64", "--rss-calls", "20", "--import-runs", "1")
+SMALL = ["--calls", "40", "--warmup", "5", "--thread-calls", "64", "--rss-calls", "20", "--import-runs", "1"]
+SMALL += ["--server", "own"]
 
 
 def test_quick_run_of_the_stdlib_clients_writes_a_row_for_each(tmp_path: Path) -> None:
     output = tmp_path / "RESULTS.md"
+    output.write_text("# Kept\n\n<!-- begin steady -->\nold figures\n<!-- end steady -->\n\nAlso kept.\n")
     proc = _run(
         "-m", "benchmarks", "--quick", "--clients", ",".join(STDLIB_CLIENTS), *SMALL, "--output", str(output)
     )
@@ -372,12 +436,19 @@ def test_quick_run_of_the_stdlib_clients_writes_a_row_for_each(tmp_path: Path) -
     rows = [line for line in proc.stdout.splitlines() if line.startswith("| ")]
     labels = [row.split(" | ")[0][2:] for row in rows]
     assert labels[:4] == ["client", "raw http.client + json", "qa_min core()", "qa_min ask()"]
+    assert "CPU µs/call, 1 thread, own" in rows[0]
     assert "not installed" not in proc.stdout
     assert "python -m benchmarks --quick --clients raw,qa_core,qa_ask" in proc.stdout
     assert f"Python: CPython {sys.version.split()[0]}" in proc.stdout
-    assert output.read_text() == proc.stdout
+    assert "Servers: benchmarks/server.py (selectors, one thread)" in proc.stdout
+    assert "| core() CPU per call ≤ 1.00x raw, own |" in proc.stdout
+    written = output.read_text()
+    assert written.startswith("# Kept\n\n<!-- begin steady -->\n## Steady state\n")
+    assert written.endswith("<!-- end steady -->\n\nAlso kept.\n")
+    assert "old figures" not in written
+    assert proc.stdout.strip() in written
     if Path("/proc/self/stat").exists():  # the server's load is read from /proc
-        assert "% of one core." in proc.stdout
+        assert "% of one core" in proc.stdout
 
 
 def test_whole_run_fails_with_status_1_when_the_server_answers_wrongly() -> None:
