@@ -172,6 +172,21 @@ def render(
                 f" its busiest {settings.threads}-thread run ({name}, {rate:,.0f} calls/s at"
                 f" {cost:.0f} µs) kept it busy {cost * rate / 1e4:.0f}% of one core"
             )
+    for key, _ in settings.servers:
+        costs = [
+            f"{spec.label} {statistics.median(results.server_cost[key, spec.name]):.1f}"
+            for spec in results.clients
+            if (key, spec.name) in results.server_cost
+        ]
+        if costs:
+            load.append(f"{key}'s CPU µs per request in the 1-thread runs (median): {', '.join(costs)}")
+    if results.reads:
+        shown = ", ".join(
+            f"{spec.label} {statistics.median(results.reads[spec.name]):.2f}"
+            for spec in results.clients
+            if spec.name in results.reads
+        )
+        load.append(f"own server's reads per request in the 1-thread runs (median): {shown}")
     lines = [
         "## Steady state",
         "",

@@ -15,6 +15,7 @@ once per round.
 from __future__ import annotations
 
 import contextlib
+import http.client
 import importlib.util
 import json
 import shlex
@@ -112,6 +113,11 @@ class Results:
     # Per threaded run: (server key, client, server CPU µs per request, calls/s): is the server
     # the bottleneck?
     server_load: list[tuple[str, str, float, float]] = field(default_factory=list)
+    # Per client: the own server's reads per request in each one-thread run; above 1 when the
+    # client's requests arrive in pieces (http.client: the head, then the body).
+    reads: dict[str, list[float]] = field(default_factory=dict)
+    # Per (server key, client): the server's CPU µs per request in each one-thread run.
+    server_cost: dict[tuple[str, str], list[float]] = field(default_factory=dict)
 
     def add_round(self, values: dict[str, dict[str, float]]) -> None:
         raw = values["raw"]
@@ -240,8 +246,19 @@ def run_round(
     values: dict[str, dict[str, float]] = {spec.name: {} for spec in order}
     for key, server in servers:
         for spec in order:
+            before = counters(server) if key == "own" else None
+            spent = server.cpu_seconds()
             cpu = run_client(settings, env, spec.name, "cpu", server.url, settings.calls)
             values[spec.name][f"cpu_us@{key}"] = cpu["cpu_us"]
+            now = server.cpu_seconds()
+            if spent is not None and now is not None:
+                cost = (now - spent) / cpu["requests"] * 1e6
+                results.server_cost.setdefault((key, spec.name), []).append(cost)
+            after = counters(server) if before is not None else None
+            if before is not None and after is not None and after[0] > before[0]:
+                # The request that read `after` was one read more.
+                reads = (after[1] - before[1] - 1) / (after[0] - before[0])
+                results.reads.setdefault(spec.name, []).append(reads)
         for spec in order:
             before = server.cpu_seconds()
             threaded = run_client(settings, env, spec.name, "threads", server.url, settings.thread_calls)
@@ -261,6 +278,24 @@ def run_round(
         values[spec.name]["importtime_ms"], values[spec.name]["import_wall_ms"] = measured[spec.statement]
         values[spec.name]["cold_ms"], values[spec.name]["cold_wall_ms"] = measured[spec.cold]
     return values
+
+
+def counters(server: ServerProcess) -> Optional[tuple[int, int]]:
+    """(requests, reads) so far, from the own server's ``GET /_stats``; None if it has none."""
+    host, _, port = server.url.partition("://")[2].rpartition(":")
+    conn = http.client.HTTPConnection(host.strip("[]"), int(port), timeout=10)
+    try:
+        conn.request("GET", "/_stats")
+        response = conn.getresponse()
+        body = response.read()
+    except (OSError, http.client.HTTPException):
+        return None
+    finally:
+        conn.close()
+    if response.status != 200:
+        return None
+    data = json.loads(body)
+    return int(data["requests"]), int(data["reads"])
 
 
 def available(specs: Sequence[ClientSpec]) -> tuple[list[ClientSpec], list[ClientSpec]]:

@@ -12,7 +12,8 @@ the process that started it), then prints ``STATS requests=<n> cpu_s=<seconds>``
 
 Routes: ``POST /v1/core`` answers ``CORE_BODY`` (with ``--wrong-answer``, ``WRONG_BODY``: the same
 shape with ``toxic`` false, which every client must reject), ``GET /v1/models`` answers a model
-list, anything else 404/405.
+list, ``GET /_stats`` the counters ``{"requests": n, "reads": n}`` (reads: ``recv()`` calls that
+returned data, so reads per request show how a client's requests arrive), anything else 404/405.
 
 Why a selector loop and not asyncio: a server must not charge one client for the way it splits
 its writes. ``http.client`` sends the head and the body of a request in two ``send()`` calls
@@ -32,12 +33,10 @@ import os
 import selectors
 import signal
 import socket
+import ssl
 import sys
 import time
-from typing import TYPE_CHECKING, Optional
-
-if TYPE_CHECKING:
-    import ssl
+from typing import Optional
 
 CORE_BODY = (
     b'{"answers": {"toxic": true, "tone": "formal", "quality": 2}, '
@@ -51,6 +50,7 @@ MODELS_BODY = b'{"models": [{"name": "judge-latest"}]}'
 NOT_FOUND_BODY = b'{"detail": "not found"}'
 NOT_ALLOWED_BODY = b'{"detail": "method not allowed"}'
 MAX_HEAD = 64 * 1024
+STATS_PATH = b"/_stats"
 
 
 def response(status: str, body: bytes, close: bool = False) -> bytes:
@@ -207,6 +207,7 @@ class Loop:
         self.routes = routes
         self.tls = tls
         self.requests = 0
+        self.reads = 0
         self.selector = selectors.DefaultSelector()
 
     def listen(self, sock: socket.socket, tls: bool) -> None:
@@ -246,8 +247,6 @@ class Loop:
             self.selector.register(sock, selectors.EVENT_READ, _Connection(sock, tls))
 
     def _ready(self, conn: _Connection, events: int) -> None:
-        import ssl
-
         try:
             if conn.handshaking:
                 conn.sock.do_handshake()  # type: ignore[attr-defined]
@@ -271,6 +270,7 @@ class Loop:
         if not data:
             self._close(conn)
             return
+        self.reads += 1
         try:
             requests = conn.parser.feed(data)
         except BadRequest as exc:
@@ -282,18 +282,20 @@ class Loop:
             return
         replies = []
         for method, target, keep_alive in requests:
-            replies.append(self.routes.reply(method, target, keep_alive))
+            if target == STATS_PATH:
+                counters = b'{"requests": %d, "reads": %d}' % (self.requests, self.reads)
+                replies.append(response("200 OK", counters, close=not keep_alive))
+            else:
+                replies.append(self.routes.reply(method, target, keep_alive))
+                self.requests += 1
             if not keep_alive:
                 conn.closing = True
                 break
-        self.requests += len(replies)
         # One send() for all the replies a read completed (pipelined requests).
         conn.out += replies[0] if len(replies) == 1 else b"".join(replies)
         self._flush(conn)
 
     def _flush(self, conn: _Connection) -> None:
-        import ssl
-
         try:
             sent = conn.sock.send(conn.out)
         except (BlockingIOError, InterruptedError, ssl.SSLWantWriteError):
@@ -359,8 +361,6 @@ def main(argv: Optional[list[str]] = None) -> int:
         parser.error("--tls-cert and --tls-key go together")
     context = None
     if args.tls_cert:
-        import ssl
-
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         context.load_cert_chain(args.tls_cert, args.tls_key)
     loop = Loop(Routes(args.wrong_answer), context)
