@@ -53,7 +53,7 @@ COLD_WALL_LIMIT = 1.05
 COLD_RSS_LIMIT = 1.0
 SERVER_TEXT = {
     "nginx": "`return 200` with the fixed body, one process, its configuration in a temporary directory",
-    "own": "a selector loop in one thread of its own process",
+    "own": "a selector loop, one thread, its own process",
 }
 
 
@@ -101,14 +101,19 @@ def table(results: Results) -> list[str]:
 
 
 def agreement(results: Results, settings: Settings) -> list[str]:
-    """qa_min's ratios to raw on each server, each with its per-round range, and their gap."""
+    """Each client's ratios to raw on each server, with the per-round range, and their gap.
+
+    The gap is relative (the difference over the mean of the two medians), so that a ratio of
+    8x and one of 0.8x are judged alike; the noise is the width of the per-round range
+    relative to its median, on one server.
+    """
     keys = [key for key, _ in settings.servers]
-    names = [spec.name for spec in results.clients if spec.name != "raw"]
-    if len(keys) < 2 or not names:
+    if len(keys) < 2 or len(results.clients) < 2:
         return []
     heads = ["client", "measure", *(f"x raw, {key} (rounds' min-max)" for key in keys), "gap"]
     lines = ["| " + " | ".join(heads) + " |", "|---|---" + "|--:" * (len(heads) - 2) + "|"]
-    gaps, spreads = [], []
+    gaps: dict[str, list[float]] = {}
+    noise: dict[str, list[float]] = {}
     for spec in results.clients:
         if spec.name == "raw":
             continue
@@ -119,15 +124,19 @@ def agreement(results: Results, settings: Settings) -> list[str]:
                 low, high = results.range_versus_raw(spec.name, f"{metric}@{key}")
                 medians.append(results.median_versus_raw(spec.name, f"{metric}@{key}"))
                 cells.append(f"{medians[-1]:.2f}x ({low:.2f}-{high:.2f})")
-                spreads.append(high - low)
-            gaps.append(max(medians) - min(medians))
-            lines.append("| " + " | ".join([*cells, f"{gaps[-1]:.2f}"]) + " |")
-    summary = (
-        f"The medians on the two servers differ by {max(gaps):.2f} at most (median gap"
-        f" {statistics.median(gaps):.2f}); on one server, the per-round ratios spread over"
-        f" {statistics.median(spreads):.2f} (median min-max width): the noise of this run."
-    )
-    return ["", "How close the servers agree (ratios to raw, per server):", "", *lines, "", summary]
+                noise.setdefault(metric, []).append((high - low) / medians[-1] * 100)
+            gap = (max(medians) - min(medians)) / statistics.mean(medians) * 100
+            gaps.setdefault(metric, []).append(gap)
+            lines.append("| " + " | ".join([*cells, f"{gap:.0f}%"]) + " |")
+    summary = []
+    for metric, heading, _ in PER_SERVER_COLUMNS:
+        summary.append(
+            f"{heading.format(threads=settings.threads)}: the servers' medians differ by"
+            f" {statistics.median(gaps[metric]):.0f}% (median over the clients; at most"
+            f" {max(gaps[metric]):.0f}%), while on one server a client's per-round ratios spread over"
+            f" {statistics.median(noise[metric]):.0f}% of their median (the noise)."
+        )
+    return ["", "How close the servers agree (ratios to raw, per server):", "", *lines, "", *summary]
 
 
 def targets(results: Results, settings: Settings) -> list[str]:

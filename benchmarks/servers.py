@@ -61,7 +61,7 @@ def start_own(
         command.append("--wrong-answer")
     if tls is not None:
         command += ["--tls-cert", tls[0], "--tls-key", tls[1]]
-    return start_process(command, "benchmarks/server.py (selectors, one thread)")
+    return start_process(command, "benchmarks/server.py")
 
 
 def choose(

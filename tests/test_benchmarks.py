@@ -440,7 +440,7 @@ def test_quick_run_of_the_stdlib_clients_writes_a_row_for_each(tmp_path: Path) -
     assert "not installed" not in proc.stdout
     assert "python -m benchmarks --quick --clients raw,qa_core,qa_ask" in proc.stdout
     assert f"Python: CPython {sys.version.split()[0]}" in proc.stdout
-    assert "Servers: benchmarks/server.py (selectors, one thread)" in proc.stdout
+    assert "Servers: benchmarks/server.py (a selector loop" in proc.stdout
     assert "| core() CPU per call ≤ 1.00x raw, own |" in proc.stdout
     written = output.read_text()
     assert written.startswith("# Kept\n\n<!-- begin steady -->\n## Steady state\n")
