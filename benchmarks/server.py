@@ -215,22 +215,19 @@ class Loop:
         self.selector.register(sock, selectors.EVENT_READ, tls)
 
     def run(self, stdin_fd: Optional[int] = None) -> None:
-        """Serve until a stop signal, or until ``stdin_fd`` reaches end of file."""
+        """Serve until ``stdin_fd`` reaches end of file (a stop signal raises ``_Stop``)."""
         if stdin_fd is not None:
             self.selector.register(stdin_fd, selectors.EVENT_READ, "stdin")
-        try:
-            while True:
-                for key, events in self.selector.select():
-                    data = key.data
-                    if isinstance(data, _Connection):
-                        self._ready(data, events)
-                    elif data == "stdin":
-                        if not os.read(key.fd, 4096):
-                            return
-                    else:
-                        self._accept(key.fileobj, bool(data))  # type: ignore[arg-type]
-        except _Stop:
-            return
+        while True:
+            for key, events in self.selector.select():
+                data = key.data
+                if isinstance(data, _Connection):
+                    self._ready(data, events)
+                elif data == "stdin":
+                    if not os.read(key.fd, 4096):
+                        return
+                else:
+                    self._accept(key.fileobj, bool(data))  # type: ignore[arg-type]
 
     def _accept(self, listener: socket.socket, tls: bool) -> None:
         while True:
@@ -371,11 +368,14 @@ def main(argv: Optional[list[str]] = None) -> int:
         secure = _listener(args.host, 0)
         loop.listen(secure, tls=True)
         urls.append(_url("https", secure))
+    started = time.process_time()
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, _raise_stop)
-    started = time.process_time()
-    print("READY " + " ".join(urls), flush=True)
-    loop.run(sys.stdin.fileno() if args.exit_on_stdin_eof else None)
+    try:  # from here on a stop signal ends the loop, wherever it lands
+        print("READY " + " ".join(urls), flush=True)
+        loop.run(sys.stdin.fileno() if args.exit_on_stdin_eof else None)
+    except _Stop:
+        pass
     print(f"STATS requests={loop.requests} cpu_s={time.process_time() - started:.6f}", flush=True)
     return 0
 
