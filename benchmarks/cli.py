@@ -9,10 +9,7 @@ mode keeps the other's figures.
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
-import os
-import platform
 import shlex
 import subprocess
 import sys
@@ -173,49 +170,6 @@ the server's).""",
     return args
 
 
-def machine() -> dict[str, str]:
-    """What the results were measured on."""
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.partition(":")[2].strip()
-                break
-    except OSError:
-        pass
-    return {
-        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "platform": platform.platform(),
-        "cpu": cpu,
-        "cores": str(os.cpu_count()),
-        "python": f"{platform.python_implementation()} {platform.python_version()}",
-        "load": " ".join(f"{x:.2f}" for x in os.getloadavg()) if hasattr(os, "getloadavg") else "n/a",
-    }
-
-
-def versions(specs: Sequence[run.ClientSpec]) -> dict[str, str]:
-    from importlib.metadata import PackageNotFoundError, version
-
-    found = {}
-    for spec in specs:
-        if spec.package is None or spec.package in found:
-            continue
-        try:
-            found[spec.package] = version(spec.package)
-        except PackageNotFoundError:
-            found[spec.package] = _source_version(spec.package)
-    return found
-
-
-def _source_version(package: str) -> str:
-    # qa_min run from a checkout is not an installed distribution; its version is in _config.
-    text = (ROOT / package / "__init__.py").read_text() if (ROOT / package).is_dir() else ""
-    for line in text.splitlines():
-        if line.startswith("__version__"):
-            return line.partition("=")[2].strip().strip("\"'") + " (checkout)"
-    return "unknown"
-
-
 def profile(settings: run.Settings, client: str, starter: servers.Starter) -> int:
     with starter.start() as server:
         command = [settings.python, "-m", "benchmarks.clients", client, "profile", server.url]
@@ -252,14 +206,14 @@ def steady_main(argv: Sequence[str]) -> int:
     if args.profile:
         return profile(settings, args.profile, starters[0])
     command = shlex.join(["python", "-m", "benchmarks", *argv])
-    started = machine()
+    started = run.machine()
     try:
         results = run.benchmark(settings, args.specs, starters)
     except run.BenchmarkFailed as exc:
         print(f"benchmarks: FAILED: {exc}", file=sys.stderr)
         return 1
-    started["load_end"] = machine()["load"]
-    text = report.render(results, settings, started, versions(args.specs), command, note)
+    started["load_end"] = run.machine()["load"]
+    text = report.render(results, settings, started, run.versions(args.specs), command, note)
     _emit(text, args.output, "steady")
     if args.json:
         samples = {
@@ -281,7 +235,7 @@ def cold_main(argv: Sequence[str]) -> int:
     if note:
         print(f"benchmarks: {note}", file=sys.stderr)
     command = shlex.join(["python", "-m", "benchmarks", "cold", *argv])
-    started = machine()
+    started = run.machine()
     starter = starters[0]
     try:
         outcome = cold.run(
@@ -290,7 +244,7 @@ def cold_main(argv: Sequence[str]) -> int:
     except cold.ColdFailed as exc:
         print(f"benchmarks: FAILED: {exc}", file=sys.stderr)
         return 1
-    started["load_end"] = machine()["load"]
+    started["load_end"] = run.machine()["load"]
     notes = [note, *outcome.notes] if note else outcome.notes
     _emit(report.render_cold(outcome, started, command, notes), args.output, "cold")
     return 0

@@ -7,6 +7,8 @@ reached over loopback, so that their CPU time is never the client's.
 from __future__ import annotations
 
 import contextlib
+import http.client
+import json
 import os
 import select
 import socket
@@ -107,6 +109,23 @@ class ServerProcess:
             return None
         # utime and stime are fields 14 and 15 of stat(5); fields[0] here is field 3.
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def counters(self) -> Optional[tuple[int, int]]:
+        """(requests, reads) so far, from the own server's ``GET /_stats``; None if it has none."""
+        host, _, port = self.url.partition("://")[2].rpartition(":")
+        conn = http.client.HTTPConnection(host.strip("[]"), int(port), timeout=10)
+        try:
+            conn.request("GET", "/_stats")
+            response = conn.getresponse()
+            body = response.read()
+        except (OSError, http.client.HTTPException):
+            return None
+        finally:
+            conn.close()
+        if response.status != 200:
+            return None
+        data = json.loads(body)
+        return int(data["requests"]), int(data["reads"])
 
 
 @contextlib.contextmanager

@@ -15,15 +15,18 @@ once per round.
 from __future__ import annotations
 
 import contextlib
-import http.client
+import datetime
 import importlib.util
 import json
+import os
+import platform
 import shlex
 import statistics
 import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
 from . import report
@@ -246,7 +249,7 @@ def run_round(
     values: dict[str, dict[str, float]] = {spec.name: {} for spec in order}
     for key, server in servers:
         for spec in order:
-            before = counters(server) if key == "own" else None
+            before = server.counters() if key == "own" else None
             spent = server.cpu_seconds()
             cpu = run_client(settings, env, spec.name, "cpu", server.url, settings.calls)
             values[spec.name][f"cpu_us@{key}"] = cpu["cpu_us"]
@@ -254,18 +257,18 @@ def run_round(
             if spent is not None and now is not None:
                 cost = (now - spent) / cpu["requests"] * 1e6
                 results.server_cost.setdefault((key, spec.name), []).append(cost)
-            after = counters(server) if before is not None else None
+            after = server.counters() if before is not None else None
             if before is not None and after is not None and after[0] > before[0]:
                 # The request that read `after` was one read more.
                 reads = (after[1] - before[1] - 1) / (after[0] - before[0])
                 results.reads.setdefault(spec.name, []).append(reads)
         for spec in order:
-            before = server.cpu_seconds()
+            spent = server.cpu_seconds()
             threaded = run_client(settings, env, spec.name, "threads", server.url, settings.thread_calls)
-            after = server.cpu_seconds()
+            now = server.cpu_seconds()
             values[spec.name][f"calls_per_s@{key}"] = threaded["calls_per_s"]
-            if before is not None and after is not None:
-                cost = (after - before) / threaded["requests"] * 1e6
+            if spent is not None and now is not None:
+                cost = (now - spent) / threaded["requests"] * 1e6
                 results.server_load.append((key, spec.name, cost, threaded["calls_per_s"]))
     # Memory and imports involve no server's work: measured once, against the first server.
     for spec in order:
@@ -278,24 +281,6 @@ def run_round(
         values[spec.name]["importtime_ms"], values[spec.name]["import_wall_ms"] = measured[spec.statement]
         values[spec.name]["cold_ms"], values[spec.name]["cold_wall_ms"] = measured[spec.cold]
     return values
-
-
-def counters(server: ServerProcess) -> Optional[tuple[int, int]]:
-    """(requests, reads) so far, from the own server's ``GET /_stats``; None if it has none."""
-    host, _, port = server.url.partition("://")[2].rpartition(":")
-    conn = http.client.HTTPConnection(host.strip("[]"), int(port), timeout=10)
-    try:
-        conn.request("GET", "/_stats")
-        response = conn.getresponse()
-        body = response.read()
-    except (OSError, http.client.HTTPException):
-        return None
-    finally:
-        conn.close()
-    if response.status != 200:
-        return None
-    data = json.loads(body)
-    return int(data["requests"]), int(data["reads"])
 
 
 def available(specs: Sequence[ClientSpec]) -> tuple[list[ClientSpec], list[ClientSpec]]:
@@ -338,3 +323,53 @@ def benchmark(
             if progress:
                 print(report.progress_line(values), file=sys.stderr)
     return results
+
+
+def machine() -> dict[str, str]:
+    """What the results were measured on."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.partition(":")[2].strip()
+                break
+    except OSError:
+        pass
+    return {
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "platform": platform.platform(),
+        "cpu": cpu,
+        "cores": str(os.cpu_count()),
+        "python": f"{platform.python_implementation()} {platform.python_version()}",
+        "load": " ".join(f"{x:.2f}" for x in os.getloadavg()) if hasattr(os, "getloadavg") else "n/a",
+    }
+
+
+def versions(specs: Sequence[ClientSpec]) -> dict[str, str]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    found = {}
+    for spec in specs:
+        if spec.package is None or spec.package in found:
+            continue
+        try:
+            found[spec.package] = version(spec.package)
+        except PackageNotFoundError:
+            found[spec.package] = _source_version(spec.package)
+    return found
+
+
+def _source_version(package: str) -> str:
+    # qa_min run from a checkout is not an installed distribution; its version is in _config.
+    text = (ROOT / package / "__init__.py").read_text() if (ROOT / package).is_dir() else ""
+    for line in text.splitlines():
+        if line.startswith("__version__"):
+            return line.partition("=")[2].strip().strip("\"'") + " (checkout)"
+    return "unknown"
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """``python -m benchmarks``: ``benchmarks.cli.main`` (kept here, where it was first)."""
+    from .cli import main
+
+    return main(argv)

@@ -1,17 +1,15 @@
-"""Tests of ``benchmarks/``: the own server's framing, the clients' checks, the runner, smoke runs.
+"""Tests of ``benchmarks/``: the clients' checks, the steady-state runner, smoke runs.
 
 Only the standard-library clients (raw, qa_core, qa_ask) are run end to end, so the suite needs
 no extra; the urllib3/requests/httpx clients are exercised only where those are installed. The
-runs use the own server (``--server own``); nginx and the ``openssl`` command are exercised where
-installed, skipped with the reason otherwise. The cold-start mode and nginx are in
-``test_benchmarks_cold.py``.
+runs use the own server (``--server own``), so nginx is not needed. The servers themselves are
+tested in ``test_benchmarks_servers.py``, the cold-start mode in ``test_benchmarks_cold.py``.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import json
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -21,7 +19,6 @@ import pytest
 
 from benchmarks import cli, clients, report, run
 from benchmarks.process import ROOT, ServerProcess, child_env
-from benchmarks.server import CORE_BODY, MAX_HEAD, MODELS_BODY, BadRequest, Parser
 from benchmarks.servers import start_own as start
 from qa_min.testing import FakeService
 
@@ -44,98 +41,7 @@ def _run(*args: str, timeout: float = 25.0) -> subprocess.CompletedProcess[str]:
     )
 
 
-# -- the server's request framing ------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("chunks", "expected"),
-    [
-        pytest.param([POST], [(b"POST", b"/v1/core", True)], id="one-request"),
-        pytest.param(
-            [POST + GET], [(b"POST", b"/v1/core", True), (b"GET", b"/v1/models", True)], id="pipelined"
-        ),
-        pytest.param(
-            [POST[i : i + 1] for i in range(len(POST))],
-            [(b"POST", b"/v1/core", True)],
-            id="one-byte-at-a-time",
-        ),
-        pytest.param(
-            [POST[:30], POST[30:-3], POST[-3:] + GET[:5], GET[5:]],
-            [
-                (b"POST", b"/v1/core", True),
-                (b"GET", b"/v1/models", True),
-            ],
-            id="split-across-reads",
-        ),
-        pytest.param([b"\r\n" + GET], [(b"GET", b"/v1/models", True)], id="leading-empty-line-ignored"),
-        pytest.param(
-            [b"GET /v1/models HTTP/1.0\r\n\r\n"], [(b"GET", b"/v1/models", False)], id="http-1.0-closes"
-        ),
-        pytest.param(
-            [b"GET /v1/models HTTP/1.0\r\nConnection: keep-alive\r\n\r\n"],
-            [(b"GET", b"/v1/models", True)],
-            id="http-1.0-keep-alive",
-        ),
-        pytest.param(
-            [b"GET /x HTTP/1.1\r\nCONNECTION: Close\r\n\r\n"], [(b"GET", b"/x", False)], id="connection-close"
-        ),
-    ],
-)
-def test_parser_frames_requests_whatever_the_read_boundaries(
-    chunks: list[bytes], expected: list[tuple[bytes, bytes, bool]]
-) -> None:
-    parser = Parser()
-    got = []
-    for chunk in chunks:
-        got += parser.feed(chunk)
-    assert got == expected
-
-
-def test_parser_waits_for_the_whole_body_before_yielding_a_request() -> None:
-    parser = Parser()
-    assert parser.feed(POST[:-1]) == []
-    assert parser.feed(POST[-1:]) == [(b"POST", b"/v1/core", True)]
-
-
-def test_parser_keeps_a_parsed_head_while_its_body_arrives(monkeypatch: pytest.MonkeyPatch) -> None:
-    # http.client's pattern: the head in one send, the body in the next, then more requests.
-    from benchmarks import server
-
-    parsed: list[bytes] = []
-    real = server._head
-
-    def counting(head: bytes) -> tuple[bytes, bytes, bool, int]:
-        parsed.append(head)
-        return real(head)
-
-    monkeypatch.setattr(server, "_head", counting)
-    parser = Parser()
-    head, body = POST.split(b"\r\n\r\n")
-    assert parser.feed(head + b"\r\n\r\n") == []
-    assert parser.feed(body[:3]) == []
-    assert parser.feed(body[3:] + GET) == [(b"POST", b"/v1/core", True), (b"GET", b"/v1/models", True)]
-    assert len(parsed) == 2  # the POST's head once, the GET's once
-    assert parser.feed(POST) == [(b"POST", b"/v1/core", True)]
-
-
-@pytest.mark.parametrize(
-    ("data", "status"),
-    [
-        pytest.param(b"POST /v1/core HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n", b"501", id="chunked"),
-        pytest.param(b"POST /v1/core HTTP/1.1\r\nContent-Length: x\r\n\r\n", b"400", id="bad-length"),
-        pytest.param(b"POST /v1/core HTTP/1.1\r\nContent-Length: -1\r\n\r\n", b"400", id="negative-length"),
-        pytest.param(b"NONSENSE\r\n\r\n", b"400", id="bad-request-line"),
-        pytest.param(b"GET / HTTP/1.1\r\nX: " + b"a" * MAX_HEAD, b"431", id="head-too-large"),
-    ],
-)
-def test_parser_rejects_what_it_cannot_frame(data: bytes, status: bytes) -> None:
-    with pytest.raises(BadRequest) as caught:
-        Parser().feed(data)
-    assert caught.value.reply.startswith(b"HTTP/1.1 " + status)
-    assert b"Connection: close\r\n" in caught.value.reply
-
-
-# -- the server process ----------------------------------------------------------------------
+# -- the server process (its framing and routes: test_benchmarks_servers.py) ----------------
 
 
 @pytest.fixture(scope="module")
@@ -149,104 +55,6 @@ def wrong_server() -> Iterator[ServerProcess]:
     """A server whose answers are wrong (toxic false): every client must fail on them."""
     with start(wrong_answer=True) as running:
         yield running
-
-
-def _read_responses(sock: socket.socket, count: int) -> list[tuple[bytes, bytes]]:
-    """(status line, body) of ``count`` responses, all framed by Content-Length."""
-    data = b""
-    found: list[tuple[bytes, bytes]] = []
-    while len(found) < count:
-        chunk = sock.recv(65536)
-        assert chunk, f"the server closed after {len(found)} responses"
-        data += chunk
-        while b"\r\n\r\n" in data:
-            head, _, rest = data.partition(b"\r\n\r\n")
-            length = int(head.lower().split(b"content-length:")[1].split(b"\r\n")[0])
-            if len(rest) < length:
-                break
-            found.append((head.split(b"\r\n")[0], rest[:length]))
-            data = rest[length:]
-    return found
-
-
-def _connect(url: str) -> socket.socket:
-    host, _, port = url.partition("://")[2].rpartition(":")
-    sock = socket.create_connection((host, int(port)), timeout=5)
-    return sock
-
-
-def test_server_answers_pipelined_requests_in_order_on_one_connection(server: ServerProcess) -> None:
-    with _connect(server.url) as sock:
-        sock.sendall(POST + GET + b"GET /nowhere HTTP/1.1\r\n\r\n" + b"GET /v1/core HTTP/1.1\r\n\r\n")
-        responses = _read_responses(sock, 4)
-    assert responses == [
-        (b"HTTP/1.1 200 OK", CORE_BODY),
-        (b"HTTP/1.1 200 OK", MODELS_BODY),
-        (b"HTTP/1.1 404 Not Found", b'{"detail": "not found"}'),
-        (b"HTTP/1.1 405 Method Not Allowed", b'{"detail": "method not allowed"}'),
-    ]
-
-
-def test_server_keeps_the_connection_across_requests_sent_in_pieces(server: ServerProcess) -> None:
-    with _connect(server.url) as sock:
-        for _ in range(3):
-            sock.sendall(POST[:20])
-            sock.sendall(POST[20:])
-            assert _read_responses(sock, 1) == [(b"HTTP/1.1 200 OK", CORE_BODY)]
-
-
-def test_server_answers_a_flood_of_pipelined_requests_it_cannot_send_at_once(server: ServerProcess) -> None:
-    # More replies than the socket buffers hold while the client reads nothing: the server
-    # must keep the rest and send it as the client reads, not drop or block on it.
-    count = 3000
-    with _connect(server.url) as sock:
-        sock.sendall(GET * count)
-        responses = _read_responses(sock, count)
-    assert responses == [(b"HTTP/1.1 200 OK", MODELS_BODY)] * count
-
-
-def test_server_closes_after_a_connection_close_request(server: ServerProcess) -> None:
-    with _connect(server.url) as sock:
-        sock.sendall(b"GET /v1/models HTTP/1.1\r\nConnection: close\r\n\r\n" + GET)
-        data = b""
-        while True:
-            chunk = sock.recv(65536)
-            if not chunk:
-                break
-            data += chunk
-    assert data.count(b"HTTP/1.1 200 OK") == 1
-    assert b"Connection: close\r\n" in data
-
-
-def test_server_answers_a_bad_request_and_closes(server: ServerProcess) -> None:
-    with _connect(server.url) as sock:
-        sock.sendall(b"NONSENSE\r\n\r\n")
-        data = sock.recv(65536)
-        assert sock.recv(65536) == b""
-    assert data.startswith(b"HTTP/1.1 400 Bad Request\r\n")
-    assert b"bad request line" in data
-
-
-def test_server_body_holds_the_answers_every_client_checks() -> None:
-    answers = json.loads(CORE_BODY)["answers"]
-    clients.check(answers["toxic"], answers["tone"], answers["quality"])
-
-
-def test_server_reports_its_request_count_when_stopped() -> None:
-    with start() as running, _connect(running.url) as sock:
-        sock.sendall(GET + GET)
-        _read_responses(sock, 2)
-    assert running.requests == 2
-    assert running.process.returncode == 0
-    assert running.name.startswith("benchmarks/server.py")
-
-
-def test_server_stops_on_sigterm_and_still_reports() -> None:
-    with start() as running:
-        running.process.terminate()
-        running.process.wait(timeout=10)
-    assert running.process.returncode == 0
-    assert running.requests == 0
 
 
 # -- the clients -----------------------------------------------------------------------------

@@ -1,7 +1,8 @@
-"""Tests of the cold-start mode, nginx, the throwaway CA, the choice of server, the report's sections.
+"""Tests of the cold-start mode (``python -m benchmarks cold``), its throwaway CA, the report's sections.
 
-nginx and the ``openssl`` command are used where installed; a test that needs one is skipped
-with the reason otherwise. Nothing here depends on how fast the machine is.
+The children run against ``qa_min.testing.FakeService``; the quick run uses the own server, over
+``https://`` too where the ``openssl`` command exists. Nothing here depends on how fast the
+machine is.
 """
 
 from __future__ import annotations
@@ -17,26 +18,15 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import clients, cold, nginx, report, servers, tls
+from benchmarks import clients, cold, report, tls
 from benchmarks.process import ROOT, ServerProcess, child_env
-from benchmarks.server import CORE_BODY, MODELS_BODY, NOT_ALLOWED_BODY, NOT_FOUND_BODY
+from benchmarks.server import MODELS_BODY
+from benchmarks.servers import start_own
 from qa_min.testing import FakeService
 
 needs_openssl = pytest.mark.skipif(
     shutil.which("openssl") is None, reason="the openssl command is not installed"
 )
-
-
-def _nginx_or_none() -> str | None:
-    try:
-        found = nginx.find_nginx()
-        nginx.version(found)
-    except nginx.NginxNotFound:
-        return None
-    return found
-
-
-needs_nginx = pytest.mark.skipif(_nginx_or_none() is None, reason="nginx (1.19.5+) is not installed")
 
 
 @pytest.fixture(scope="module")
@@ -136,94 +126,7 @@ def test_make_certificates_says_when_openssl_is_missing(
 
 
 def _tls_server(certs: tls.Certificates) -> contextlib.AbstractContextManager[ServerProcess]:
-    return servers.start_own(tls=(certs.cert, certs.key))
-
-
-# -- nginx ----------------------------------------------------------------------------------
-
-
-def test_nginx_config_answers_like_the_own_server_and_skips_modules_left_out() -> None:
-    text = nginx.config(Path("/d"), 8080, False, ("c.pem", "k.pem", 8443), "--without-http_uwsgi_module")
-    assert "listen 127.0.0.1:8080;" in text
-    assert "listen 127.0.0.1:8443 ssl;" in text
-    assert "ssl_certificate c.pem;" in text
-    assert f"return 200 '{CORE_BODY.decode()}';" in text
-    assert f"return 200 '{MODELS_BODY.decode()}';" in text
-    assert f"return 405 '{NOT_ALLOWED_BODY.decode()}';" in text
-    assert f"return 404 '{NOT_FOUND_BODY.decode()}';" in text
-    assert "scgi_temp_path /d/scgi;" in text
-    assert "uwsgi_temp_path" not in text
-    assert "daemon off;" in text
-    assert "master_process off;" in text
-    wrong = nginx.config(Path("/d"), 8080, True, None, "")
-    assert '"toxic": false' in wrong
-    assert " ssl;" not in wrong
-
-
-def test_find_nginx_names_a_missing_explicit_binary() -> None:
-    with pytest.raises(nginx.NginxNotFound, match="no-such-nginx-binary is not an executable"):
-        nginx.find_nginx("no-such-nginx-binary")
-
-
-def test_server_choice_falls_back_to_the_own_server_and_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
-    def missing(binary: object = None) -> str:
-        raise nginx.NginxNotFound("nginx is not installed (apt-get install nginx-light)")
-
-    monkeypatch.setattr(nginx, "find_nginx", missing)
-    starters, note = servers.choose("auto")
-    assert [s.key for s in starters] == ["own"]
-    assert (
-        note == "nginx not used (nginx is not installed (apt-get install nginx-light)): the own server only."
-    )
-    assert [s.key for s in servers.choose("own")[0]] == ["own"]
-    for choice in ("nginx", "both"):
-        with pytest.raises(nginx.NginxNotFound):
-            servers.choose(choice)
-
-
-def test_requiring_nginx_that_is_missing_exits_2_with_the_reason() -> None:
-    proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks", "--server", "nginx", "--nginx", "no-such-nginx-binary"],
-        capture_output=True,
-        text=True,
-        env=child_env(),
-        cwd=ROOT,
-        timeout=20,
-        check=False,
-    )
-    assert proc.returncode == 2
-    assert "no-such-nginx-binary is not an executable" in proc.stderr
-
-
-@needs_nginx
-def test_nginx_answers_exactly_like_the_own_server(certs: tls.Certificates) -> None:
-    requests = [("POST", "/v1/core"), ("GET", "/v1/models"), ("GET", "/v1/core"), ("GET", "/nowhere")]
-    answers = {}
-    for starter in servers.choose("both")[0]:
-        with starter.start(tls=(certs.cert, certs.key)) as server:
-            answers[starter.key] = _ask(server.url, requests)
-            assert server.tls_url is not None
-            answers[starter.key + " tls"] = _ask(server.tls_url, requests[:1], certs.ca)
-            assert server.cpu_seconds() is not None or not Path("/proc").exists()
-    assert answers["nginx"] == answers["own"]
-    assert answers["nginx"][0] == (200, "application/json", CORE_BODY)
-    assert answers["nginx tls"] == answers["own tls"] == [(200, "application/json", CORE_BODY)]
-
-
-def _ask(url: str, requests: list[tuple[str, str]], ca: str | None = None) -> list[tuple[int, str, bytes]]:
-    host, _, port = url.partition("://")[2].rpartition(":")
-    if ca is None:
-        conn: http.client.HTTPConnection = http.client.HTTPConnection(host, int(port), timeout=10)
-    else:
-        context = ssl.create_default_context(cafile=ca)
-        conn = http.client.HTTPSConnection(host, int(port), context=context, timeout=10)
-    found = []
-    for method, path in requests:  # one kept-alive connection for all
-        conn.request(method, path, b"{}" if method == "POST" else None)
-        response = conn.getresponse()
-        found.append((response.status, response.getheader("content-type", ""), response.read()))
-    conn.close()
-    return found
+    return start_own(tls=(certs.cert, certs.key))
 
 
 # -- the command and its sections -----------------------------------------------------------
