@@ -24,8 +24,24 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
 RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
-QUICK = {"rounds": 1, "calls": 300, "warmup": 50, "thread_calls": 800, "rss_calls": 300, "import_runs": 2}
-FULL = {"rounds": 5, "calls": 2000, "warmup": 200, "thread_calls": 4000, "rss_calls": 1000, "import_runs": 10}
+QUICK = {
+    "rounds": 1,
+    "calls": 300,
+    "warmup": 50,
+    "thread_calls": 800,
+    "thread_repeats": 1,
+    "rss_calls": 300,
+    "import_runs": 2,
+}
+FULL = {
+    "rounds": 5,
+    "calls": 2000,
+    "warmup": 200,
+    "thread_calls": 4000,
+    "thread_repeats": 3,
+    "rss_calls": 1000,
+    "import_runs": 10,
+}
 COLD_ROUNDS = 41
 
 
@@ -65,7 +81,8 @@ the run with exit status 1. Clients are interleaved, their order rotated each ro
 Per client, the median over the rounds, and the median of its ratio to the raw
 http.client floor measured in the same round against the same server:
   * CPU us per call on one thread (time.process_time over --calls calls after --warmup);
-  * calls/s with --threads threads sharing one client (raw: one HTTPConnection per thread);
+  * calls/s with --threads threads sharing one client (raw: one HTTPConnection per thread),
+    the median of --thread-repeats runs per round;
   * import time: top-level cumulative times of `python -X importtime -c STATEMENT`, and the
     wall time of `python -c STATEMENT` minus that of a `python -c pass` run next to it
     (medians of --import-runs);
@@ -87,6 +104,12 @@ The markdown goes to stdout and into --output; progress goes to stderr.""",
     parser.add_argument("--threads", type=int, default=8, help="threads sharing one client (default 8)")
     parser.add_argument(
         "--thread-calls", type=int, help=f"calls shared by the threads (default {FULL['thread_calls']})"
+    )
+    parser.add_argument(
+        "--thread-repeats",
+        type=int,
+        help=f"threaded runs per client, server and round, interleaved; the median counts"
+        f" (default {FULL['thread_repeats']})",
     )
     parser.add_argument(
         "--rss-calls", type=int, help=f"calls before the peak RSS is read (default {FULL['rss_calls']})"
@@ -114,7 +137,7 @@ The markdown goes to stdout and into --output; progress goes to stderr.""",
     for key, value in defaults.items():
         if getattr(args, key) is None:
             setattr(args, key, value)
-    for key in ("rounds", "calls", "threads", "thread_calls", "rss_calls", "import_runs"):
+    for key in ("rounds", "calls", "threads", "thread_calls", "thread_repeats", "rss_calls", "import_runs"):
         if getattr(args, key) < 1:
             parser.error(f"--{key.replace('_', '-')} must be at least 1")
     if args.warmup < 0:
@@ -195,6 +218,7 @@ def steady_main(argv: Sequence[str]) -> int:
         rss_calls=args.rss_calls,
         import_runs=args.import_runs,
         wrong_answer=args.wrong_answer,
+        thread_repeats=args.thread_repeats,
     )
     try:
         starters, note = servers.choose(args.server, settings.python, args.nginx)

@@ -209,26 +209,39 @@ def measure(
     return results
 
 
+PROFILE_RUNS = 7
+
+
 def import_profile(python: str, url: str, env: dict[str, str]) -> list[tuple[str, int, int]]:
-    """Modules the qa_core child imports that the raw child does not: (name, self µs, cumulative µs)."""
-    loaded: dict[str, dict[str, tuple[int, int]]] = {}
-    for name in ("raw", "qa_core"):
-        proc = subprocess.run(
-            [python, "-X", "importtime", "-c", child_code(name, url)],
-            capture_output=True,
-            text=True,
-            env=env,
-            cwd=ROOT,
-            check=False,
-        )
-        if proc.returncode != 0:
-            raise ColdFailed(f"{name} under -X importtime: {proc.stderr.strip()[-2000:]}")
-        loaded[name] = {}
-        for line in proc.stderr.splitlines():
-            parts = line.split("|")
-            if len(parts) == 3 and parts[1].strip().isdigit():
-                loaded[name][parts[2].strip()] = (int(parts[0].split(":")[1]), int(parts[1]))
-    extra = [(module, *times) for module, times in loaded["qa_core"].items() if module not in loaded["raw"]]
+    """Modules the qa_core child imports that the raw child does not.
+
+    Returns:
+        (module, self µs, cumulative µs), medians over ``PROFILE_RUNS`` runs under
+        ``-X importtime`` (one run is at the mercy of a busy machine), largest self time first.
+    """
+    loaded: dict[str, dict[str, list[tuple[int, int]]]] = {"raw": {}, "qa_core": {}}
+    for _ in range(PROFILE_RUNS):
+        for name, modules in loaded.items():
+            proc = subprocess.run(
+                [python, "-X", "importtime", "-c", child_code(name, url)],
+                capture_output=True,
+                text=True,
+                env=env,
+                cwd=ROOT,
+                check=False,
+            )
+            if proc.returncode != 0:
+                raise ColdFailed(f"{name} under -X importtime: {proc.stderr.strip()[-2000:]}")
+            for line in proc.stderr.splitlines():
+                parts = line.split("|")
+                if len(parts) == 3 and parts[1].strip().isdigit():
+                    times = (int(parts[0].split(":")[1]), int(parts[1]))
+                    modules.setdefault(parts[2].strip(), []).append(times)
+    extra = [
+        (module, int(statistics.median(t[0] for t in times)), int(statistics.median(t[1] for t in times)))
+        for module, times in loaded["qa_core"].items()
+        if module not in loaded["raw"]
+    ]
     return sorted(extra, key=lambda item: -item[1])
 
 

@@ -212,7 +212,8 @@ def render(
         " measured against the same server.",
         f"- CPU: `time.process_time()` over {settings.calls:,} calls after {settings.warmup:,}"
         f" warm-up calls. Threads: {settings.threads} threads share one client (raw: one"
-        f" `HTTPConnection` each) for {settings.thread_calls:,} calls.",
+        f" `HTTPConnection` each) for {settings.thread_calls:,} calls; per round, the median of"
+        f" {_count(settings.thread_repeats, 'run')} per client, interleaved.",
         "- Server load: " + ("; ".join(load) + "." if load else "not measured (no /proc)."),
         "",
         *per_server_table(results, settings),
@@ -242,7 +243,14 @@ def render_cold(outcome: Outcome, machine: Mapping[str, str], command: str, note
     rounds = len(results.runs[results.schemes[0], "raw"])
     heads = ["client"]
     for scheme in results.schemes:
-        heads += [f"{scheme}:// ms", "x raw (min-max)", "CPU x raw", "peak RSS MiB", "Δ raw MiB"]
+        heads += [
+            f"{scheme}:// ms",
+            "x raw",
+            "middle half; min-max",
+            "CPU x raw",
+            "peak RSS MiB",
+            "Δ raw MiB",
+        ]
     lines = ["| " + " | ".join(heads) + " |", "|---" + "|--:" * (len(heads) - 1) + "|"]
     rows = []
     for name in results.names:
@@ -253,7 +261,8 @@ def render_cold(outcome: Outcome, machine: Mapping[str, str], command: str, note
             ratio, difference = statistics.median(ratios), statistics.median(differences)
             cells += [
                 f"{results.median_wall_ms(scheme, name):.1f}",
-                f"{ratio:.3f}x ({min(ratios):.2f}-{max(ratios):.2f})",
+                f"{ratio:.3f}x",
+                f"{_quartiles(ratios)}; {min(ratios):.2f}-{max(ratios):.2f}",
                 f"{statistics.median(results.cpu_ratios(scheme, name)):.3f}x",
                 f"{results.median_peak_mib(scheme, name):.1f}",
                 f"{difference:+.2f}",
@@ -283,7 +292,8 @@ def render_cold(outcome: Outcome, machine: Mapping[str, str], command: str, note
         f"- Method: {_count(rounds, 'round')}; each runs every client once per scheme, the order rotated"
         " round by round. A run is a whole `python -c` process timed from spawn until reaped:"
         " start-up, imports, a client, one POST /v1/core, the answers checked. `x raw` is the median"
-        " of each run's ratio to the raw run of its round, with the lowest and highest ratio;"
+        " of each run's ratio to the raw run of its round, then the range of the middle half of"
+        " those ratios (first to third quartile) and the lowest and highest;"
         " `CPU x raw` is the same for the child's user + system CPU time (from `wait4`), which a"
         " busy machine disturbs less than the wall clock. Peak RSS is the child's own `VmHWM`.",
         "",
@@ -296,7 +306,11 @@ def render_cold(outcome: Outcome, machine: Mapping[str, str], command: str, note
         *rows,
     ]
     if outcome.profile:
-        text += ["", "What the qa_min process imports beyond raw's (`-X importtime`, one run, µs):", ""]
+        from .cold import PROFILE_RUNS
+
+        heading = "What the qa_min process imports beyond raw's"
+        heading += f" (`-X importtime`, medians of {PROFILE_RUNS} runs, µs):"
+        text += ["", heading, ""]
         text += ["| module | self | cumulative |", "|---|--:|--:|"]
         text += [f"| {module} | {own:,} | {total:,} |" for module, own, total in outcome.profile]
     return "\n".join(text)
@@ -314,6 +328,13 @@ def write_section(path: Path, name: str, text: str) -> None:
     else:
         new = (old.rstrip() + "\n\n" if old.strip() else "") + block + "\n"
     path.write_text(new)
+
+
+def _quartiles(values: Sequence[float]) -> str:
+    if len(values) < 2:
+        return f"{values[0]:.2f}-{values[0]:.2f}"
+    low, _, high = statistics.quantiles(values, n=4)
+    return f"{low:.2f}-{high:.2f}"
 
 
 def _count(number: int, one: str, many: str = "") -> str:
