@@ -67,10 +67,11 @@ def _wait(seconds: float, wake: threading.Event) -> None:
 
 
 def _uniform() -> float:
-    # Jitter is needed only by a retry: ``random`` loads then, not with every client.
-    import random
+    # ``random`` loads on the first retry, not in ``Client()``: most calls never need it, and
+    # since Python 3.13 ``http.client`` no longer loads it, so a cold start would pay for it.
+    from random import random
 
-    return random.random()
+    return random()
 
 
 class Client:
