@@ -196,7 +196,8 @@ def test_progress_is_plain_lines_off_a_terminal_and_nothing_when_quiet(
         return
     lines = result.err.splitlines()
     assert "\r" not in result.err
-    assert lines[-2].startswith("3/3 lines (100.0%) | ")
+    # The last redraw may come before the reader has seen the end of the input: then "~3".
+    assert lines[-2].startswith(("3/3 lines (100.0%) | ", "3/~3 lines (100.0%) | "))
     assert lines[-1] == "batch: 3 lines in 0s: 3 answered, 0 failed"
 
 

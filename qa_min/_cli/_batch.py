@@ -114,11 +114,12 @@ class _Batch:
         try:
             while self.signal is None:
                 self._write_ready()
-                while self.waiting and self.in_flight < self.concurrency:
+                if self.waiting and self.in_flight < self.concurrency:
                     self._admit(*self.waiting.popleft())
-                if self.eof and not self.waiting and not self.pending:
+                elif self.eof and not self.waiting and not self.pending:
                     break
-                self._wait()
+                else:
+                    self._wait()
         finally:
             # A reader waiting for room ends now; one blocked on a pipe ends with the process.
             self.closing = True

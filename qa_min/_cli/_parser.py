@@ -7,8 +7,7 @@ import math
 import os
 
 from .. import __version__
-from . import _commands
-from ._commands import PROG
+from ._commands import PROG, ask, batch, demo, fake, models
 from ._output import exit_help
 from ._questions import QUESTIONS_HELP
 
@@ -151,8 +150,8 @@ def _add_question_options(parser: argparse.ArgumentParser, action: type[_AddQues
     )
 
 
-def _add_batch_options(batch: argparse.ArgumentParser) -> None:
-    add = batch.add_argument
+def _add_batch_options(sub: argparse.ArgumentParser) -> None:
+    add = sub.add_argument
     add("input", nargs="?", help="JSONL file; '-' or absent: read stdin")
     add("-o", "--output", metavar="FILE", help="write the answers to FILE (default: stdout)")
     add("--resume", action="store_true", help="continue FILE: skip the lines it answers, append the rest")
@@ -174,14 +173,14 @@ def _add_batch_options(batch: argparse.ArgumentParser) -> None:
     add("-q", "--quiet", action="store_true", help="no progress or summary on stderr")
 
 
-def _add_fake_options(fake: argparse.ArgumentParser) -> None:
-    fake.add_argument("--host", default="127.0.0.1", help="address to listen on (127.0.0.1)")
-    fake.add_argument("--port", type=_count(0), default=8080, help="port (8080; 0 picks a free one)")
-    fake.add_argument("--prefix", default="", help="path prefix the service lives under")
+def _add_fake_options(sub: argparse.ArgumentParser) -> None:
+    sub.add_argument("--host", default="127.0.0.1", help="address to listen on (127.0.0.1)")
+    sub.add_argument("--port", type=_count(0), default=8080, help="port (8080; 0 picks a free one)")
+    sub.add_argument("--prefix", default="", help="path prefix the service lives under")
     # dest api_key, default SUPPRESS: `qa-min --api-key K fake` works too, and the environment's
     # key is never required by accident.
-    fake.add_argument("--api-key", default=argparse.SUPPRESS, help="require this key (default: none)")
-    fake.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print the URL as JSON")
+    sub.add_argument("--api-key", default=argparse.SUPPRESS, help="require this key (default: none)")
+    sub.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print the URL as JSON")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -196,7 +195,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     _add_connection_options(parser, top=True)
-    parser.set_defaults(run=_commands.demo, questions=None)
+    parser.set_defaults(run=demo, questions=None)
     commands = parser.add_subparsers(title="commands", metavar="COMMAND")
 
     def command(name: str, run: Callable[[argparse.Namespace, Output], int], help: str, epilog: str) -> Any:
@@ -205,18 +204,17 @@ def build_parser() -> argparse.ArgumentParser:
         return sub
 
     demo_help = "show every operation on an in-process fake service (the default; ignores connection options)"
-    command("demo", _commands.demo, demo_help, "")
-    models = command("models", _commands.models, "list the model names, one per line", exits)
-    _add_connection_options(models, top=False)
+    command("demo", demo, demo_help, "")
+    _add_connection_options(command("models", models, "list the model names, one per line", exits), top=False)
     ask_help = "ask questions about one state; prints `id: answer` lines"
-    ask = command("ask", _commands.ask, ask_help, QUESTIONS_HELP + exits)
-    _add_connection_options(ask, top=False)
-    ask.add_argument("state", nargs="?", help="the text to judge; '-' or absent: read stdin")
-    _add_question_options(ask, _AddQuestion)
+    one = command("ask", ask, ask_help, QUESTIONS_HELP + exits)
+    _add_connection_options(one, top=False)
+    one.add_argument("state", nargs="?", help="the text to judge; '-' or absent: read stdin")
+    _add_question_options(one, _AddQuestion)
     batch_help = "ask questions about each state of a JSONL file; writes JSONL"
-    batch = command("batch", _commands.batch, batch_help, _BATCH_HELP + QUESTIONS_HELP + exits)
-    _add_connection_options(batch, top=False)
-    _add_batch_options(batch)
-    _add_question_options(batch, _AddBatchQuestion)
-    _add_fake_options(command("fake", _commands.fake, "serve the fake service locally until Ctrl-C", ""))
+    many = command("batch", batch, batch_help, _BATCH_HELP + QUESTIONS_HELP + exits)
+    _add_connection_options(many, top=False)
+    _add_batch_options(many)
+    _add_question_options(many, _AddBatchQuestion)
+    _add_fake_options(command("fake", fake, "serve the fake service locally until Ctrl-C", ""))
     return parser
