@@ -322,7 +322,7 @@ def test_duplicate_ids_are_answered_by_an_error_and_reported(
 
 
 def test_key_table_keeps_every_key_and_its_flags_across_growth() -> None:
-    table = _jsonl.KeyTable(capacity=4)
+    table = _jsonl.KeyTable()
     keys = [_jsonl.id_hash(f"id-{i}") for i in range(5000)] + [0, _jsonl.id_hash(5)]
     for key in keys:
         assert table.mark(key, _jsonl.SEEN) == 0
@@ -330,6 +330,28 @@ def test_key_table_keeps_every_key_and_its_flags_across_growth() -> None:
     assert all(table.mark(key, _jsonl.DONE) == _jsonl.SEEN for key in keys)
     assert all(table.mark(key, 0) == _jsonl.SEEN | _jsonl.DONE for key in keys)
     assert _jsonl.id_hash("5") != _jsonl.id_hash(5)
+
+
+@pytest.mark.parametrize(("expected", "size"), [(0, 1024), (512, 1024), (513, 2048), (3000, 8192)])
+def test_key_table_sized_for_the_keys_expected_never_grows(expected: int, size: int) -> None:
+    table = _jsonl.KeyTable(expected)
+    assert len(table._keys) == 0  # nothing allocated before the first id
+    for i in range(max(expected, 1)):
+        table.mark(_jsonl.id_hash(i), _jsonl.SEEN)
+    assert len(table._keys) == size
+
+
+def test_input_estimates_its_line_count_from_size_and_first_lines(tmp_path: Path) -> None:
+    path = write_input(tmp_path / "in.jsonl", [f"state {i:04}" for i in range(5000)])
+    source = _jsonl.InputLines(str(path))
+    try:
+        assert 4500 <= source.estimate() <= 5500
+        assert source.read() == (1, '"state 0000"\n')  # the estimate consumed nothing
+    finally:
+        source.close()
+    empty = _jsonl.InputLines(str(write_input(tmp_path / "empty.jsonl", [])))
+    assert empty.estimate() == 0
+    empty.close()
 
 
 # -- the command line -----------------------------------------------------------------------------

@@ -310,10 +310,15 @@ class _Signals:
             signal.signal(signum, saved)
 
 
-def _open_files(args: argparse.Namespace) -> tuple[Optional[IO[bytes]], Done, Optional[IO[str]]]:
+def _open_files(
+    args: argparse.Namespace, expected: int
+) -> tuple[Optional[IO[bytes]], Done, Optional[IO[str]]]:
     if args.resume and not args.output:
         raise UsageError("--resume needs --output FILE: the file to continue")
-    output, done = open_output(args.output, args.resume, args.skip_failed) if args.output else (None, Done())
+    if args.output:
+        output, done = open_output(args.output, args.resume, args.skip_failed, expected)
+    else:
+        output, done = None, Done(expected)
     failures = None
     if args.failures:
         try:
@@ -332,7 +337,7 @@ def run_batch(args: argparse.Namespace, out: Output) -> int:
     output: Optional[IO[bytes]] = None
     failures: Optional[IO[str]] = None
     try:
-        output, done, failures = _open_files(args)
+        output, done, failures = _open_files(args, source.estimate())
         if done.torn:
             out.note(f"{args.output!r}: its last line was cut short; that line is asked again")
         progress = Progress(sys.stderr, Tally(), source.total, args.quiet)

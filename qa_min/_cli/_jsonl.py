@@ -66,6 +66,15 @@ class InputLines:
         except UnicodeDecodeError:
             return self.lines, None
 
+    def estimate(self) -> int:
+        """About how many lines the input holds, from its size and its first lines; 0 if unknown."""
+        try:
+            head = self._stream.peek(1 << 16)[: 1 << 16] if self.size else b""
+        except (AttributeError, OSError, ValueError):
+            return 0
+        lines = head.count(b"\n")
+        return lines * self.size // len(head) if lines and self.size else 0
+
     def total(self) -> Optional[tuple[int, bool]]:
         """``(line count, exact)``: exact at the end, else estimated from the file size."""
         if self.eof:
@@ -114,12 +123,17 @@ class KeyTable:
     """A set of 64-bit id hashes with a few flag bits each, in two flat arrays.
 
     A Python set of a million ids costs ~100 MB; this costs 9 bytes per slot (linear probing,
-    at most half full).
+    at most half full). Sized for ``expected`` keys, it never grows, and growing is what costs
+    most: the old arrays and the new, twice as large, live together for a moment. The arrays
+    are made with the first key, so that an input without ids costs nothing.
     """
 
-    def __init__(self, capacity: int = 1024) -> None:
-        self._keys = array("q", [0]) * capacity  # a power of 2: slots are hash & (capacity - 1)
-        self._flags = bytearray(capacity)
+    def __init__(self, expected: int = 0) -> None:
+        self._size = 1024  # a power of 2: a key's first slot is its hash & (size - 1)
+        while self._size < 2 * expected:
+            self._size *= 2
+        self._keys = array("q")
+        self._flags = bytearray()
         self._count = 0
 
     def __len__(self) -> int:
@@ -128,6 +142,8 @@ class KeyTable:
     def mark(self, key: int, flags: int) -> int:
         """Add ``flags`` to ``key``'s (adding the key if new); return its flags before."""
         key = key or 1  # 0 marks an empty slot
+        if not self._keys:
+            self._keys, self._flags = array("q", [0]) * self._size, bytearray(self._size)
         keys = self._keys
         mask = len(keys) - 1
         slot = key & mask
@@ -157,8 +173,8 @@ class KeyTable:
 class Done:
     """What an earlier run's output answers: line numbers (a byte each) and ids."""
 
-    def __init__(self) -> None:
-        self.ids = KeyTable()
+    def __init__(self, expected: int = 0) -> None:
+        self.ids = KeyTable(expected)
         self.lines = bytearray()
         self.answered = 0
         self.failed = 0  # kept, with --skip-failed
@@ -189,9 +205,9 @@ def _check_record(path: str, count: int, raw: bytes) -> dict[str, Any]:
     return record
 
 
-def scan_output(file: IO[bytes], path: str, skip_failed: bool) -> Done:
+def scan_output(file: IO[bytes], path: str, skip_failed: bool, expected: int = 0) -> Done:
     """Read an earlier run's output; cut a torn last line off the file; leave it at the end."""
-    done = Done()
+    done = Done(expected)
     kept = 0
     for count, raw in enumerate(file, 1):
         if not raw.endswith(b"\n"):
@@ -216,8 +232,10 @@ def scan_output(file: IO[bytes], path: str, skip_failed: bool) -> Done:
     return done
 
 
-def open_output(path: str, resume: bool, skip_failed: bool) -> tuple[IO[bytes], Done]:
+def open_output(path: str, resume: bool, skip_failed: bool, expected: int = 0) -> tuple[IO[bytes], Done]:
     """``--output`` opened for appending, with what it already answers (nothing if new).
+
+    ``expected`` is about how many ids the input holds, if known.
 
     Raises:
         UsageError: FILE holds answers but ``--resume`` was not given.
@@ -231,7 +249,7 @@ def open_output(path: str, resume: bool, skip_failed: bool) -> tuple[IO[bytes], 
         if not resume and file.tell() > 0:
             raise UsageError(f"{path!r} already holds answers: pass --resume to continue it")
         file.seek(0)
-        return file, scan_output(file, path, skip_failed)
+        return file, scan_output(file, path, skip_failed, expected)
     except BaseException:
         file.close()
         raise
