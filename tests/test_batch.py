@@ -332,7 +332,7 @@ def test_key_table_keeps_every_key_and_its_flags_across_growth() -> None:
     assert _jsonl.id_hash("5") != _jsonl.id_hash(5)
 
 
-@pytest.mark.parametrize(("expected", "size"), [(0, 1024), (512, 1024), (513, 2048), (3000, 8192)])
+@pytest.mark.parametrize(("expected", "size"), [(0, 1024), (716, 1024), (717, 2048), (3000, 8192)])
 def test_key_table_sized_for_the_keys_expected_never_grows(expected: int, size: int) -> None:
     table = _jsonl.KeyTable(expected)
     assert len(table._keys) == 0  # nothing allocated before the first id
