@@ -10,6 +10,7 @@ from batchsupport import ROOT, child_env
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/status")
+@pytest.mark.timeout(60)  # five processes and 4,000 calls
 def test_benchmark_script_stops_resumes_and_reports() -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "benchmarks.batch", "--lines", "2000", "--scenarios", "sigint"],

@@ -226,7 +226,7 @@ class _Batch:
         self.progress.tick()
 
     def stop(self) -> int:
-        """Cancel what is in flight, write what can be written in order; the count cancelled."""
+        """Cancel what is in flight, write what can be written in order; the count left unwritten."""
         for line in self.pending:
             if line.call is not None and line.call.cancel():
                 line.cancelled = True
@@ -256,12 +256,12 @@ def resume_command(argv: list[str]) -> str:
     return shlex.join(command + args)
 
 
-def _report_stop(args: argparse.Namespace, out: Output, tally: Tally, signum: int, cancelled: int) -> None:
+def _report_stop(args: argparse.Namespace, out: Output, tally: Tally, signum: int, unwritten: int) -> None:
     name = "terminated" if signum == signal.SIGTERM else "interrupted"
     where = repr(args.output) if args.output else "stdout"
     out.note(
         f"{name}: {tally.done:,} input lines done, their answers in {where}; "
-        f"{cancelled:,} lines in flight were cancelled"
+        f"{unwritten:,} lines read but not written are asked again on resume"
     )
     if not args.output:
         out.note("to be able to resume, run with --output FILE")
@@ -347,11 +347,11 @@ def run_batch(args: argparse.Namespace, out: Output) -> int:
             batch.failures = failures
             with _Signals(batch.on_signal):
                 batch.run(source)
-                cancelled = batch.stop() if batch.signal is not None else 0
+                unwritten = batch.stop() if batch.signal is not None else 0
         progress.finish()
         _report_duplicates(out, batch.duplicates)
         if batch.signal is not None:
-            _report_stop(args, out, progress.tally, batch.signal, cancelled)
+            _report_stop(args, out, progress.tally, batch.signal, unwritten)
             return 128 + batch.signal
         return batch.worst
     finally:

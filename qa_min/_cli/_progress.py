@@ -1,6 +1,7 @@
 """batch's progress on stderr: one redrawn line on a terminal, a plain line now and then otherwise.
 
-``12,000/~1,000,000 lines (1.2%) | 2,310/s | 3 failed | 41 retries | ETA 7m8s``: the total is
+``12,000/~1,000,000 lines (1.2%) | 2,310/s | 3 failed | 41 retries | ETA 7m8s``, plus the
+429/529 replies and the rate limiter's ceiling when there are any. The total is
 exact once the input is read to its end, and estimated from the file size until then (``~``);
 it is unknown (``?``) for a pipe. The rate is that of the last ten seconds.
 """
@@ -25,7 +26,7 @@ RATE_WINDOW = 10.0
 class Tally:
     """What became of the input's lines so far."""
 
-    __slots__ = ("answered", "done", "failed", "retries", "skipped")
+    __slots__ = ("answered", "busy", "done", "failed", "retries", "skipped")
 
     def __init__(self) -> None:
         self.done = 0  # input lines dealt with, blank and skipped ones included
@@ -33,6 +34,7 @@ class Tally:
         self.failed = 0
         self.skipped = 0  # answered by an earlier run
         self.retries = 0  # attempts beyond each call's first
+        self.busy = 0  # 429 and 529 replies, retried or not
 
 
 def duration(seconds: float) -> str:
@@ -55,12 +57,14 @@ class Progress:
         total: Callable[[], Optional[tuple[int, bool]]],
         quiet: bool,
         clock: Callable[[], float] = time.monotonic,
+        ceiling: Callable[[], Optional[float]] = lambda: None,
     ) -> None:
         self._stream = stream
         self.tally = tally
         self._total = total
         self._quiet = quiet
         self._clock = clock
+        self._ceiling = ceiling  # the rate limiter's requests per second, when it has one
         self.tty = stream.isatty()
         self._start = clock()
         self._last = self._start
@@ -84,6 +88,11 @@ class Progress:
         parts.append(f"{tally.failed:,} failed")
         if tally.retries:
             parts.append(f"{tally.retries:,} retries")
+        if tally.busy:
+            parts.append(f"{tally.busy:,} busy replies")
+        ceiling = self._ceiling()
+        if ceiling is not None:
+            parts.append(f"limit {ceiling:,.0f}/s")
         if left is not None and rate > 0:
             parts.append(f"ETA {duration(left / rate)}")
         return " | ".join(parts)
