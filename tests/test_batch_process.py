@@ -235,6 +235,19 @@ def test_progress_line_estimates_the_total_then_counts_it() -> None:
     )
 
 
+def test_progress_line_shows_busy_replies_and_the_rate_ceiling_when_known() -> None:
+    tally = _progress.Tally()
+    stream = sys.__stderr__ or sys.stderr
+    ceiling: list[float | None] = [None]
+    progress = _progress.Progress(
+        stream, tally, lambda: (10, True), quiet=True, clock=lambda: 0.0, ceiling=lambda: ceiling[0]
+    )
+    tally.busy = 3
+    assert progress.line() == "0/10 lines (0.0%) | 0/s | 0 failed | 3 busy replies"
+    ceiling[0] = 190.0
+    assert progress.line() == "0/10 lines (0.0%) | 0/s | 0 failed | 3 busy replies | limit 190/s"
+
+
 @pytest.mark.parametrize(
     ("seconds", "text"),
     [(0.4, "0s"), (59.9, "59s"), (60, "1m0s"), (3599, "59m59s"), (3600, "1h0m"), (90061, "25h1m")],
