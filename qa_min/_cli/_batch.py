@@ -1,11 +1,11 @@
 """``qa-min batch``: the same questions about every state of a JSONL input, streamed.
 
 How a run goes:
-    Lines are read only while fewer than ``--concurrency`` calls are in flight and fewer than
-    `WINDOW` times that many lines wait to be written, so memory does not grow with the input.
-    Each call goes to the client's executor (``client.submit(client.core, ...)``); answers are
-    written, and flushed, in input order as soon as every earlier line is written. A line that
-    is not valid is answered by its error without a request.
+    A thread of its own reads the input while fewer than ``WINDOW * --concurrency`` lines wait
+    to be written, so memory does not grow with the input and a slow pipe holds up neither the
+    answers nor a Ctrl-C. The main thread sends each line with ``client.submit(client.core,
+    ...)``, at most ``--concurrency`` at once, and writes, and flushes, each answer as soon as
+    every earlier line is written. A line that is not valid is answered by its error, unsent.
 
 Resuming (``--output FILE --resume``):
     Lines whose answer FILE already holds are skipped, matched by ``id`` when the input line has
