@@ -96,6 +96,7 @@ def test_stdin_input_and_http_errors_per_line(run: Any, svc: FakeService) -> Non
             "message": rows[0]["error"]["message"],
             "status": 429,
             "attempts": 1,
+            "request_id": None,
             "body": '{"detail": "slow down"}',
         },
     }
@@ -378,7 +379,7 @@ def test_a_file_name_is_never_taken_as_a_question_value(run: Any, svc: FakeServi
         ("--concurrency", str(_parser.MAX_CONCURRENCY + 1), False),
         ("--concurrency", "two", False),
         ("--max-rate", "190", True),
-        ("--max-rate", "0.001", True),
+        ("--max-rate", "1000.5", True),
         ("--max-rate", "0", False),
         ("--max-rate", "-5", False),
         ("--max-rate", "inf", False),

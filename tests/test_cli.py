@@ -114,6 +114,7 @@ def test_demo_json_is_one_document_with_every_section(run: Any) -> None:
         "message": doc["error"]["message"],
         "status": 429,
         "attempts": 3,
+        "request_id": None,
         "body": '{"detail": "slow down"}',
     }
 
@@ -203,6 +204,7 @@ def test_ask_json_prints_answers_and_usage(run: Any, svc: FakeService) -> None:
     assert json.loads(result.out) == {
         "answers": expected(STATE),
         "usage": {"input_tokens": 4, "output_tokens": 3},
+        "request_id": None,
     }
 
 
@@ -463,6 +465,7 @@ def test_json_errors_go_to_stdout_as_json_and_to_stderr(run: Any, svc: FakeServi
             "message": json.loads(result.out)["error"]["message"],
             "status": 429,
             "attempts": 3,
+            "request_id": None,
             "body": '{"detail": "slow down"}',
         }
     }
@@ -531,6 +534,7 @@ def test_answer_output_never_contains_the_api_key(run: Any, svc: FakeService, ke
     assert json.loads(result.out) == {
         "answers": {"t": True},
         "usage": {"account": "[redacted]", "input_tokens": 1},
+        "request_id": None,
     }
 
 

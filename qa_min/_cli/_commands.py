@@ -51,7 +51,8 @@ def ask(args: argparse.Namespace, out: Output) -> int:
     with Client(**client_options(args)) as client:
         response = client.core(request)
     if out.json:
-        out.data({"answers": dict(response.answers), "usage": dict(response.usage)})
+        request_id = response.diagnostics.request_id
+        out.data({"answers": dict(response.answers), "usage": dict(response.usage), "request_id": request_id})
     else:
         for name, value in response.answers.items():
             out.line(f"{name}: {answer_text(value)}")

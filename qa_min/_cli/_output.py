@@ -19,7 +19,7 @@ from .. import (
     ServiceBusy,
     ValidationError,
 )
-from .._config import redactor
+from .._redact import Redactor
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -72,15 +72,8 @@ def exit_help() -> str:
 
 
 def scrubber(keys: Iterable[Optional[str]]) -> Callable[[str], str]:
-    """One function that hides every given API key, in every form the library's redaction knows."""
-    redacts = [redactor(key) for key in dict.fromkeys(filter(None, keys))]
-
-    def scrub(text: str) -> str:
-        for redact in redacts:
-            text = redact(text)
-        return text
-
-    return scrub
+    """The library's one redaction, hiding every piece of every given API key."""
+    return Redactor(*dict.fromkeys(filter(None, keys)))
 
 
 class Output:
@@ -109,6 +102,7 @@ class Output:
             "message": self.scrub(exc.message),
             "status": status,
             "attempts": diag.attempts,
+            "request_id": diag.request_id,
             "body": None if diag.body is None else self.scrub(diag.body),
         }
 
@@ -133,6 +127,8 @@ def diagnostics_text(diag: Diagnostics) -> str:
     if body is not None and len(body) > 200:
         body = body[:197] + "..."
     text = f"status={diag.status}, attempts={diag.attempts}, body={body!r}"
+    if diag.request_id is not None:
+        text += f", request_id={diag.request_id}"
     if diag.transport_error is not None:
         text += f", transport_error={diag.transport_error!r}"
     return text
@@ -161,11 +157,15 @@ def client_options(args: argparse.Namespace, max_workers: int = 8) -> dict[str, 
         "max_workers": max_workers,
     }
     # --max-rate R is Client(rate_limit=RateLimit(per_second=R)); without it the client's
-    # default, adaptive limiter applies. Validated now, applied once Client takes rate_limit=.
+    # default, adaptive limiter applies.
     options.update(rate_limit_option(getattr(args, "max_rate", None)))
     return options
 
 
 def rate_limit_option(max_rate: Optional[float]) -> dict[str, Any]:
     """``{"rate_limit": RateLimit(per_second=max_rate)}``, or ``{}`` for the client's default."""
-    return {}
+    if max_rate is None:
+        return {}
+    from .. import RateLimit
+
+    return {"rate_limit": RateLimit(per_second=max_rate)}
