@@ -455,6 +455,23 @@ def test_long_error_bodies_are_shortened_in_the_diagnostics_line(run: Any, svc: 
     assert json.loads(result.out)["error"]["body"] == page  # the JSON keeps all of it
 
 
+def test_errors_print_the_request_id_and_json_carries_it(run: Any, svc: FakeService) -> None:
+    svc.script(reply(404, {"detail": "gone"}, headers=[("x-request-id", "req_cli_7")]))
+    result = run("--base-url", svc.url, "--json", "models")
+    assert result.code == 5
+    assert json.loads(result.out)["error"]["request_id"] == "req_cli_7"
+    assert "(request id req_cli_7)" in result.err.splitlines()[0]
+    assert result.err.splitlines()[1].endswith(", request_id=req_cli_7")
+    svc.script(reply(404, {"detail": "gone"}, headers=[("request-id", "req_cli_8")]))
+    assert "(request id req_cli_8)" in run("--base-url", svc.url, "models").err
+
+
+def test_ask_json_carries_the_request_id(run: Any, svc: FakeService) -> None:
+    svc.script(reply(200, {"answers": {"toxic": True}}, headers=[("request-id", "req_ok")]))
+    result = run("--base-url", svc.url, "--json", "ask", STATE, "--yes-no", "toxic", "a", "b")
+    assert json.loads(result.out)["request_id"] == "req_ok"
+
+
 def test_json_errors_go_to_stdout_as_json_and_to_stderr(run: Any, svc: FakeService) -> None:
     svc.script(BUSY, BUSY, BUSY)
     result = run("--base-url", svc.url, "--json", "models")
