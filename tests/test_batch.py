@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import sys
 import threading
 from pathlib import Path
@@ -197,6 +198,51 @@ def test_first_answer_is_written_before_the_input_ends(
     ]
 
 
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
+def test_ctrl_c_writing_to_stdout_exits_130_and_says_how_to_make_a_run_resumable(
+    capsys: pytest.CaptureFixture[str], svc: FakeService, inp: Path
+) -> None:
+    svc.script(delay(0), delay(0), hang(), hang())
+
+    def interrupt() -> None:
+        if svc.wait_for_requests(4):
+            os.kill(os.getpid(), signal.SIGINT)  # handled by batch's handler, in this (main) thread
+
+    before = signal.getsignal(signal.SIGINT)
+    sender = threading.Thread(target=interrupt)
+    sender.start()
+    try:
+        result = run_main(
+            capsys, "--base-url", svc.url, "batch", str(inp), "--concurrency", "2", "-q", *QUESTION
+        )
+    finally:
+        sender.join(10)
+    assert result.code == 130
+    rows = [json.loads(line) for line in result.out.splitlines()]
+    assert [row["line"] for row in rows] == list(range(1, len(rows) + 1))  # a prefix, in order
+    assert all("answers" in row for row in rows)
+    assert result.err.splitlines()[-1] == "to be able to resume, run with --output FILE"
+    assert signal.getsignal(signal.SIGINT) is before  # restored
+
+
+def test_an_input_that_cannot_be_read_exits_3(
+    capsys: pytest.CaptureFixture[str], svc: FakeService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    lines = iter(['"one"\n', '"two"\n'])
+
+    class Broken:
+        def readline(self) -> str:
+            line = next(lines, None)
+            if line is None:
+                raise OSError(5, "Input/output error")
+            return line
+
+    monkeypatch.setattr(sys, "stdin", Broken())
+    result = run_main(capsys, "--base-url", svc.url, "batch", "-q", *QUESTION)
+    assert result.code == 3
+    assert "error: FileError: cannot read the input: [Errno 5] Input/output error" in result.err
+
+
 # -- resume ---------------------------------------------------------------------------------------
 
 
@@ -267,10 +313,11 @@ def test_torn_last_line_is_cut_off_and_asked_again(
         (["-o", "OUT", "--resume"], '{"line": 1, "answers": {}}\n{"note": 1}\n', 3, "line 2 is not a line"),
         (["-o", "OUT", "--resume"], '{"line": 0, "answers": {}}\n', 3, "line 1 is not a line batch"),
         (["--failures", "DIR"], None, 3, "cannot write"),
+        (["-o", "OUT", "--failures", "DIR"], None, 3, "cannot write"),
         (["-o", "DIR"], None, 3, "cannot write"),
     ],
     ids=["exists-without-resume", "resume-without-output", "foreign-line", "line-zero", "failures-unwritable",
-         "output-unwritable"],
+         "failures-unwritable-with-output", "output-unwritable"],
 )  # fmt: skip
 def test_output_files_that_cannot_be_used_are_refused_before_any_call(
     run: Any,
