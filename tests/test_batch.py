@@ -17,6 +17,7 @@ import pytest
 from batchsupport import QUESTION, Result, answer, asked, clean_env, read_rows, run_main, write_input
 from support import wait_until
 
+import qa_min as qa
 from qa_min._cli import _jsonl, _parser
 from qa_min._cli._batch import WINDOW
 from qa_min.testing import FakeService, delay, hang, reply
@@ -441,3 +442,14 @@ def test_concurrency_and_max_rate_limits(run: Any, inp: Path, option: str, value
         assert len(result.out.splitlines()) == len(STATES)
     else:
         assert f"argument {option}: " in result.err
+
+
+def test_progress_shows_the_limiters_ceiling_and_counts_busy_replies() -> None:
+    from qa_min._cli._batch import _ceiling
+
+    with qa.Client(base_url="http://127.0.0.1:9", rate_limit=qa.RateLimit(50)) as paced:
+        assert _ceiling(paced)() == 50.0
+    with qa.Client(base_url="http://127.0.0.1:9") as adaptive:
+        assert _ceiling(adaptive)() is None  # no ceiling until the first 429
+    with qa.Client(base_url="http://127.0.0.1:9", rate_limit=None) as unlimited:
+        assert _ceiling(unlimited)() is None

@@ -221,6 +221,7 @@ class _Batch:
             self.failures.flush()
         if line.diagnostics is not None:
             self.tally.retries += max(line.diagnostics.attempts - 1, 0)
+            self.tally.busy += sum(a.status in (429, 529) for a in line.diagnostics.history)
         self.tally.done += 1
         self.room.release()
         self.progress.tick()
@@ -340,8 +341,8 @@ def run_batch(args: argparse.Namespace, out: Output) -> int:
         output, done, failures = _open_files(args, source.estimate())
         if done.torn:
             out.note(f"{args.output!r}: its last line was cut short; that line is asked again")
-        progress = Progress(sys.stderr, Tally(), source.total, args.quiet)
         with Client(**client_options(args, max_workers=args.concurrency)) as client:
+            progress = Progress(sys.stderr, Tally(), source.total, args.quiet, ceiling=_ceiling(client))
             write = _writer(output, out.scrub)
             batch = _Batch(client, out, questions, done, write, progress, args.concurrency)
             batch.failures = failures
@@ -359,3 +360,13 @@ def run_batch(args: argparse.Namespace, out: Output) -> int:
         for file in (output, failures):
             if file is not None:
                 file.close()
+
+
+def _ceiling(client: Client) -> Callable[[], Optional[float]]:
+    """The client's rate-limit ceiling now (requests per second), for the progress line."""
+
+    def ceiling() -> Optional[float]:
+        state = client.rate_limit
+        return None if state is None else state.per_second
+
+    return ceiling
