@@ -655,6 +655,40 @@ def test_fake_requires_the_api_key_it_was_given(
     assert statuses == [401, 4]
 
 
+@pytest.mark.parametrize("style", ["seconds", "ms", "both", "none"])
+def test_fake_plays_a_rate_limited_service(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, style: str
+) -> None:
+    seen: list[tuple[int, dict[str, str]]] = []
+
+    def use_it() -> None:
+        url = json.loads(capsys.readouterr().out)["url"]
+        with qa.Client(base_url=url, trust_env=False, retry=qa.RetryPolicy.none, rate_limit=None) as client:
+            for _ in range(3):
+                diagnostics = qa.Diagnostics()
+                try:
+                    client.list_models(diagnostics=diagnostics)
+                except qa.RateLimited:
+                    pass
+                assert diagnostics.headers is not None
+                seen.append((diagnostics.status or 0, dict(diagnostics.headers.items())))
+
+    monkeypatch.setattr(_commands, "_serve_forever", _serve_then(use_it))
+    argv = ["--json", "fake", "--port", "0", "--rate-limit", "0.01", "2", "--retry-after", style]
+    assert main(argv) == 0
+    assert [status for status, _ in seen] == [200, 200, 429]  # a burst of 2, then the limit
+    throttled = {name.lower() for name in seen[2][1]}
+    assert ("retry-after" in throttled) == (style in ("seconds", "both"))
+    assert ("retry-after-ms" in throttled) == (style in ("ms", "both"))
+
+
+@pytest.mark.parametrize(("rate", "burst"), [("5", "0.5"), ("0", "5"), ("fast", "5")])
+def test_fake_refuses_a_rate_limit_it_cannot_play(run: Any, rate: str, burst: str) -> None:
+    result = run("fake", "--port", "0", "--rate-limit", rate, burst)
+    assert result.code == 2
+    assert "--rate-limit" in result.err
+
+
 def test_fake_on_a_busy_port_exits_1(run: Any) -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))

@@ -11,7 +11,7 @@ import sys
 import time
 
 from .. import Client, Request
-from ._output import answer_text, client_options
+from ._output import UsageError, answer_text, client_options
 from ._questions import collect_questions
 
 TYPE_CHECKING = False
@@ -81,8 +81,17 @@ def fake(args: argparse.Namespace, out: Output) -> int:
     from ..testing import FakeService
 
     try:
-        service = FakeService(api_key=args.api_key, host=args.host, port=args.port, prefix=args.prefix)
+        service = FakeService(  # checks the rate limit: ValueError, a usage error
+            api_key=args.api_key,
+            host=args.host,
+            port=args.port,
+            prefix=args.prefix,
+            rate_limit=args.rate_limit,
+            retry_after=args.retry_after,
+        )
         service.start()
+    except ValueError as exc:
+        raise UsageError(f"--rate-limit: {exc}") from None
     except OSError as exc:
         print(f"error: cannot listen on {args.host}:{args.port}: {exc.strerror or exc}", file=sys.stderr)
         return 1

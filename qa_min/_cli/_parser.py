@@ -177,6 +177,21 @@ def _add_fake_options(sub: argparse.ArgumentParser) -> None:
     sub.add_argument("--host", default="127.0.0.1", help="address to listen on (127.0.0.1)")
     sub.add_argument("--port", type=_count(0), default=8080, help="port (8080; 0 picks a free one)")
     sub.add_argument("--prefix", default="", help="path prefix the service lives under")
+    sub.add_argument(
+        "--rate-limit",
+        nargs=2,
+        type=_positive_float,
+        metavar=("RATE", "BURST"),
+        default=None,
+        help="play a rate-limited service: a token bucket of BURST refilled at RATE a second; "
+        "a request that finds no token gets 429",
+    )
+    sub.add_argument(
+        "--retry-after",
+        choices=("seconds", "ms", "both", "none"),
+        default="seconds",
+        help="what a 429 says: Retry-After in seconds (default), retry-after-ms, both, or neither",
+    )
     # dest api_key, default SUPPRESS: `qa-min --api-key K fake` works too, and the environment's
     # key is never required by accident.
     sub.add_argument("--api-key", default=argparse.SUPPRESS, help="require this key (default: none)")
