@@ -59,18 +59,18 @@ def make_client(url: str, retry: Optional[qa.RetryPolicy] = None) -> qa.Client:
     return qa.Client(base_url=url, trust_env=False, rate_limit=SHARE, retry=retry)
 
 
-def judge(client: qa.Client, states: Iterable[str]) -> list[qa.AskResponse[Review]]:
+def judge(states: Iterable[str], client: qa.Client) -> list[qa.AskResponse[Review]]:
     """A partition with a shipped client: the task's copy is left open (see README)."""
     return [client.ask(state, Review) for state in states]
 
 
-def judge_with_own_client(url: str, states: Iterable[str]) -> list[qa.AskResponse[Review]]:
+def judge_with_own_client(states: Iterable[str], url: str) -> list[qa.AskResponse[Review]]:
     """A partition with a client built for it, in the worker."""
     with make_client(url) as client:
         return [client.ask(state, Review) for state in states]
 
 
-def judge_or_error(client: qa.Client, states: Iterable[str]) -> Iterator[tuple[str, Outcome]]:
+def judge_or_error(states: Iterable[str], client: qa.Client) -> Iterator[tuple[str, Outcome]]:
     """Each state with its response or its error: for engines that lose an exception's class."""
     for state in states:
         try:

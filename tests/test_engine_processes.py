@@ -70,14 +70,14 @@ def mp_pool(request: pytest.FixtureRequest) -> Iterator[multiprocessing.pool.Poo
 def test_pool_executor_with_a_shipped_client(executor: ProcessPoolExecutor, service: FakeService) -> None:
     parts = jobs.partitions(jobs.STATES)
     with jobs.make_client(service.url) as client:
-        responses = jobs.flatten(executor.map(jobs.judge, itertools.repeat(client), parts, timeout=50))
+        responses = jobs.flatten(executor.map(jobs.judge, parts, itertools.repeat(client), timeout=50))
     jobs.check(jobs.STATES, responses)
 
 
 def test_pool_executor_with_a_client_per_partition(executor: ProcessPoolExecutor, service: FakeService) -> None:
     parts = jobs.partitions(jobs.STATES)
     responses = jobs.flatten(
-        executor.map(jobs.judge_with_own_client, itertools.repeat(service.url), parts, timeout=50)
+        executor.map(jobs.judge_with_own_client, parts, itertools.repeat(service.url), timeout=50)
     )
     jobs.check(jobs.STATES, responses)
 
@@ -92,7 +92,7 @@ def test_pool_executor_storm_reaches_the_parent_and_the_pool_survives(
     executor: ProcessPoolExecutor, service: FakeService, storm_service: FakeService
 ) -> None:
     with jobs.make_client(storm_service.url, retry=jobs.IMPATIENT) as busy:
-        futures = [executor.submit(jobs.judge, busy, part) for part in jobs.partitions(jobs.STATES[:10], 2)]
+        futures = [executor.submit(jobs.judge, part, busy) for part in jobs.partitions(jobs.STATES[:10], 2)]
         for future in futures:
             with pytest.raises(qa.ServiceBusy) as caught:
                 future.result(30)
@@ -100,7 +100,7 @@ def test_pool_executor_storm_reaches_the_parent_and_the_pool_survives(
     # The same pool, the same processes, answering again.
     parts = jobs.partitions(jobs.STATES[:100], 4)
     with jobs.make_client(service.url) as client:
-        jobs.check(jobs.STATES[:100], jobs.flatten(executor.map(jobs.judge, itertools.repeat(client), parts)))
+        jobs.check(jobs.STATES[:100], jobs.flatten(executor.map(jobs.judge, parts, itertools.repeat(client))))
 
 
 def test_multiprocessing_pool_with_a_shipped_client(
@@ -110,7 +110,7 @@ def test_multiprocessing_pool_with_a_shipped_client(
     with jobs.make_client(service.url) as client:
         # chunksize 4: four tasks are pickled together, so they share one copy of the client
         # in the worker, one after the other; a copy left open serves them all.
-        result = mp_pool.starmap_async(jobs.judge, [(client, part) for part in parts], chunksize=4)
+        result = mp_pool.starmap_async(jobs.judge, [(part, client) for part in parts], chunksize=4)
         responses = jobs.flatten(result.get(50))
     jobs.check(jobs.STATES, responses)
 
@@ -119,7 +119,7 @@ def test_multiprocessing_pool_with_a_client_per_partition(
     mp_pool: multiprocessing.pool.Pool, service: FakeService
 ) -> None:
     parts = jobs.partitions(jobs.STATES)
-    result = mp_pool.starmap_async(jobs.judge_with_own_client, [(service.url, part) for part in parts])
+    result = mp_pool.starmap_async(jobs.judge_with_own_client, [(part, service.url) for part in parts])
     jobs.check(jobs.STATES, jobs.flatten(result.get(50)))
 
 
@@ -127,9 +127,9 @@ def test_multiprocessing_pool_storm_reaches_the_parent(
     mp_pool: multiprocessing.pool.Pool, service: FakeService, storm_service: FakeService
 ) -> None:
     with jobs.make_client(storm_service.url, retry=jobs.IMPATIENT) as busy:
-        result = mp_pool.apply_async(jobs.judge, (busy, jobs.STATES[:5]))
+        result = mp_pool.apply_async(jobs.judge, (jobs.STATES[:5], busy))
         with pytest.raises(qa.ServiceBusy) as caught:
             result.get(30)  # raises at once: it used to hang here
     jobs.check_busy(caught.value)
     with jobs.make_client(service.url) as client:
-        jobs.check(jobs.STATES[:20], mp_pool.apply_async(jobs.judge, (client, jobs.STATES[:20])).get(30))
+        jobs.check(jobs.STATES[:20], mp_pool.apply_async(jobs.judge, (jobs.STATES[:20], client)).get(30))
