@@ -18,7 +18,9 @@ from qa_min.testing import FakeService, expected_answer, reply
 ROOT = Path(__file__).resolve().parent.parent
 WORKERS = 2
 PARTITIONS = 8
-STATES = [f"State {i}: the parcel came {('late', 'early', 'on time')[i % 3]} and {i % 7} items" for i in range(2000)]
+STATES = [
+    f"State {i}: the parcel came {('late', 'early', 'on time')[i % 3]} and {i % 7} items" for i in range(2000)
+]
 # One limit for the whole job, each of the WORKERS workers' clients holding its share: high
 # enough never to slow a test down, and visible in a worker (``limit_in_worker``).
 LIMIT = qa.RateLimit(40_000)
@@ -30,7 +32,9 @@ BUSY_DETAIL = "slow down, please"
 
 class Review(qa.Questions):
     toxic = qa.YesNo("The text insults someone", "The text insults no one")
-    tone = qa.Choice({"formal": "Written formally", "casual": "Written casually", "angry": "Written in anger"})
+    tone = qa.Choice(
+        {"formal": "Written formally", "casual": "Written casually", "angry": "Written in anger"}
+    )
     quality = qa.Score(["poor", "fair", "good", "great"])
 
 
@@ -95,7 +99,11 @@ def check(states: Sequence[str], responses: Sequence[qa.AskResponse[Review]]) ->
     criteria = {name: getattr(Review, name).criteria for name in ("toxic", "tone", "quality")}
     for state, response in zip(states, responses):
         assert isinstance(response, qa.AskResponse), response
-        got = {"toxic": response.answers.toxic, "tone": response.answers.tone, "quality": response.answers.quality}
+        got = {
+            "toxic": response.answers.toxic,
+            "tone": response.answers.tone,
+            "quality": response.answers.quality,
+        }
         want = {name: expected_answer(qa.DEFAULT_MODEL, state, name, c) for name, c in criteria.items()}
         assert got == want, (state, got, want)
         assert response.diagnostics is not None

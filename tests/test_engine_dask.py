@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
+from typing import Any
 
 import engine_jobs as jobs
 import pytest
@@ -28,7 +29,7 @@ dask_bag = pytest.importorskip("dask.bag", reason="Dask is not installed: pip in
 
 
 @pytest.fixture(scope="module")
-def dask_client() -> Iterator[distributed.Client]:
+def dask_client() -> Iterator[Any]:
     # Workers are spawned processes with the driver's sys.path, so engine_jobs imports there.
     with (
         distributed.LocalCluster(
@@ -56,20 +57,20 @@ def storm_service() -> Iterator[FakeService]:
         yield svc
 
 
-def test_map_partitions_with_a_shipped_client(dask_client: distributed.Client, service: FakeService) -> None:
+def test_map_partitions_with_a_shipped_client(dask_client: Any, service: FakeService) -> None:
     with jobs.make_client(service.url) as client:
         bag = dask_bag.from_sequence(jobs.STATES, npartitions=jobs.PARTITIONS)
         responses = bag.map_partitions(jobs.judge, client).compute()
     jobs.check(jobs.STATES, responses)
 
 
-def test_client_map_with_a_client_per_partition(dask_client: distributed.Client, service: FakeService) -> None:
+def test_client_map_with_a_client_per_partition(dask_client: Any, service: FakeService) -> None:
     parts = jobs.partitions(jobs.STATES)
     futures = dask_client.map(jobs.judge_with_own_client, parts, url=service.url)
     jobs.check(jobs.STATES, jobs.flatten(dask_client.gather(futures)))
 
 
-def test_each_worker_holds_its_share_of_the_limit(dask_client: distributed.Client, service: FakeService) -> None:
+def test_each_worker_holds_its_share_of_the_limit(dask_client: Any, service: FakeService) -> None:
     with jobs.make_client(service.url) as client:
         futures = dask_client.map(jobs.limit_in_worker, [client] * 4, pure=False)
         seen = dask_client.gather(futures)
@@ -77,7 +78,7 @@ def test_each_worker_holds_its_share_of_the_limit(dask_client: distributed.Clien
 
 
 def test_a_storm_reaches_the_driver_and_the_cluster_survives(
-    dask_client: distributed.Client, service: FakeService, storm_service: FakeService
+    dask_client: Any, service: FakeService, storm_service: FakeService
 ) -> None:
     workers = set(dask_client.scheduler_info()["workers"])
     with jobs.make_client(storm_service.url, retry=jobs.IMPATIENT) as busy:

@@ -74,7 +74,9 @@ def test_pool_executor_with_a_shipped_client(executor: ProcessPoolExecutor, serv
     jobs.check(jobs.STATES, responses)
 
 
-def test_pool_executor_with_a_client_per_partition(executor: ProcessPoolExecutor, service: FakeService) -> None:
+def test_pool_executor_with_a_client_per_partition(
+    executor: ProcessPoolExecutor, service: FakeService
+) -> None:
     parts = jobs.partitions(jobs.STATES)
     responses = jobs.flatten(
         executor.map(jobs.judge_with_own_client, parts, itertools.repeat(service.url), timeout=50)
@@ -82,7 +84,9 @@ def test_pool_executor_with_a_client_per_partition(executor: ProcessPoolExecutor
     jobs.check(jobs.STATES, responses)
 
 
-def test_each_worker_holds_its_share_of_the_limit(executor: ProcessPoolExecutor, service: FakeService) -> None:
+def test_each_worker_holds_its_share_of_the_limit(
+    executor: ProcessPoolExecutor, service: FakeService
+) -> None:
     with jobs.make_client(service.url) as client:
         seen = [executor.submit(jobs.limit_in_worker, client).result(30) for _ in range(4)]
     assert {limit for _, limit in seen} == {qa.RateLimit(20_000)}

@@ -143,5 +143,7 @@ def test_a_storm_in_an_actor_pool_leaves_the_actors_usable(ray_session: None) ->
             jobs.check_busy(caught.value)
         assert not pool.has_next()
         parts = jobs.partitions(jobs.STATES[:100], 4)
-        jobs.check(jobs.STATES[:100], jobs.flatten(pool.map(lambda actor, part: actor.judge.remote(part), parts)))
+        jobs.check(
+            jobs.STATES[:100], jobs.flatten(pool.map(lambda actor, part: actor.judge.remote(part), parts))
+        )
         assert svc.request_count == 2 * jobs.WORKERS + 100

@@ -15,7 +15,6 @@ uncaught fails the job with its class and status in the message, and Spark runs 
 
 from __future__ import annotations
 
-import os
 import sys
 from collections.abc import Iterator
 from typing import Any
