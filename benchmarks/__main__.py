@@ -1,7 +1,7 @@
-"""``python -m benchmarks``: see ``python -m benchmarks --help``."""
+"""``python -m benchmarks``: see ``python -m benchmarks --help`` and ``python -m benchmarks cold --help``."""
 
 from __future__ import annotations
 
-from .run import main
+from .cli import main
 
 raise SystemExit(main())

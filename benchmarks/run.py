@@ -1,16 +1,20 @@
-"""``python -m benchmarks``: run every client against the local server and report the medians.
+"""The steady-state measurements: every client against every server, round by round.
 
-The parent process measures nothing itself; it starts the server (``server.start``) and, for
-each round, each measurement and each client, a fresh child process (``benchmarks.clients``, or
-a bare ``python -c`` for import times). Clients are interleaved, their order rotated each round,
-and each client's numbers are compared with the raw ``http.client`` floor of the same round,
-so that a machine that slows down in the middle of a run (thermal limits, a noisy neighbour)
-shifts both sides of a ratio together.
+The parent process measures nothing itself; it starts the servers (nginx and/or the own server,
+``benchmarks.servers``) and, for each round, each measurement and each client, a fresh child
+process (``benchmarks.clients``, or a bare ``python -c`` for import times). Clients are
+interleaved, their order rotated each round, and each client's numbers are compared with the
+raw ``http.client`` floor of the same round and server, so that a machine that slows down in the
+middle of a run (thermal limits, a noisy neighbour) shifts both sides of a ratio together.
+
+The per-call metrics (CPU, threads) are measured against each server and stored as
+``<metric>@<server key>``; import times and peak RSS involve no server's work and are measured
+once per round.
 """
 
 from __future__ import annotations
 
-import argparse
+import contextlib
 import datetime
 import importlib.util
 import json
@@ -26,12 +30,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
 from . import report
-from .server import ROOT, child_env, start
+from .process import ROOT, child_env
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from .server import ServerProcess
+    from .process import ServerProcess
+    from .servers import Starter
 
 
 @dataclass(frozen=True)
@@ -76,7 +81,8 @@ CLIENTS = (
     ),
 )
 BY_NAME = {spec.name: spec for spec in CLIENTS}
-METRICS = ("cpu_us", "calls_per_s", "importtime_ms", "import_wall_ms", "cold_ms", "cold_wall_ms", "rss_mib")
+PER_SERVER = ("cpu_us", "calls_per_s")  # measured against each server: "<metric>@<server key>"
+METRICS = ("importtime_ms", "import_wall_ms", "cold_ms", "cold_wall_ms", "rss_mib")
 DIFFERENCE_METRICS = {"rss_mib"}  # compared with raw as a difference, the others as a ratio
 MARK = "--benchmarks: import starts--"
 
@@ -95,7 +101,9 @@ class Settings:
     rss_calls: int
     import_runs: int
     wrong_answer: bool = False
+    thread_repeats: int = 1  # threaded runs per client, server and round; their median counts
     python: str = sys.executable
+    servers: list[tuple[str, str]] = field(default_factory=list)  # (key, name) as measured
 
 
 @dataclass
@@ -106,8 +114,14 @@ class Results:
     missing: list[ClientSpec]
     samples: dict[str, dict[str, list[float]]] = field(default_factory=dict)
     versus_raw: dict[str, dict[str, list[float]]] = field(default_factory=dict)
-    # Per 8-thread run: (client, server CPU µs per request, calls/s): is the server the bottleneck?
-    server_load: list[tuple[str, float, float]] = field(default_factory=list)
+    # Per threaded run: (server key, client, server CPU µs per request, calls/s): is the server
+    # the bottleneck?
+    server_load: list[tuple[str, str, float, float]] = field(default_factory=list)
+    # Per client: the own server's reads per request in each one-thread run; above 1 when the
+    # client's requests arrive in pieces (http.client: the head, then the body).
+    reads: dict[str, list[float]] = field(default_factory=dict)
+    # Per (server key, client): the server's CPU µs per request in each one-thread run.
+    server_cost: dict[tuple[str, str], list[float]] = field(default_factory=dict)
 
     def add_round(self, values: dict[str, dict[str, float]]) -> None:
         raw = values["raw"]
@@ -123,6 +137,11 @@ class Results:
 
     def median_versus_raw(self, name: str, metric: str) -> float:
         return statistics.median(self.versus_raw[name][metric])
+
+    def range_versus_raw(self, name: str, metric: str) -> tuple[float, float]:
+        """The lowest and highest per-round comparison with raw: the noise of the run."""
+        values = self.versus_raw[name][metric]
+        return min(values), max(values)
 
 
 # -- child processes ------------------------------------------------------------------------
@@ -221,24 +240,45 @@ def rotated(items: Sequence[ClientSpec], round_index: int) -> list[ClientSpec]:
 
 
 def run_round(
-    settings: Settings, env: dict[str, str], server: ServerProcess, order: list[ClientSpec], results: Results
+    settings: Settings,
+    env: dict[str, str],
+    servers: Sequence[tuple[str, ServerProcess]],
+    order: list[ClientSpec],
+    results: Results,
 ) -> dict[str, dict[str, float]]:
     """One round: each measurement kind for every client in ``order``, kind after kind."""
     values: dict[str, dict[str, float]] = {spec.name: {} for spec in order}
-    url = server.url
+    for key, server in servers:
+        for spec in order:
+            before = server.counters() if key == "own" else None
+            spent = server.cpu_seconds()
+            cpu = run_client(settings, env, spec.name, "cpu", server.url, settings.calls)
+            values[spec.name][f"cpu_us@{key}"] = cpu["cpu_us"]
+            now = server.cpu_seconds()
+            if spent is not None and now is not None:
+                cost = (now - spent) / cpu["requests"] * 1e6
+                results.server_cost.setdefault((key, spec.name), []).append(cost)
+            after = server.counters() if before is not None else None
+            if before is not None and after is not None and after[0] > before[0]:
+                # The request that read `after` was one read more.
+                reads = (after[1] - before[1] - 1) / (after[0] - before[0])
+                results.reads.setdefault(spec.name, []).append(reads)
+        rates: dict[str, list[float]] = {}
+        for repeat in range(settings.thread_repeats):
+            for spec in rotated(order, repeat):
+                spent = server.cpu_seconds()
+                threaded = run_client(settings, env, spec.name, "threads", server.url, settings.thread_calls)
+                now = server.cpu_seconds()
+                rates.setdefault(spec.name, []).append(threaded["calls_per_s"])
+                if spent is not None and now is not None:
+                    cost = (now - spent) / threaded["requests"] * 1e6
+                    results.server_load.append((key, spec.name, cost, threaded["calls_per_s"]))
+        for name, found in rates.items():
+            # Short threaded runs are the noisiest measurement: a median of repeats, interleaved.
+            values[name][f"calls_per_s@{key}"] = statistics.median(found)
+    # Memory and imports involve no server's work: measured once, against the first server.
     for spec in order:
-        cpu = run_client(settings, env, spec.name, "cpu", url, settings.calls)
-        values[spec.name]["cpu_us"] = cpu["cpu_us"]
-    for spec in order:
-        before = server.cpu_seconds()
-        threaded = run_client(settings, env, spec.name, "threads", url, settings.thread_calls)
-        after = server.cpu_seconds()
-        values[spec.name]["calls_per_s"] = threaded["calls_per_s"]
-        if before is not None and after is not None:
-            cost = (after - before) / threaded["requests"] * 1e6
-            results.server_load.append((spec.name, cost, threaded["calls_per_s"]))
-    for spec in order:
-        rss = run_client(settings, env, spec.name, "rss", url, settings.rss_calls)
+        rss = run_client(settings, env, spec.name, "rss", servers[0][1].url, settings.rss_calls)
         values[spec.name]["rss_mib"] = rss["rss_kib"] / 1024.0
     # qa_core and qa_ask share `import qa_min`: measured once.
     statements = [spec.statement for spec in order] + [spec.cold for spec in order]
@@ -259,15 +299,24 @@ def available(specs: Sequence[ClientSpec]) -> tuple[list[ClientSpec], list[Clien
     return installed, missing
 
 
-def benchmark(settings: Settings, specs: Sequence[ClientSpec], progress: bool = True) -> Results:
-    """Run every round; raises ``BenchmarkFailed`` on the first failing child."""
+def benchmark(
+    settings: Settings, specs: Sequence[ClientSpec], starters: Sequence[Starter], progress: bool = True
+) -> Results:
+    """Run every round against every server; raises ``BenchmarkFailed`` on the first failing child.
+
+    Fills ``settings.servers`` with the (key, name) of each server as it ran.
+    """
     installed, missing = available(specs)
     results = Results(installed, missing)
     env = child_env()
     # Compile every module once, so no round pays for byte-compilation.
     for statement in dict.fromkeys(spec.statement for spec in installed):
         _python(settings, env, "-c", statement)
-    with start(wrong_answer=settings.wrong_answer, python=settings.python) as server:
+    with contextlib.ExitStack() as stack:
+        servers = [
+            (starter.key, stack.enter_context(starter.start(settings.wrong_answer))) for starter in starters
+        ]
+        settings.servers = [(key, server.name) for key, server in servers]
         for index in range(settings.rounds):
             order = rotated(installed, index)
             if progress:
@@ -275,105 +324,11 @@ def benchmark(settings: Settings, specs: Sequence[ClientSpec], progress: bool = 
                     f"round {index + 1}/{settings.rounds}: {', '.join(s.name for s in order)}",
                     file=sys.stderr,
                 )
-            values = run_round(settings, env, server, order, results)
+            values = run_round(settings, env, servers, order, results)
             results.add_round(values)
             if progress:
                 print(report.progress_line(values), file=sys.stderr)
     return results
-
-
-# -- the command ----------------------------------------------------------------------------
-
-QUICK = {"rounds": 1, "calls": 300, "warmup": 50, "thread_calls": 800, "rss_calls": 300, "import_runs": 2}
-FULL = {"rounds": 5, "calls": 2000, "warmup": 200, "thread_calls": 4000, "rss_calls": 1000, "import_runs": 10}
-
-
-def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
-    names = ", ".join(spec.name for spec in CLIENTS)
-    parser = argparse.ArgumentParser(
-        prog="python -m benchmarks",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        description=f"""\
-Benchmark qa_min against raw http.client, urllib3, requests and httpx.
-
-A local HTTP/1.1 keep-alive server (asyncio, in its own process) answers POST /v1/core
-instantly with a fixed JSON body. Every client runs in a fresh python process per
-measurement, makes the same POST with the same JSON body and checks every answer
-(toxic true, tone "formal", quality 2); an error or a wrong answer stops the run with
-exit status 1. Clients are interleaved over the rounds, their order rotated each round.
-
-Per client, the median over the rounds, and the median of its ratio to the raw
-http.client floor measured in the same round:
-  * CPU us per call on one thread (time.process_time over --calls calls after --warmup);
-  * calls/s with --threads threads sharing one client (raw: one HTTPConnection per thread);
-  * import time: top-level cumulative times of `python -X importtime -c STATEMENT`, and the
-    wall time of `python -c STATEMENT` minus that of a `python -c pass` run next to it
-    (medians of --import-runs);
-  * peak RSS after --rss-calls calls, in MiB and as a difference from raw: VmHWM from
-    /proc/self/status on Linux (ru_maxrss there is inherited across exec from the
-    runner), ru_maxrss elsewhere.
-
-Clients: {names} (raw is always included: it is the floor).
-A client whose package is not installed is reported as such and skipped.
-The extra `pip install -e '.[bench]'` installs urllib3, requests and httpx.
-
-The markdown table goes to stdout and to --output; progress goes to stderr.""",
-    )
-    parser.add_argument("--rounds", type=int, help=f"rounds (default {FULL['rounds']}; --quick: 1)")
-    parser.add_argument("--clients", help=f"comma-separated subset of: {names} (default: all)")
-    parser.add_argument("--quick", action="store_true", help="smoke run: 1 round, fewer calls")
-    parser.add_argument("--calls", type=int, help=f"timed calls on one thread (default {FULL['calls']})")
-    parser.add_argument("--warmup", type=int, help=f"untimed calls first (default {FULL['warmup']})")
-    parser.add_argument("--threads", type=int, default=8, help="threads sharing one client (default 8)")
-    parser.add_argument(
-        "--thread-calls", type=int, help=f"calls shared by the threads (default {FULL['thread_calls']})"
-    )
-    parser.add_argument(
-        "--rss-calls", type=int, help=f"calls before the peak RSS is read (default {FULL['rss_calls']})"
-    )
-    parser.add_argument(
-        "--import-runs",
-        type=int,
-        help=f"python processes per import measurement (default {FULL['import_runs']})",
-    )
-    parser.add_argument(
-        "--output",
-        default=str(Path(__file__).resolve().parent / "RESULTS.md"),
-        help="also write the markdown here (default benchmarks/RESULTS.md); '-' for stdout only",
-    )
-    parser.add_argument("--json", metavar="FILE", help="also write every sample as JSON")
-    parser.add_argument(
-        "--profile",
-        metavar="CLIENT",
-        choices=[spec.name for spec in CLIENTS],
-        help="instead: profile CLIENT's one-thread loop with cProfile and print the statistics",
-    )
-    parser.add_argument(
-        "--wrong-answer",
-        action="store_true",
-        help="self-test: the server answers toxic=false, so the run must fail with status 1",
-    )
-    args = parser.parse_args(argv)
-    defaults = QUICK if args.quick else FULL
-    for key, value in defaults.items():
-        if getattr(args, key) is None:
-            setattr(args, key, value)
-    for key in ("rounds", "calls", "threads", "thread_calls", "rss_calls", "import_runs"):
-        if getattr(args, key) < 1:
-            parser.error(f"--{key.replace('_', '-')} must be at least 1")
-    if args.warmup < 0:
-        parser.error("--warmup must be at least 0")
-    chosen = list(CLIENTS) if not args.clients else []
-    for name in (args.clients or "").split(","):
-        if not name.strip():
-            continue
-        if name.strip() not in BY_NAME:
-            parser.error(f"unknown client {name.strip()!r}; choose from: {names}")
-        chosen.append(BY_NAME[name.strip()])
-    if BY_NAME["raw"] not in chosen:
-        chosen.insert(0, BY_NAME["raw"])
-    args.specs = list(dict.fromkeys(chosen))
-    return args
 
 
 def machine() -> dict[str, str]:
@@ -412,57 +367,15 @@ def versions(specs: Sequence[ClientSpec]) -> dict[str, str]:
 
 def _source_version(package: str) -> str:
     # qa_min run from a checkout is not an installed distribution; its version is in _config.
-    text = (ROOT / package / "_config.py").read_text() if (ROOT / package).is_dir() else ""
+    text = (ROOT / package / "__init__.py").read_text() if (ROOT / package).is_dir() else ""
     for line in text.splitlines():
         if line.startswith("__version__"):
             return line.partition("=")[2].strip().strip("\"'") + " (checkout)"
     return "unknown"
 
 
-def profile(settings: Settings, client: str) -> int:
-    with start(python=settings.python) as server:
-        command = [settings.python, "-m", "benchmarks.clients", client, "profile", server.url]
-        command += [str(settings.calls), str(settings.warmup), "1"]
-        return subprocess.run(command, env=child_env(), cwd=ROOT, check=False).returncode
-
-
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    args = parse_args(argv)
-    settings = Settings(
-        rounds=args.rounds,
-        calls=args.calls,
-        warmup=args.warmup,
-        threads=args.threads,
-        thread_calls=args.thread_calls,
-        rss_calls=args.rss_calls,
-        import_runs=args.import_runs,
-        wrong_answer=args.wrong_answer,
-    )
-    if args.profile:
-        return profile(settings, args.profile)
-    command = shlex.join(["python", "-m", "benchmarks", *(sys.argv[1:] if argv is None else argv)])
-    started = machine()
-    try:
-        results = benchmark(settings, args.specs)
-    except BenchmarkFailed as exc:
-        print(f"benchmarks: FAILED: {exc}", file=sys.stderr)
-        return 1
-    started["load_end"] = machine()["load"]
-    text = report.render(results, settings, started, versions(args.specs), command)
-    print(text)
-    if args.output != "-":
-        Path(args.output).write_text(text + "\n")
-        print(f"written to {args.output}", file=sys.stderr)
-    if args.json:
-        Path(args.json).write_text(
-            json.dumps(
-                {
-                    "samples": results.samples,
-                    "versus_raw": results.versus_raw,
-                    "server_load": results.server_load,
-                },
-                indent=1,
-            )
-            + "\n"
-        )
-    return 0
+    """``python -m benchmarks``: ``benchmarks.cli.main`` (kept here, where it was first)."""
+    from .cli import main
+
+    return main(argv)

@@ -1,44 +1,49 @@
-"""The benchmark's server: HTTP/1.1 keep-alive, fixed JSON replies, in a process of its own.
+"""The benchmark's own server: HTTP/1.1 keep-alive, fixed JSON replies, in a process of its own.
 
-Run by ``python -m benchmarks``; on its own::
+Used when nginx is not installed (``benchmarks.nginx``), and next to it to show that the two
+agree; ``benchmarks.servers`` starts it. On its own::
 
-    python -m benchmarks.server [--host 127.0.0.1] [--port 0] [--wrong-answer] [--exit-on-stdin-eof]
+    python -m benchmarks.server [--host 127.0.0.1] [--port 0] [--wrong-answer]
+                                [--tls-cert FILE --tls-key FILE] [--exit-on-stdin-eof]
 
-It prints ``READY <base url>`` on stdout once it listens, serves until SIGINT/SIGTERM (or, with
-``--exit-on-stdin-eof``, until its stdin closes, so it cannot outlive the process that started
-it), then prints ``STATS requests=<n> cpu_s=<seconds>``.
+It prints ``READY <base url> [<https base url>]`` on stdout once it listens, serves until
+SIGINT/SIGTERM (or, with ``--exit-on-stdin-eof``, until its stdin closes, so it cannot outlive
+the process that started it), then prints ``STATS requests=<n> cpu_s=<seconds>``.
 
 Routes: ``POST /v1/core`` answers ``CORE_BODY`` (with ``--wrong-answer``, ``WRONG_BODY``: the same
 shape with ``toxic`` false, which every client must reject), ``GET /v1/models`` answers a model
-list, anything else 404/405.
+list, ``GET /_stats`` the counters ``{"requests": n, "reads": n}`` (reads: ``recv()`` calls that
+returned data, so reads per request show how a client's requests arrive), anything else 404/405.
 
-It has to stay far from being the bottleneck with 8 client threads, so it is an
-``asyncio.Protocol`` that does only what HTTP/1.1 framing needs: find the end of the head, read
-the request line, ``Content-Length``, ``Transfer-Encoding`` and ``Connection``, skip the body, and
-write prepared bytes. Pipelined requests and requests split over several reads are handled by
-``Parser``, which keeps the unparsed tail between reads. Chunked request bodies are refused
-(501): none of the clients benchmarked sends one for a body of known length.
+Why a selector loop and not asyncio: whatever a server spends per read, a client that splits
+its requests pays twice. ``http.client`` (so urllib3 and requests too) and httpx send the head
+and the body in two ``send()`` calls; ``TCP_NODELAY`` keeps Nagle and delayed ACKs out of it,
+but when client and server share a core the server is woken between the two and reads the head
+alone (``GET /_stats`` counts it: on a busy machine 1.9 reads per request for those clients,
+1.00 for qa_min, which sends one). So a read costs one ``select`` and one ``recv``, no event
+loop machinery; a head is parsed once (``Parser`` keeps it while its body arrives); each reply
+goes out in one ``send()``. ``benchmarks/RESULTS.md`` compares the figures with nginx's.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
-import contextlib
 import os
-import select
+import selectors
 import signal
-import subprocess
+import socket
+import ssl
 import sys
 import time
-from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
-if TYPE_CHECKING:
-    from collections.abc import Iterator, Mapping
+# Re-exported from where they lived before benchmarks.process, for modules that import them here.
+from .process import ROOT as ROOT
+from .process import ServerProcess as ServerProcess
+from .process import child_env as child_env
 
-ROOT = Path(__file__).resolve().parent.parent
-"""The directory holding ``benchmarks/`` and ``qa_min/``: on every child process's path."""
+if TYPE_CHECKING:
+    from contextlib import AbstractContextManager
 
 CORE_BODY = (
     b'{"answers": {"toxic": true, "tone": "formal", "quality": 2}, '
@@ -49,8 +54,10 @@ WRONG_BODY = (
     b'"usage": {"input_tokens": 3, "output_tokens": 3}}'
 )
 MODELS_BODY = b'{"models": [{"name": "judge-latest"}]}'
+NOT_FOUND_BODY = b'{"detail": "not found"}'
+NOT_ALLOWED_BODY = b'{"detail": "method not allowed"}'
 MAX_HEAD = 64 * 1024
-READY_TIMEOUT = 30.0
+STATS_PATH = b"/_stats"
 
 
 def response(status: str, body: bytes, close: bool = False) -> bytes:
@@ -72,12 +79,17 @@ class BadRequest(Exception):
 
 
 class Parser:
-    """Splits a byte stream into requests: (method, target, keep_alive) each, bodies skipped."""
+    """Splits a byte stream into requests: (method, target, keep_alive) each, bodies skipped.
 
-    __slots__ = ("_buffer",)
+    A head whose body has not all arrived is parsed once and kept (``_pending``, with the
+    offset where its body ends), so a request split over several reads costs one parse.
+    """
+
+    __slots__ = ("_buffer", "_pending")
 
     def __init__(self) -> None:
         self._buffer = b""
+        self._pending: Optional[tuple[bytes, bytes, bool, int]] = None
 
     def feed(self, data: bytes) -> list[tuple[bytes, bytes, bool]]:
         """The requests completed by ``data``; an incomplete tail waits for the next call.
@@ -86,8 +98,16 @@ class Parser:
             BadRequest: The stream is not HTTP/1.x this server can frame.
         """
         buffer = self._buffer + data if self._buffer else data
-        requests = []
+        requests: list[tuple[bytes, bytes, bool]] = []
         start = 0
+        pending = self._pending
+        if pending is not None:
+            if len(buffer) < pending[3]:
+                self._buffer = buffer
+                return requests
+            requests.append(pending[:3])
+            start = pending[3]
+            self._pending = None
         while True:
             # RFC 9112 2.2: a server should ignore empty lines before a request line.
             while buffer.startswith(b"\r\n", start):
@@ -100,6 +120,7 @@ class Parser:
             method, target, keep_alive, length = _head(buffer[start:end])
             stop = end + 4 + length
             if len(buffer) < stop:
+                self._pending = (method, target, keep_alive, stop - start)
                 break
             requests.append((method, target, keep_alive))
             start = stop
@@ -160,83 +181,168 @@ class Routes:
         if body is not None:
             reply = response("200 OK", body, close=not keep_alive)
         elif path in self._paths:
-            reply = response("405 Method Not Allowed", b'{"detail": "method not allowed"}', not keep_alive)
+            reply = response("405 Method Not Allowed", NOT_ALLOWED_BODY, close=not keep_alive)
         else:
-            reply = response("404 Not Found", b'{"detail": "not found"}', close=not keep_alive)
+            reply = response("404 Not Found", NOT_FOUND_BODY, close=not keep_alive)
         if len(self._cache) < 64:  # bounded: a scan of random paths must not grow it forever
             self._cache[key] = reply
         return reply
 
 
-class _Protocol(asyncio.Protocol):
-    def __init__(self, routes: Routes, counter: list[int]) -> None:
-        self._routes = routes
-        self._counter = counter
-        self._parser = Parser()
-        self._transport: Optional[asyncio.Transport] = None
+class _Connection:
+    """One client connection: its parser, unsent bytes, and whether it ends once they are sent."""
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self._transport = transport  # type: ignore[assignment]
+    __slots__ = ("closing", "handshaking", "out", "parser", "sock", "writing")
 
-    def data_received(self, data: bytes) -> None:
-        transport = self._transport
-        assert transport is not None
+    def __init__(self, sock: socket.socket, tls: bool) -> None:
+        self.sock = sock
+        self.parser = Parser()
+        self.out = b""
+        self.closing = False
+        self.handshaking = tls
+        self.writing = False  # registered for EVENT_WRITE (and not EVENT_READ)
+
+
+class _Stop(Exception):
+    """Raised by the signal handler to leave the loop."""
+
+
+class Loop:
+    """The single-threaded server loop over one ``selectors`` selector."""
+
+    def __init__(self, routes: Routes, tls: Optional[ssl.SSLContext] = None) -> None:
+        self.routes = routes
+        self.tls = tls
+        self.requests = 0
+        self.reads = 0
+        self.selector = selectors.DefaultSelector()
+
+    def listen(self, sock: socket.socket, tls: bool) -> None:
+        sock.setblocking(False)
+        self.selector.register(sock, selectors.EVENT_READ, tls)
+
+    def run(self, stdin_fd: Optional[int] = None) -> None:
+        """Serve until ``stdin_fd`` reaches end of file (a stop signal raises ``_Stop``)."""
+        if stdin_fd is not None:
+            self.selector.register(stdin_fd, selectors.EVENT_READ, "stdin")
+        while True:
+            for key, events in self.selector.select():
+                data = key.data
+                if isinstance(data, _Connection):
+                    self._ready(data, events)
+                elif data == "stdin":
+                    if not os.read(key.fd, 4096):
+                        return
+                else:
+                    self._accept(key.fileobj, bool(data))  # type: ignore[arg-type]
+
+    def _accept(self, listener: socket.socket, tls: bool) -> None:
+        while True:
+            try:
+                sock, _ = listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:
+                return  # out of descriptors, a connection reset before accept: keep serving
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if tls and self.tls is not None:
+                sock = self.tls.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
+            sock.setblocking(False)
+            self.selector.register(sock, selectors.EVENT_READ, _Connection(sock, tls))
+
+    def _ready(self, conn: _Connection, events: int) -> None:
         try:
-            requests = self._parser.feed(data)
-        except BadRequest as exc:
-            transport.write(exc.reply)
-            transport.close()
+            if conn.handshaking:
+                conn.sock.do_handshake()  # type: ignore[attr-defined]
+                conn.handshaking = False
+            if events & selectors.EVENT_WRITE:
+                self._flush(conn)
+            elif events & selectors.EVENT_READ:
+                self._read(conn)
+        except (BlockingIOError, InterruptedError, ssl.SSLWantReadError):
+            pass
+        except ssl.SSLWantWriteError:
+            self._want_write(conn, True)
+        except OSError:
+            self._close(conn)
+
+    def _read(self, conn: _Connection) -> None:
+        data = conn.sock.recv(65536)
+        pending = getattr(conn.sock, "pending", None)  # TLS: records already decrypted
+        while pending is not None and pending():
+            data += conn.sock.recv(65536)
+        if not data:
+            self._close(conn)
             return
-        if not requests:
+        self.reads += 1
+        try:
+            requests = conn.parser.feed(data)
+        except BadRequest as exc:
+            conn.out += exc.reply
+            conn.closing = True
+            self._flush(conn)
+            return
+        if not requests or conn.closing:
             return
         replies = []
         for method, target, keep_alive in requests:
-            replies.append(self._routes.reply(method, target, keep_alive))
+            if target == STATS_PATH:
+                counters = b'{"requests": %d, "reads": %d}' % (self.requests, self.reads)
+                replies.append(response("200 OK", counters, close=not keep_alive))
+            else:
+                replies.append(self.routes.reply(method, target, keep_alive))
+                self.requests += 1
             if not keep_alive:
+                conn.closing = True
                 break
-        self._counter[0] += len(replies)
-        # One write for all the pipelined replies: one send() instead of several.
-        transport.write(b"".join(replies) if len(replies) > 1 else replies[0])
-        if not keep_alive:
-            transport.close()
+        # One send() for all the replies a read completed (pipelined requests).
+        conn.out += replies[0] if len(replies) == 1 else b"".join(replies)
+        self._flush(conn)
+
+    def _flush(self, conn: _Connection) -> None:
+        try:
+            sent = conn.sock.send(conn.out)
+        except (BlockingIOError, InterruptedError, ssl.SSLWantWriteError):
+            sent = 0
+        conn.out = conn.out[sent:]
+        if conn.out:
+            # Stop reading until the client takes what it was sent: bounded memory per client.
+            self._want_write(conn, True)
+        elif conn.closing:
+            self._close(conn)
+        else:
+            self._want_write(conn, False)
+
+    def _want_write(self, conn: _Connection, writing: bool) -> None:
+        # Only on a change: an epoll_ctl per reply would be a system call per request.
+        if conn.writing != writing:
+            conn.writing = writing
+            self.selector.modify(conn.sock, selectors.EVENT_WRITE if writing else selectors.EVENT_READ, conn)
+
+    def _close(self, conn: _Connection) -> None:
+        try:
+            self.selector.unregister(conn.sock)
+        except (KeyError, ValueError):
+            pass
+        conn.sock.close()
 
 
-class _EofWatcher(asyncio.Protocol):
-    def __init__(self, stop: asyncio.Future[None]) -> None:
-        self._stop = stop
+def _listener(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(1024)
+    return sock
 
-    def connection_lost(self, exc: Optional[Exception]) -> None:
-        if not self._stop.done():
-            self._stop.set_result(None)
+
+def _url(scheme: str, sock: socket.socket) -> str:
+    host, port = sock.getsockname()[:2]
+    return f"{scheme}://{f'[{host}]' if ':' in host else host}:{port}"
 
 
-async def serve(
-    host: str, port: int, wrong_answer: bool, exit_on_stdin_eof: bool, counter: list[int]
-) -> None:
-    """Listen, print ``READY <url>``, serve until a stop signal."""
-    loop = asyncio.get_running_loop()
-    routes = Routes(wrong_answer)
-    server = await loop.create_server(
-        lambda: _Protocol(routes, counter), host, port, backlog=1024, reuse_address=True
-    )
-    bound = server.sockets[0].getsockname()
-    stop: asyncio.Future[None] = loop.create_future()
-
-    def finish() -> None:
-        if not stop.done():
-            stop.set_result(None)
-
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        with contextlib.suppress(NotImplementedError):  # Windows has no add_signal_handler
-            loop.add_signal_handler(signum, finish)
-    if exit_on_stdin_eof:
-        await loop.connect_read_pipe(lambda: _EofWatcher(stop), sys.stdin)
-    shown = f"[{bound[0]}]" if ":" in bound[0] else bound[0]
-    print(f"READY http://{shown}:{bound[1]}", flush=True)
-    try:
-        await stop
-    finally:
-        server.close()
+def _raise_stop(signum: int, frame: object) -> None:
+    raise _Stop
 
 
 def main(argv: Optional[list[str]] = None) -> int:
@@ -249,118 +355,45 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument(
         "--wrong-answer", action="store_true", help="answer toxic=false: every benchmark client must fail"
     )
+    parser.add_argument("--tls-cert", help="also listen for HTTPS (on a free port) with this certificate")
+    parser.add_argument("--tls-key", help="the private key of --tls-cert")
     parser.add_argument(
         "--exit-on-stdin-eof", action="store_true", help="stop when stdin closes (used by the runner)"
     )
     args = parser.parse_args(argv)
-    counter = [0]
+    if bool(args.tls_cert) != bool(args.tls_key):
+        parser.error("--tls-cert and --tls-key go together")
+    context = None
+    if args.tls_cert:
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(args.tls_cert, args.tls_key)
+    loop = Loop(Routes(args.wrong_answer), context)
+    plain = _listener(args.host, args.port)
+    loop.listen(plain, tls=False)
+    urls = [_url("http", plain)]
+    if context is not None:
+        secure = _listener(args.host, 0)
+        loop.listen(secure, tls=True)
+        urls.append(_url("https", secure))
     started = time.process_time()
-    try:
-        asyncio.run(serve(args.host, args.port, args.wrong_answer, args.exit_on_stdin_eof, counter))
-    except KeyboardInterrupt:
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, _raise_stop)
+    try:  # from here on a stop signal ends the loop, wherever it lands
+        print("READY " + " ".join(urls), flush=True)
+        loop.run(sys.stdin.fileno() if args.exit_on_stdin_eof else None)
+    except _Stop:
         pass
-    print(f"STATS requests={counter[0]} cpu_s={time.process_time() - started:.6f}", flush=True)
+    print(f"STATS requests={loop.requests} cpu_s={time.process_time() - started:.6f}", flush=True)
     return 0
 
 
-# -- the parent's side ------------------------------------------------------------------------
+def start(
+    wrong_answer: bool = False, python: str = sys.executable, tls: Optional[tuple[str, str]] = None
+) -> AbstractContextManager[ServerProcess]:
+    """This server in a child process, for a ``with`` block: ``benchmarks.servers.start_own``."""
+    from .servers import start_own
 
-
-def child_env(extra: Optional[Mapping[str, str]] = None) -> dict[str, str]:
-    """The environment of every benchmark process: ``ROOT`` on the path, no proxies, no ``SERVICE_*``.
-
-    Byte-code caches are written even where ``PYTHONDONTWRITEBYTECODE`` is set.
-
-    A proxy variable would send requests and httpx (and qa_min) through a proxy instead of to
-    the local server, and ``SERVICE_DEFAULT_MODEL`` would change qa_min's request body.
-    """
-    env = {
-        key: value
-        for key, value in os.environ.items()
-        if not key.lower().endswith("_proxy") and not key.startswith("SERVICE_")
-    }
-    # Byte-code caches on: without them every import of a changed module would pay for
-    # compiling it, and the import times would measure the compiler.
-    env.pop("PYTHONDONTWRITEBYTECODE", None)
-    path = env.get("PYTHONPATH")
-    env["PYTHONPATH"] = str(ROOT) if not path else f"{ROOT}{os.pathsep}{path}"
-    env.update(extra or {})
-    return env
-
-
-class ServerProcess:
-    """A running server process: ``url``, ``pid``, and ``stop()``."""
-
-    def __init__(self, process: subprocess.Popen[str], url: str) -> None:
-        self.process = process
-        self.url = url
-        self.pid = process.pid
-        self.requests: Optional[int] = None
-        self.cpu_s: Optional[float] = None
-
-    def stop(self) -> None:
-        """Close the server's stdin (its stop signal), wait for it, and read its ``STATS`` line."""
-        if self.process.poll() is None:
-            try:
-                out, _ = self.process.communicate(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                out, _ = self.process.communicate()
-        else:
-            out = self.process.stdout.read() if self.process.stdout else ""
-        for line in out.splitlines():
-            if line.startswith("STATS "):
-                fields = dict(item.split("=", 1) for item in line.split()[1:])
-                self.requests = int(fields["requests"])
-                self.cpu_s = float(fields["cpu_s"])
-
-    def cpu_seconds(self) -> Optional[float]:
-        """CPU time the server used so far, from ``/proc`` (None where there is no ``/proc``)."""
-        try:
-            fields = Path(f"/proc/{self.pid}/stat").read_text().rpartition(")")[2].split()
-        except OSError:
-            return None
-        # utime and stime are fields 14 and 15 of stat(5); fields[0] here is field 3.
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-@contextlib.contextmanager
-def start(wrong_answer: bool = False, python: str = sys.executable) -> Iterator[ServerProcess]:
-    """Run the server in a child process for the duration of the ``with`` block.
-
-    Raises:
-        RuntimeError: The server did not print ``READY`` (its stderr is in the message).
-    """
-    command = [python, "-m", "benchmarks.server", "--exit-on-stdin-eof"]
-    if wrong_answer:
-        command.append("--wrong-answer")
-    process = subprocess.Popen(
-        command,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=child_env(),
-        cwd=ROOT,
-    )
-    assert process.stdout is not None
-    server: Optional[ServerProcess] = None
-    try:
-        # Bounded: a server that hangs before listening must not hang the benchmark.
-        readable, _, _ = select.select([process.stdout], [], [], READY_TIMEOUT)
-        line = process.stdout.readline() if readable else ""
-        if not line.startswith("READY "):
-            process.kill()
-            _, err = process.communicate()
-            raise RuntimeError(f"the benchmark server did not start: {line.strip()!r}\n{err.strip()}")
-        server = ServerProcess(process, line.split()[1])
-        yield server
-    finally:
-        if server is not None:
-            server.stop()
-        elif process.poll() is None:
-            process.kill()
-            process.communicate()
+    return start_own(wrong_answer, python, tls)
 
 
 if __name__ == "__main__":

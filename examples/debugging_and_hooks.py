@@ -57,7 +57,8 @@ def main(base_url: str | None = None) -> None:
 
     diagnostics = response.diagnostics  # every result carries its own
     print(f"answer: toxic={response.answers.toxic}")
-    print(f"request id: {diagnostics.request_id}, {diagnostics.attempts} attempt(s) in {diagnostics.elapsed:.3f} s")
+    took = f"{diagnostics.attempts} attempt(s) in {diagnostics.elapsed:.3f} s"
+    print(f"request id: {diagnostics.request_id}, {took}")
     for attempt in diagnostics.history:
         outcome = attempt.status if attempt.error is None else f"{attempt.status} {attempt.error}"
         print(f"  attempt {attempt.number}: {outcome}, slept {attempt.delay:.3f} s before it")
@@ -75,7 +76,9 @@ if __name__ == "__main__":
         with FakeService() as service:
             print(f"(no SERVICE_BASE_URL: a local fake service at {service.url}; its answers are arbitrary)")
             service.script(
-                reply(429, {"detail": "slow down"}, headers=[("retry-after-ms", "20"), ("request-id", "req_1")]),
+                reply(
+                    429, {"detail": "slow down"}, headers=[("retry-after-ms", "20"), ("request-id", "req_1")]
+                ),
                 reply(503, {"detail": "busy"}, headers=[("request-id", "req_2")]),
             )
             main(service.url)

@@ -18,9 +18,9 @@ from __future__ import annotations
 from ._call import CancelToken, RetryBudget
 from ._client import Client
 from ._constants import DEFAULT_MODEL, PUBLIC_BASE_URL, __version__
+from ._diagnostics import Attempt, ResponseHeaders
 from ._errors import (
     APIStatusError,
-    Attempt,
     BadRequest,
     Canceled,
     ClientClosed,
@@ -44,7 +44,6 @@ from ._errors import (
     QAError,
     RateLimited,
     RequestTimeout,
-    ResponseHeaders,
     ServerError,
     ServiceBusy,
     Unauthorized,

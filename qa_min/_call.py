@@ -15,7 +15,8 @@ import _thread
 import threading
 import time
 
-from ._errors import Attempt, Canceled, Diagnostics, InvalidOption, ResponseHeaders
+from ._diagnostics import Attempt, Diagnostics, ResponseHeaders
+from ._errors import Canceled, InvalidOption
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

@@ -12,24 +12,23 @@ question encoding, the TLS context) is done once per client or once per question
 
 from __future__ import annotations
 
-import os
 import threading
 
 from ._backoff import DEFAULTS, RetryPolicy
 from ._call import CallState, CancelToken, RetryBudget
 from ._constants import MAX_RESPONSE_BYTES
 from ._errors import (
-    ClientClosed,
     ConfigurationError,
     Diagnostics,
     InvalidOption,
     InvalidQuestion,
     InvalidResponse,
 )
+from ._lifecycle import Lifecycle
 from ._options import check_options, check_rate_limit, check_retry, number
 from ._questions import Questions, Request, _Mismatch, _Spec, check_model
 from ._responses import AskResponse, BadShape, CoreResponse, ModelList, models_of, parse_object, usage_of
-from ._typing import UNSET, Unset, readonly, short
+from ._typing import UNSET, Unset, cast, readonly, short
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -38,8 +37,9 @@ if TYPE_CHECKING:
     from types import TracebackType
     from typing import Any, Callable, Optional, ParamSpec, TypeVar, Union
 
-    from ._futures import Call, Executor
+    from ._futures import Call
     from ._hooks import HookEvent
+    from ._mock import MockTransport
     from ._ratelimit import RateLimit, RateLimitState
 
     Q = TypeVar("Q", bound=Questions)
@@ -48,6 +48,14 @@ if TYPE_CHECKING:
     Timeout = Union[float, None, Unset]
 
 _MISSING = object()
+
+
+def _check_transport(transport: object) -> MockTransport:
+    from ._mock import MockTransport
+
+    if not isinstance(transport, MockTransport):
+        raise InvalidOption(f"transport must be a qa_min.testing.MockTransport, got {short(transport)}")
+    return transport
 
 
 def _rebuild(options: dict[str, Any]) -> Client:
@@ -59,10 +67,11 @@ def _wait(seconds: float, wake: threading.Event) -> None:
 
 
 def _uniform() -> float:
-    # Jitter is needed only by a retry: ``random`` loads then, not with every client.
-    import random
+    # ``random`` loads on the first retry, not in ``Client()``: most calls never need it, and
+    # since Python 3.13 ``http.client`` no longer loads it, so a cold start would pay for it.
+    from random import random
 
-    return random.random()
+    return random()
 
 
 class Client:
@@ -96,6 +105,8 @@ class Client:
         sleep: ``sleep(seconds, wake)`` used for backoff; it must return early once ``wake``
             is set. For tests: the default waits on ``wake``.
         random: A function returning a float in [0, 1), for backoff jitter. For tests.
+        transport: A ``qa_min.testing.MockTransport`` that answers in-process, for tests: no
+            socket, no thread; everything above the network behaves as it does over one.
         hooks: ``{"before_attempt": [fn, ...], "after_attempt": [fn, ...]}``: functions called
             with a ``HookEvent`` before each attempt and after each response or failure. A hook
             that raises is logged and ignored.
@@ -127,6 +138,7 @@ class Client:
         sleep: Optional[Callable[[float, threading.Event], object]] = None,
         random: Optional[Callable[[], float]] = None,
         hooks: Optional[Mapping[str, Sequence[Callable[[HookEvent], object]]]] = None,
+        transport: Optional[MockTransport] = None,
     ) -> None:
         # What pickle and copy rebuild the client from: every argument, with the ones that came
         # from the environment (key, address, model, proxy) fixed to the values found here.
@@ -144,24 +156,20 @@ class Client:
         self._timeout = number("timeout", timeout, 0, allow_none=True)
         budget = check_options(retry_budget, ssl_context, sleep, random, max_idle_per_host, max_workers)
         self._heads = request_heads(origin, proxy_origin, header_block(self._key, extra_headers))
-        # The one place "closed" lives: everything below reads this token.
-        self._closing = CancelToken()
+        self._life = Lifecycle(int(max_workers))  # owns "closed": everything below reads its token
+        self._closing = self._life.closing
         pool = Pool(int(max_idle_per_host), float(number("idle_timeout", idle_timeout, 0)), self._closing)
         max_body = int(number("max_response_bytes", max_response_bytes, 0))
-        self._transport = Transport(origin, proxy_origin, pool, ssl_context, max_body)
+        if transport is None:
+            self._transport = Transport(origin, proxy_origin, pool, ssl_context, max_body)
+        else:
+            # Typed as the socket transport, whose interface (TransportLike) the mock shares.
+            self._transport = cast("Transport", _check_transport(transport)._bind(origin, max_body))
+        limit, checked_hooks = check_rate_limit(rate_limit), check_hooks(hooks)
         self._sender = Sender(
-            self._transport,
-            budget,
-            sleep or _wait,
-            random or _uniform,
-            self._key,
-            check_hooks(hooks),
-            check_rate_limit(rate_limit),
+            self._transport, budget, sleep or _wait, random or _uniform, self._key, checked_hooks, limit
         )
-        self._max_workers = int(max_workers)
-        self._executor_lock = threading.Lock()
-        self._futures: Optional[Executor] = None
-        self._pid = os.getpid()
+        self._life.transport = self._transport
         self.base_url = origin.url()
         proxy_url = None if proxy_origin is None else proxy_origin.source
         options.update(api_key=self._key, base_url=self.base_url, model=self._model, proxy=proxy_url)
@@ -302,45 +310,15 @@ class Client:
             "list_models",
         ):
             raise InvalidOption("submit() runs this client's ask, core or list_models")
-        self._check_fork()
-        with self._executor_lock:
-            if self._closing.cancelled:
-                raise ClientClosed("the client is closed")
-            futures = self._futures
-            if futures is None:
-                from ._futures import Executor
-
-                futures = self._futures = Executor(self._max_workers)
-            call: Call[R] = futures.submit(fn, args, kwargs)
-            return call
-
-    # -- lifecycle --------------------------------------------------------------------------
+        call: Call[R] = self._life.submit(fn, args, kwargs)
+        return call
 
     def close(self) -> None:
         """Release every socket and the executor; calls in flight end with ``Canceled``.
 
         Idempotent. Calls made afterwards raise ``ClientClosed``.
         """
-        with self._executor_lock:
-            futures, self._futures = self._futures, None
-            # First: no call starts after this, and every backoff sleep wakes.
-            self._closing.cancel()
-        # Calls queued on the executor end as Canceled before the pool closes: otherwise a
-        # worker freed in between would start one on a closed client.
-        if futures is not None:
-            futures.cancel_all()
-        self._transport.close()
-        if futures is not None:
-            futures.join()
-
-    def _check_fork(self) -> None:
-        """In a child after ``os.fork()``: a fresh pool and executor, the parent's left alone."""
-        if self._pid != os.getpid():
-            # The parent's locks may have been held by its other threads at fork time.
-            self._executor_lock = threading.Lock()
-            self._futures = None  # the parent's worker threads do not exist in the child
-            self._transport.forget()
-            self._pid = os.getpid()
+        self._life.close()
 
     def __enter__(self) -> Client:
         return self
@@ -356,10 +334,7 @@ class Client:
     # -- the call machinery -----------------------------------------------------------------
 
     def _call(self, cancel: object, timeout: Timeout, diagnostics: object) -> CallState:
-        # The closing token is set first thing in close(), before the pool closes.
-        if self._closing.cancelled:
-            raise ClientClosed("the client is closed")
-        self._check_fork()
+        self._life.check()
         if cancel is not None and not isinstance(cancel, CancelToken):
             raise InvalidOption(f"cancel must be a CancelToken, got {short(cancel)}")
         if diagnostics is not None and not isinstance(diagnostics, Diagnostics):

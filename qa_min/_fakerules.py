@@ -21,6 +21,14 @@ from typing import Any, Final, Literal
 # fullmatch, not `$`: `$` would also accept a trailing newline.
 VERSIONED: Final = re.compile(r"([a-z][a-z0-9-]*?)-\d+(?:\.\d+)+")
 
+DEFAULT_MODELS: Final[tuple[str, ...]] = (
+    "judge-latest",
+    "judge-mini-latest",
+    "judge-2.1",
+    "judge-mini-1.3",
+)
+"""Model names the fake service lists on ``GET /v1/models`` unless told otherwise."""
+
 HeaderPairs = tuple[tuple[str, str], ...]
 Reply = tuple[int, object, HeaderPairs]
 StepKind = Literal["reply", "delay", "hang", "drop", "reset", "truncate"]

@@ -12,7 +12,8 @@ import time
 
 from ._backoff import _positive_finite, backoff_ms, server_delay_ms, should_retry
 from ._config import get_logger
-from ._errors import Canceled, ConnectionFailed, ProxyError, QAError, _StandIn, status_error_class
+from ._diagnostics import _StandIn
+from ._errors import Canceled, ConnectionFailed, ProxyError, QAError, status_error_class
 from ._hooks import HookEvent
 from ._limiter import Limiter
 from ._redact import Redactor
@@ -27,7 +28,7 @@ if TYPE_CHECKING:
     from ._call import CallState, RetryBudget
     from ._hooks import Hook
     from ._ratelimit import RateLimit
-    from ._transport import Transport
+    from ._transport import TransportLike
 
 
 class Sender:
@@ -35,7 +36,7 @@ class Sender:
 
     def __init__(
         self,
-        transport: Transport,
+        transport: TransportLike,
         budget: Optional[RetryBudget],
         sleep: Callable[[float, threading.Event], object],
         random: Callable[[], float],

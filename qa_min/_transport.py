@@ -41,6 +41,19 @@ if TYPE_CHECKING:
     from ._call import CallState
     from ._config import Origin
 
+if TYPE_CHECKING:
+    from typing import Protocol
+
+    class TransportLike(Protocol):
+        """What the retry loop and the client need of a transport: this module's, or a mock."""
+
+        origin: Origin
+
+        def attempt(self, request: bytes, method: str, call: CallState) -> tuple[int, HTTPMessage, bytes]: ...
+        def close(self) -> None: ...
+        def forget(self) -> None: ...
+
+
 _NETWORK_ERRORS = (OSError, HTTPException, Expired, Stopped)
 
 

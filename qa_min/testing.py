@@ -74,11 +74,13 @@ from collections.abc import Mapping, Sequence
 from typing import Final
 
 from ._fake import ServiceState
-from ._fakerules import RecordedRequest, Step, answer, classify
+from ._fakerules import DEFAULT_MODELS, RecordedRequest, Step, answer, classify
+from ._mock import MockTransport
 
 __all__ = [
     "DEFAULT_MODELS",
     "FakeService",
+    "MockTransport",
     "RecordedRequest",
     "Step",
     "delay",
@@ -90,13 +92,6 @@ __all__ = [
     "truncate",
 ]
 
-DEFAULT_MODELS: Final[tuple[str, ...]] = (
-    "judge-latest",
-    "judge-mini-latest",
-    "judge-2.1",
-    "judge-mini-1.3",
-)
-"""Model names `FakeService` lists on ``GET /v1/models`` unless told otherwise."""
 
 # Defined with the fake's rules; public here, and pickled under this module's name.
 RecordedRequest.__module__ = Step.__module__ = __name__

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from support import Listener
+from support import Listener, make_client
 
 import qa_min as qa
 from qa_min.testing import FakeService
@@ -25,7 +25,7 @@ def svc() -> Iterator[FakeService]:
 @pytest.fixture
 def client(svc: FakeService) -> Iterator[qa.Client]:
     """A client of ``svc`` that never retries: a scripted failure surfaces on the first attempt."""
-    with qa.Client(base_url=svc.url, retry=qa.RetryPolicy.none) as c:
+    with make_client(svc.url, retry=qa.RetryPolicy.none) as c:
         yield c
 
 

@@ -10,10 +10,13 @@ import re
 import socket
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from typing import Any, Optional
 
 import qa_min as qa
+from qa_min._fakerules import apply_rules
+from qa_min.testing import DEFAULT_MODELS, MockTransport, RecordedRequest, Step, reply
 
 BOUND = 5.0  # bounds waits for things that happen at once, so a bug fails instead of hanging
 _EXECUTOR_THREAD = re.compile(r"qa_min_\d+$")
@@ -25,7 +28,63 @@ def no_sleep(seconds: float, wake: threading.Event) -> None:
 
 def make_client(url: str, **options: Any) -> qa.Client:
     # trust_env=False: a proxy variable in the environment must not reroute 127.0.0.1.
-    return qa.Client(base_url=url, trust_env=False, **options)
+    return qa.Client(base_url=url, trust_env=False, **_in_process(url, options))
+
+
+# Base URLs of InProcessService instances, so that a client made for one is wired to its transport.
+_IN_PROCESS: dict[str, MockTransport] = {}
+
+
+def _in_process(url: str, options: dict[str, Any]) -> dict[str, Any]:
+    transport = _IN_PROCESS.get(url)
+    return options if transport is None else {"transport": transport, **options}
+
+
+class InProcessService:
+    """``FakeService``'s scripting API served through ``MockTransport``: no socket, no thread.
+
+    For tests of the layers above the transport (the retry loop, errors, diagnostics); a client
+    made with ``make_client(service.url)`` or ``make_recording_client(service.url)`` is wired to
+    it. The socket-level tests keep the real ``FakeService``.
+    """
+
+    def __init__(self, **options: Any) -> None:
+        self._steps: deque[Step] = deque()
+        self._overrides: dict[str, object] = {}
+        self._api_key = options.get("api_key")
+        self.transport = MockTransport(self._answer, **options)
+        self.url = f"http://in-process-{id(self)}.test"
+
+    def _answer(self, request: RecordedRequest) -> Optional[Step]:
+        if self._steps:
+            return self._steps.popleft()
+        if not self._overrides:
+            return None
+        # The normal answer with some answers replaced, as FakeService.set_answers does.
+        status, payload, headers = apply_rules(
+            request, self._overrides, api_key=self._api_key, prefix="", models=DEFAULT_MODELS
+        )
+        return reply(status, payload, headers=headers)
+
+    def __enter__(self) -> InProcessService:
+        _IN_PROCESS[self.url] = self.transport
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        _IN_PROCESS.pop(self.url, None)
+
+    def script(self, *steps: Step) -> None:
+        self._steps.extend(steps)
+
+    def set_answers(self, answers: dict[str, object]) -> None:
+        self._overrides = dict(answers)
+
+    @property
+    def requests(self) -> list[RecordedRequest]:
+        return self.transport.requests
+
+    def wait_for_requests(self, n: int, timeout: float = BOUND) -> bool:
+        return wait_until(lambda: len(self.transport.requests) >= n, timeout)
 
 
 class SleepRecorder:
@@ -50,7 +109,7 @@ def make_recording_client(
         trust_env=False,
         sleep=SleepRecorder() if sleep is None else sleep,
         random=rand,
-        **options,
+        **_in_process(url, options),
     )
 
 

@@ -20,6 +20,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "qa_min"
 LAYERS: tuple[str, ...] = (
     # leaves: they import nothing of qa_min
     "_constants",
+    "_diagnostics",
     "_errors",
     "_typing",
     "_redact",
@@ -40,13 +41,15 @@ LAYERS: tuple[str, ...] = (
     "_transport",
     "_retrying",
     "_futures",
+    "_lifecycle",
+    # the in-process transport, and the fake service's rules and HTTP plumbing it shares
+    "_fakerules",
+    "_fakehttp",
+    "_mock",
     "_client",
     # the public facade, then what is built on the public names only
     "__init__",
-    "_fakerules",
-    "_fakehttp",
     "_fake",
-    "_mock",
     "testing",
     "_output",
     "_batch",

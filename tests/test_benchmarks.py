@@ -1,14 +1,15 @@
-"""Tests of ``benchmarks/``: the server's framing, the clients' checks, and a smoke run.
+"""Tests of ``benchmarks/``: the clients' checks, the steady-state runner, smoke runs.
 
 Only the standard-library clients (raw, qa_core, qa_ask) are run end to end, so the suite needs
-no extra; the urllib3/requests/httpx clients are exercised only where those are installed.
+no extra; the urllib3/requests/httpx clients are exercised only where those are installed. The
+runs use the own server (``--server own``), so nginx is not needed. The servers themselves are
+tested in ``test_benchmarks_servers.py``, the cold-start mode in ``test_benchmarks_cold.py``.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import json
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -16,18 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import clients, report, run
-from benchmarks.server import (
-    CORE_BODY,
-    MAX_HEAD,
-    MODELS_BODY,
-    ROOT,
-    BadRequest,
-    Parser,
-    ServerProcess,
-    child_env,
-    start,
-)
+from benchmarks import cli, clients, report, run
+from benchmarks.process import ROOT, ServerProcess, child_env
+from benchmarks.servers import start_own as start
 from qa_min.testing import FakeService
 
 STDLIB_CLIENTS = ("raw", "qa_core", "qa_ask")
@@ -49,77 +41,7 @@ def _run(*args: str, timeout: float = 25.0) -> subprocess.CompletedProcess[str]:
     )
 
 
-# -- the server's request framing ------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("chunks", "expected"),
-    [
-        pytest.param([POST], [(b"POST", b"/v1/core", True)], id="one-request"),
-        pytest.param(
-            [POST + GET], [(b"POST", b"/v1/core", True), (b"GET", b"/v1/models", True)], id="pipelined"
-        ),
-        pytest.param(
-            [POST[i : i + 1] for i in range(len(POST))],
-            [(b"POST", b"/v1/core", True)],
-            id="one-byte-at-a-time",
-        ),
-        pytest.param(
-            [POST[:30], POST[30:-3], POST[-3:] + GET[:5], GET[5:]],
-            [
-                (b"POST", b"/v1/core", True),
-                (b"GET", b"/v1/models", True),
-            ],
-            id="split-across-reads",
-        ),
-        pytest.param([b"\r\n" + GET], [(b"GET", b"/v1/models", True)], id="leading-empty-line-ignored"),
-        pytest.param(
-            [b"GET /v1/models HTTP/1.0\r\n\r\n"], [(b"GET", b"/v1/models", False)], id="http-1.0-closes"
-        ),
-        pytest.param(
-            [b"GET /v1/models HTTP/1.0\r\nConnection: keep-alive\r\n\r\n"],
-            [(b"GET", b"/v1/models", True)],
-            id="http-1.0-keep-alive",
-        ),
-        pytest.param(
-            [b"GET /x HTTP/1.1\r\nCONNECTION: Close\r\n\r\n"], [(b"GET", b"/x", False)], id="connection-close"
-        ),
-    ],
-)
-def test_parser_frames_requests_whatever_the_read_boundaries(
-    chunks: list[bytes], expected: list[tuple[bytes, bytes, bool]]
-) -> None:
-    parser = Parser()
-    got = []
-    for chunk in chunks:
-        got += parser.feed(chunk)
-    assert got == expected
-
-
-def test_parser_waits_for_the_whole_body_before_yielding_a_request() -> None:
-    parser = Parser()
-    assert parser.feed(POST[:-1]) == []
-    assert parser.feed(POST[-1:]) == [(b"POST", b"/v1/core", True)]
-
-
-@pytest.mark.parametrize(
-    ("data", "status"),
-    [
-        pytest.param(b"POST /v1/core HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n", b"501", id="chunked"),
-        pytest.param(b"POST /v1/core HTTP/1.1\r\nContent-Length: x\r\n\r\n", b"400", id="bad-length"),
-        pytest.param(b"POST /v1/core HTTP/1.1\r\nContent-Length: -1\r\n\r\n", b"400", id="negative-length"),
-        pytest.param(b"NONSENSE\r\n\r\n", b"400", id="bad-request-line"),
-        pytest.param(b"GET / HTTP/1.1\r\nX: " + b"a" * MAX_HEAD, b"431", id="head-too-large"),
-    ],
-)
-def test_parser_rejects_what_it_cannot_frame(data: bytes, status: bytes) -> None:
-    with pytest.raises(BadRequest) as caught:
-        Parser().feed(data)
-    assert caught.value.reply.startswith(b"HTTP/1.1 " + status)
-    assert b"Connection: close\r\n" in caught.value.reply
-
-
-# -- the server process ----------------------------------------------------------------------
+# -- the server process (its framing and routes: test_benchmarks_servers.py) ----------------
 
 
 @pytest.fixture(scope="module")
@@ -133,63 +55,6 @@ def wrong_server() -> Iterator[ServerProcess]:
     """A server whose answers are wrong (toxic false): every client must fail on them."""
     with start(wrong_answer=True) as running:
         yield running
-
-
-def _read_responses(sock: socket.socket, count: int) -> list[tuple[bytes, bytes]]:
-    """(status line, body) of ``count`` responses, all framed by Content-Length."""
-    data = b""
-    found: list[tuple[bytes, bytes]] = []
-    while len(found) < count:
-        chunk = sock.recv(65536)
-        assert chunk, f"the server closed after {len(found)} responses"
-        data += chunk
-        while b"\r\n\r\n" in data:
-            head, _, rest = data.partition(b"\r\n\r\n")
-            length = int(head.lower().split(b"content-length:")[1].split(b"\r\n")[0])
-            if len(rest) < length:
-                break
-            found.append((head.split(b"\r\n")[0], rest[:length]))
-            data = rest[length:]
-    return found
-
-
-def _connect(url: str) -> socket.socket:
-    host, _, port = url.partition("://")[2].rpartition(":")
-    sock = socket.create_connection((host, int(port)), timeout=5)
-    return sock
-
-
-def test_server_answers_pipelined_requests_in_order_on_one_connection(server: ServerProcess) -> None:
-    with _connect(server.url) as sock:
-        sock.sendall(POST + GET + b"GET /nowhere HTTP/1.1\r\n\r\n" + b"GET /v1/core HTTP/1.1\r\n\r\n")
-        responses = _read_responses(sock, 4)
-    assert responses == [
-        (b"HTTP/1.1 200 OK", CORE_BODY),
-        (b"HTTP/1.1 200 OK", MODELS_BODY),
-        (b"HTTP/1.1 404 Not Found", b'{"detail": "not found"}'),
-        (b"HTTP/1.1 405 Method Not Allowed", b'{"detail": "method not allowed"}'),
-    ]
-
-
-def test_server_keeps_the_connection_across_requests_sent_in_pieces(server: ServerProcess) -> None:
-    with _connect(server.url) as sock:
-        for _ in range(3):
-            sock.sendall(POST[:20])
-            sock.sendall(POST[20:])
-            assert _read_responses(sock, 1) == [(b"HTTP/1.1 200 OK", CORE_BODY)]
-
-
-def test_server_body_holds_the_answers_every_client_checks() -> None:
-    answers = json.loads(CORE_BODY)["answers"]
-    clients.check(answers["toxic"], answers["tone"], answers["quality"])
-
-
-def test_server_reports_its_request_count_when_stopped() -> None:
-    with start() as running, _connect(running.url) as sock:
-        sock.sendall(GET + GET)
-        _read_responses(sock, 2)
-    assert running.requests == 2
-    assert running.process.returncode == 0
 
 
 # -- the clients -----------------------------------------------------------------------------
@@ -302,12 +167,14 @@ def test_results_compare_with_raw_of_the_same_round() -> None:
     for raw_cpu, qa_cpu in ((100.0, 110.0), (200.0, 180.0), (150.0, 150.0)):
         results.add_round(
             {
-                "raw": {"cpu_us": raw_cpu, "rss_mib": 20.0},
-                "qa_core": {"cpu_us": qa_cpu, "rss_mib": 20.5},
+                "raw": {"cpu_us@own": raw_cpu, "cpu_us@nginx": 50.0, "rss_mib": 20.0},
+                "qa_core": {"cpu_us@own": qa_cpu, "cpu_us@nginx": 40.0, "rss_mib": 20.5},
             }
         )
-    assert results.median("qa_core", "cpu_us") == 150.0
-    assert results.median_versus_raw("qa_core", "cpu_us") == pytest.approx(1.0)  # of 1.1, 0.9, 1.0
+    assert results.median("qa_core", "cpu_us@own") == 150.0
+    assert results.median_versus_raw("qa_core", "cpu_us@own") == pytest.approx(1.0)  # of 1.1, 0.9, 1.0
+    assert results.range_versus_raw("qa_core", "cpu_us@own") == pytest.approx((0.9, 1.1))
+    assert results.median_versus_raw("qa_core", "cpu_us@nginx") == pytest.approx(0.8)  # its own raw
     assert results.median_versus_raw("qa_core", "rss_mib") == pytest.approx(0.5)  # a difference
 
 
@@ -320,12 +187,12 @@ def test_results_compare_with_raw_of_the_same_round() -> None:
     ],
 )
 def test_clients_option_always_includes_the_raw_floor(argv: list[str], expected: list[str]) -> None:
-    assert [spec.name for spec in run.parse_args(argv).specs] == expected
+    assert [spec.name for spec in cli.parse_args(argv).specs] == expected
 
 
 def test_clients_option_rejects_an_unknown_client(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as caught:
-        run.parse_args(["--clients", "raw,curl"])
+        cli.parse_args(["--clients", "raw,curl"])
     assert caught.value.code == 2
     assert "unknown client 'curl'" in capsys.readouterr().err
 
@@ -347,24 +214,29 @@ def test_a_client_whose_package_is_missing_is_reported_not_installed() -> None:
     installed, missing = run.available([run.BY_NAME["raw"], ghost])
     assert (installed, missing) == ([run.BY_NAME["raw"]], [ghost])
     results = run.Results(installed, missing)
-    results.add_round({"raw": dict.fromkeys(run.METRICS, 1.0)})
-    assert "| ghost Client | not installed |" in "\n".join(report.table(results, 8))
+    results.add_round({"raw": dict.fromkeys([*run.METRICS, "cpu_us@own", "calls_per_s@own"], 1.0)})
+    settings = run.Settings(1, 1, 0, 8, 1, 1, 1, servers=[("own", "the own server")])
+    assert "| ghost Client | not installed |" in "\n".join(report.table(results))
+    assert "| ghost Client | not installed |" in "\n".join(report.per_server_table(results, settings))
 
 
 def test_help_documents_the_measurements() -> None:
     proc = _run("-m", "benchmarks", "--help")
     assert proc.returncode == 0
-    for text in ("--rounds", "--quick", "--clients", "--output", "importtime", "RSS", "not installed"):
+    for text in ("--rounds", "--quick", "--clients", "--output", "--server", "nginx", "importtime", "RSS"):
         assert text in proc.stdout
+    assert "benchmarks cold --help" in proc.stdout
 
 
 # -- the whole command -----------------------------------------------------------------------
 
-SMALL = ("--calls", "40", "--warmup", "5", "--thread-calls", "64", "--rss-calls", "20", "--import-runs", "1")
+SMALL = ["--calls", "40", "--warmup", "5", "--thread-calls", "64", "--rss-calls", "20", "--import-runs", "1"]
+SMALL += ["--server", "own"]
 
 
 def test_quick_run_of_the_stdlib_clients_writes_a_row_for_each(tmp_path: Path) -> None:
     output = tmp_path / "RESULTS.md"
+    output.write_text("# Kept\n\n<!-- begin steady -->\nold figures\n<!-- end steady -->\n\nAlso kept.\n")
     proc = _run(
         "-m", "benchmarks", "--quick", "--clients", ",".join(STDLIB_CLIENTS), *SMALL, "--output", str(output)
     )
@@ -372,12 +244,19 @@ def test_quick_run_of_the_stdlib_clients_writes_a_row_for_each(tmp_path: Path) -
     rows = [line for line in proc.stdout.splitlines() if line.startswith("| ")]
     labels = [row.split(" | ")[0][2:] for row in rows]
     assert labels[:4] == ["client", "raw http.client + json", "qa_min core()", "qa_min ask()"]
+    assert "CPU µs/call, 1 thread, own" in rows[0]
     assert "not installed" not in proc.stdout
     assert "python -m benchmarks --quick --clients raw,qa_core,qa_ask" in proc.stdout
     assert f"Python: CPython {sys.version.split()[0]}" in proc.stdout
-    assert output.read_text() == proc.stdout
+    assert "Servers: benchmarks/server.py (a selector loop" in proc.stdout
+    assert "| core() CPU per call ≤ 1.00x raw, own |" in proc.stdout
+    written = output.read_text()
+    assert written.startswith("# Kept\n\n<!-- begin steady -->\n## Steady state\n")
+    assert written.endswith("<!-- end steady -->\n\nAlso kept.\n")
+    assert "old figures" not in written
+    assert proc.stdout.strip() in written
     if Path("/proc/self/stat").exists():  # the server's load is read from /proc
-        assert "% of one core." in proc.stdout
+        assert "% of one core" in proc.stdout
 
 
 def test_whole_run_fails_with_status_1_when_the_server_answers_wrongly() -> None:

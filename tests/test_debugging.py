@@ -23,10 +23,18 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from support import BOUND, SleepRecorder, make_recording_client, wait_until
+from support import BOUND, InProcessService, SleepRecorder, make_recording_client, wait_until
 
 import qa_min as qa
 from qa_min.testing import FakeService, hang, reply
+
+
+@pytest.fixture
+def svc() -> Iterator[InProcessService]:
+    """The service in-process (MockTransport): these tests are about the layers above the socket."""
+    with InProcessService() as service:
+        yield service
+
 
 KEY = "sk-debug-0123456789abcdef"
 
@@ -60,14 +68,14 @@ def recorder() -> Recorder:
 
 
 @pytest.fixture
-def hooked(svc: FakeService, recorder: Recorder) -> Iterator[qa.Client]:
+def hooked(svc: InProcessService, recorder: Recorder) -> Iterator[qa.Client]:
     hooks = {"before_attempt": [recorder], "after_attempt": [recorder]}
     with make_recording_client(svc.url, hooks=hooks) as client:
         yield client
 
 
 @pytest.mark.parametrize("header", ["request-id", "x-request-id", "Request-Id", "X-Request-ID"])
-def test_request_id_is_read_from_either_spelling(svc: FakeService, header: str) -> None:
+def test_request_id_is_read_from_either_spelling(svc: InProcessService, header: str) -> None:
     svc.script(reply(200, {"answers": {"toxic": True}}, headers=[(header, "req_123")]))
     with make_recording_client(svc.url) as client:
         result = client.core(REQUEST)
@@ -75,13 +83,13 @@ def test_request_id_is_read_from_either_spelling(svc: FakeService, header: str) 
     assert [a.request_id for a in result.diagnostics.history] == ["req_123"]
 
 
-def test_request_id_wins_over_x_request_id(svc: FakeService) -> None:
+def test_request_id_wins_over_x_request_id(svc: InProcessService) -> None:
     svc.script(reply(200, {"answers": {"toxic": True}}, headers=[("x-request-id", "x"), ("request-id", "r")]))
     with make_recording_client(svc.url) as client:
         assert client.core(REQUEST).diagnostics.request_id == "r"
 
 
-def test_no_request_id_header_gives_none(svc: FakeService) -> None:
+def test_no_request_id_header_gives_none(svc: InProcessService) -> None:
     with make_recording_client(svc.url) as client:
         diagnostics = client.core(REQUEST).diagnostics
     assert diagnostics.request_id is None
@@ -89,7 +97,7 @@ def test_no_request_id_header_gives_none(svc: FakeService) -> None:
     assert diagnostics.attempts == 1
 
 
-def test_error_message_names_the_request_id(svc: FakeService) -> None:
+def test_error_message_names_the_request_id(svc: InProcessService) -> None:
     svc.script(reply(400, {"detail": "bad state"}, headers=[("request-id", "req_bad_1")]))
     with make_recording_client(svc.url) as client, pytest.raises(qa.BadRequest) as caught:
         client.core(REQUEST)
@@ -98,14 +106,14 @@ def test_error_message_names_the_request_id(svc: FakeService) -> None:
     assert caught.value.diagnostics.request_id == "req_bad_1"
 
 
-def test_error_message_without_request_id_does_not_mention_one(svc: FakeService) -> None:
+def test_error_message_without_request_id_does_not_mention_one(svc: InProcessService) -> None:
     svc.script(reply(400, {"detail": "bad state"}))
     with make_recording_client(svc.url) as client, pytest.raises(qa.BadRequest) as caught:
         client.core(REQUEST)
     assert "request id" not in str(caught.value)
 
 
-def test_headers_are_the_last_responses_as_received(svc: FakeService) -> None:
+def test_headers_are_the_last_responses_as_received(svc: InProcessService) -> None:
     svc.script(
         reply(503, {"detail": "busy"}, headers=[("X-RateLimit-Remaining", "0")]),
         reply(200, {"answers": {"toxic": True}}, headers=[("X-RateLimit-Remaining", "41"), ("X-Multi", "a")]),
@@ -123,7 +131,7 @@ def test_headers_are_the_last_responses_as_received(svc: FakeService) -> None:
         headers["x-multi"] = "b"  # type: ignore[index]
 
 
-def test_history_records_429_then_503_then_200(svc: FakeService) -> None:
+def test_history_records_429_then_503_then_200(svc: InProcessService) -> None:
     svc.script(
         reply(429, {"detail": "slow down"}, headers=[("retry-after-ms", "20"), ("request-id", "r1")]),
         reply(503, {"detail": "busy"}, headers=[("request-id", "r2")]),
@@ -139,19 +147,20 @@ def test_history_records_429_then_503_then_200(svc: FakeService) -> None:
         (3, 200, None),
     ]
     # Slept before attempt 2: the server's 20 ms; before attempt 3: the second backoff, 1 s.
-    assert [a.delay for a in history] == [0.0, 0.02, 1.0]
-    assert sleep.seconds == [0.02, 1.0]
+    assert [a.delay for a in history] == pytest.approx([0.0, 0.02, 1.0], abs=1e-6)
+    assert sleep.seconds == pytest.approx([0.02, 1.0], abs=1e-6)
     assert [a.request_id for a in history] == ["r1", "r2", "r3"]
     assert all(0 <= a.duration < BOUND for a in history)
-    assert all(a.rate_limit_wait == 0.0 for a in history)
+    assert [a.rate_limit_wait for a in history] == pytest.approx([0.0, 0.0, 0.0], abs=1e-3)
     assert result.diagnostics.attempts == 3
     assert result.diagnostics.elapsed >= sum(a.duration for a in history)
 
 
-def test_history_records_a_connection_failure_by_its_error(svc: FakeService) -> None:
-    svc.close()
+def test_history_records_a_connection_failure_by_its_error() -> None:
+    with FakeService() as gone:  # a real socket that no longer listens
+        url = gone.url
     with (
-        make_recording_client(svc.url, retry=qa.RetryPolicy(max_retries=1)) as client,
+        make_recording_client(url, retry=qa.RetryPolicy(max_retries=1)) as client,
         pytest.raises(qa.ConnectionFailed) as caught,
     ):
         client.list_models()
@@ -175,7 +184,7 @@ def test_an_attempt_record_is_read_only_and_survives_pickle() -> None:
     assert pickle.loads(pickle.dumps(headers)) == headers
 
 
-def test_every_result_carries_its_diagnostics(svc: FakeService) -> None:
+def test_every_result_carries_its_diagnostics(svc: InProcessService) -> None:
     svc.script(
         reply(200, {"answers": {"toxic": True}}, headers=[("request-id", "a")]),
         reply(200, {"answers": {"toxic": True}}, headers=[("request-id", "c")]),
@@ -195,7 +204,7 @@ def test_every_result_carries_its_diagnostics(svc: FakeService) -> None:
 
 
 def test_hooks_run_in_order_on_success_and_retries(
-    svc: FakeService, hooked: qa.Client, recorder: Recorder
+    svc: InProcessService, hooked: qa.Client, recorder: Recorder
 ) -> None:
     svc.script(reply(429, headers=[("retry-after-ms", "1")]), reply(503))
     hooked.core(REQUEST)
@@ -215,7 +224,7 @@ def test_hooks_run_in_order_on_success_and_retries(
     assert recorder.events[0].duration is None
 
 
-def test_hooks_see_a_final_failure(svc: FakeService, hooked: qa.Client, recorder: Recorder) -> None:
+def test_hooks_see_a_final_failure(svc: InProcessService, hooked: qa.Client, recorder: Recorder) -> None:
     svc.script(reply(401, {"detail": "no"}))
     with pytest.raises(qa.Unauthorized):
         hooked.list_models()
@@ -227,7 +236,7 @@ def test_hooks_see_a_final_failure(svc: FakeService, hooked: qa.Client, recorder
     assert recorder.events[1].request_body() == b""
 
 
-def test_hooks_see_a_cancellation(svc: FakeService, hooked: qa.Client, recorder: Recorder) -> None:
+def test_hooks_see_a_cancellation(svc: InProcessService, hooked: qa.Client, recorder: Recorder) -> None:
     svc.script(hang())
     token = qa.CancelToken()
     call = hooked.submit(hooked.core, REQUEST, cancel=token)
@@ -240,7 +249,7 @@ def test_hooks_see_a_cancellation(svc: FakeService, hooked: qa.Client, recorder:
 
 
 def test_a_hook_sees_the_request_body_only_when_it_asks(
-    svc: FakeService, hooked: qa.Client, recorder: Recorder
+    svc: InProcessService, hooked: qa.Client, recorder: Recorder
 ) -> None:
     hooked.core(REQUEST)
     body = recorder.events[0].request_body()
@@ -249,7 +258,9 @@ def test_a_hook_sees_the_request_body_only_when_it_asks(
     assert "Some text" not in repr(recorder.events[0])
 
 
-def test_a_raising_hook_is_logged_and_ignored(svc: FakeService, caplog: pytest.LogCaptureFixture) -> None:
+def test_a_raising_hook_is_logged_and_ignored(
+    svc: InProcessService, caplog: pytest.LogCaptureFixture
+) -> None:
     seen: list[int] = []
 
     def broken(event: qa.HookEvent) -> None:
@@ -292,7 +303,7 @@ def test_empty_hooks_are_no_hooks() -> None:
         assert client._sender._hooks is None
 
 
-def test_the_key_reaches_no_hook_and_no_diagnostics(svc: FakeService, recorder: Recorder) -> None:
+def test_the_key_reaches_no_hook_and_no_diagnostics(svc: InProcessService, recorder: Recorder) -> None:
     # A server that echoes the key in its request id, in another header and in the error body.
     svc.script(
         reply(429, {"detail": f"key {KEY}"}, headers=[("request-id", KEY), ("x-echo", f"Bearer {KEY}")])
@@ -315,7 +326,7 @@ def test_the_key_reaches_no_hook_and_no_diagnostics(svc: FakeService, recorder: 
     assert diagnostics.request_id == "[redacted]"
 
 
-def test_hooks_are_called_from_the_calling_thread(svc: FakeService) -> None:
+def test_hooks_are_called_from_the_calling_thread(svc: InProcessService) -> None:
     threads: list[str] = []
     hooks = {"before_attempt": [lambda e: threads.append(threading.current_thread().name)]}
     with make_recording_client(svc.url, hooks=hooks) as client:

@@ -49,10 +49,18 @@ from typing import Any
 
 import pytest
 from faultservers import RawServer, ok_response, read_request
-from support import no_sleep
+from support import InProcessService, make_client, no_sleep
 
 import qa_min as qa
-from qa_min.testing import FakeService, drop, hang, reply
+from qa_min.testing import drop, hang, reply
+
+
+@pytest.fixture
+def svc() -> Iterator[InProcessService]:
+    """The service in-process (MockTransport): these tests are about the layers above the socket."""
+    with InProcessService() as service:
+        yield service
+
 
 KEY = "sk-errors-test-SECRET-77"
 
@@ -131,7 +139,9 @@ def test_validation_error_classes() -> None:
         assert not issubclass(status_cls, qa.ValidationError), status_cls
 
 
-def test_service_busy_catches_rate_limited_and_overloaded_only(svc: FakeService, client: qa.Client) -> None:
+def test_service_busy_catches_rate_limited_and_overloaded_only(
+    svc: InProcessService, client: qa.Client
+) -> None:
     assert issubclass(qa.RateLimited, qa.ServiceBusy)
     assert issubclass(qa.Overloaded, qa.ServiceBusy)
     caught = []
@@ -180,7 +190,7 @@ TABLE: list[tuple[int, type[qa.APIStatusError]]] = [
 
 @pytest.mark.parametrize(("status", "error"), TABLE, ids=[str(s) for s, _ in TABLE])
 def test_status_maps_to_its_class(
-    svc: FakeService, client: qa.Client, status: int, error: type[qa.APIStatusError]
+    svc: InProcessService, client: qa.Client, status: int, error: type[qa.APIStatusError]
 ) -> None:
     svc.script(reply(status, {"detail": "nope"}))
     with pytest.raises(qa.APIStatusError) as caught:
@@ -219,29 +229,29 @@ def test_status_outside_1xx_to_5xx_is_unexpected_status(status: int) -> None:
     ],
 )
 def test_retried_statuses_raise_only_after_retries(
-    svc: FakeService, status: int, error: type[qa.APIStatusError]
+    svc: InProcessService, status: int, error: type[qa.APIStatusError]
 ) -> None:
     svc.script(*[reply(status, {"detail": "try later"})] * 3)
     diagnostics = qa.Diagnostics()
-    with qa.Client(base_url=svc.url, sleep=no_sleep) as client, pytest.raises(error):
+    with make_client(svc.url, sleep=no_sleep) as client, pytest.raises(error):
         client.ask("x", Review, retry=qa.RetryPolicy(max_retries=2), diagnostics=diagnostics)
     assert diagnostics.attempts == 3
     assert len(svc.requests) == 3
 
 
 @pytest.mark.parametrize("status", [408, 429, 529, 502])
-def test_retried_status_then_success_raises_nothing(svc: FakeService, status: int) -> None:
+def test_retried_status_then_success_raises_nothing(svc: InProcessService, status: int) -> None:
     svc.script(reply(status, {"detail": "try later"}))
-    with qa.Client(base_url=svc.url, sleep=no_sleep) as client:
+    with make_client(svc.url, sleep=no_sleep) as client:
         assert isinstance(client.ask("x", Review).answers.toxic, bool)
     assert len(svc.requests) == 2
 
 
 @pytest.mark.parametrize("status", [400, 401, 403, 404, 422, 418, 302])
-def test_other_statuses_raise_at_once(svc: FakeService, status: int) -> None:
+def test_other_statuses_raise_at_once(svc: InProcessService, status: int) -> None:
     svc.script(*[reply(status, {"detail": "no"})] * 3)
     diagnostics = qa.Diagnostics()
-    with qa.Client(base_url=svc.url, sleep=no_sleep) as client, pytest.raises(qa.APIStatusError):
+    with make_client(svc.url, sleep=no_sleep) as client, pytest.raises(qa.APIStatusError):
         client.ask("x", Review, diagnostics=diagnostics)
     assert diagnostics.attempts == 1
     assert len(svc.requests) == 1
@@ -260,17 +270,17 @@ def test_connection_refused_is_connection_failed(refused_url: str) -> None:
     assert caught.value.diagnostics is diagnostics
 
 
-def test_dropped_connection_is_connection_failed(svc: FakeService) -> None:
+def test_dropped_connection_is_connection_failed(svc: InProcessService) -> None:
     svc.script(drop(), drop(), drop())
     diagnostics = qa.Diagnostics()
-    with qa.Client(base_url=svc.url, sleep=no_sleep) as client, pytest.raises(qa.ConnectionFailed):
+    with make_client(svc.url, sleep=no_sleep) as client, pytest.raises(qa.ConnectionFailed):
         client.ask("x", Review, diagnostics=diagnostics)
     assert diagnostics.attempts == 3
     assert diagnostics.transport_error is not None
     assert len(svc.requests) == 3
 
 
-def test_cancel_from_another_thread_is_canceled(svc: FakeService, client: qa.Client) -> None:
+def test_cancel_from_another_thread_is_canceled(svc: InProcessService, client: qa.Client) -> None:
     svc.script(hang())
     token = qa.CancelToken()
 
@@ -290,7 +300,7 @@ def test_cancel_from_another_thread_is_canceled(svc: FakeService, client: qa.Cli
     assert caught.value.diagnostics.attempts == 1
 
 
-def test_timeout_is_canceled(svc: FakeService, client: qa.Client) -> None:
+def test_timeout_is_canceled(svc: InProcessService, client: qa.Client) -> None:
     svc.script(hang())
     started = time.monotonic()
     with pytest.raises(qa.Canceled) as caught:
@@ -302,18 +312,18 @@ def test_timeout_is_canceled(svc: FakeService, client: qa.Client) -> None:
 # -- .diagnostics on every error ---------------------------------------------------------------
 
 
-def _raise_each(svc: FakeService, refused_url: str) -> dict[str, Callable[[], object]]:
+def _raise_each(svc: InProcessService, refused_url: str) -> dict[str, Callable[[], object]]:
     def status(code: int) -> Callable[[], object]:
         def run() -> object:
             svc.script(reply(code, {"detail": "x"}))
-            with qa.Client(base_url=svc.url, retry=qa.RetryPolicy.none) as c:
+            with make_client(svc.url, retry=qa.RetryPolicy.none) as c:
                 return c.ask("x", Review)
 
         return run
 
     def invalid_response() -> object:
         svc.script(reply(200, {"answers": {"toxic": "maybe"}}))
-        with qa.Client(base_url=svc.url) as c:
+        with make_client(svc.url) as c:
             return c.ask("x", Review)
 
     def connection_failed() -> object:
@@ -323,17 +333,17 @@ def _raise_each(svc: FakeService, refused_url: str) -> dict[str, Callable[[], ob
     def canceled() -> object:
         token = qa.CancelToken()
         token.cancel()
-        with qa.Client(base_url=svc.url) as c:
+        with make_client(svc.url) as c:
             return c.ask("x", Review, cancel=token)
 
     def closed() -> object:
-        c = qa.Client(base_url=svc.url)
+        c = make_client(svc.url)
         c.close()
         return c.ask("x", Review)
 
     def in_client(fn: Callable[[qa.Client], object]) -> Callable[[], object]:
         def run() -> object:
-            with qa.Client(base_url=svc.url) as c:
+            with make_client(svc.url) as c:
                 return fn(c)
 
         return run
@@ -347,7 +357,7 @@ def _raise_each(svc: FakeService, refused_url: str) -> dict[str, Callable[[], ob
             "client-closed": closed,
             "missing-api-key": lambda: qa.Client(base_url=qa.PUBLIC_BASE_URL),
             "invalid-base-url": lambda: qa.Client(base_url="ftp://example.com"),
-            "invalid-option": lambda: qa.Client(base_url=svc.url, timeout=-1),
+            "invalid-option": lambda: make_client(svc.url, timeout=-1),
             "no-questions": lambda: qa.Request(state="x", questions=[]),
             "duplicate-name": lambda: qa.Request(
                 state="x",
@@ -382,7 +392,7 @@ CASE_IDS = [f"status-{code}" for code, _ in TABLE[:10]] + [
 
 @pytest.mark.parametrize("case", CASE_IDS)
 def test_every_raised_error_carries_diagnostics(
-    svc: FakeService, refused_url: str, monkeypatch: pytest.MonkeyPatch, case: str
+    svc: InProcessService, refused_url: str, monkeypatch: pytest.MonkeyPatch, case: str
 ) -> None:
     monkeypatch.delenv("SERVICE_API_KEY", raising=False)
     with pytest.raises(qa.QAError) as caught:
@@ -413,7 +423,7 @@ def test_every_raised_error_carries_diagnostics(
     ids=["json-detail", "fastapi-list", "text"],
 )
 def test_status_error_message_names_status_and_detail(
-    svc: FakeService, client: qa.Client, body: object, detail: str
+    svc: InProcessService, client: qa.Client, body: object, detail: str
 ) -> None:
     svc.script(reply(404, body))
     with pytest.raises(qa.NotFound) as caught:
@@ -423,7 +433,7 @@ def test_status_error_message_names_status_and_detail(
     assert detail in message
 
 
-def test_status_error_message_stays_short_for_a_huge_body(svc: FakeService, client: qa.Client) -> None:
+def test_status_error_message_stays_short_for_a_huge_body(svc: InProcessService, client: qa.Client) -> None:
     huge = {"detail": "bad " * 5000}
     svc.script(reply(400, huge))
     diagnostics = qa.Diagnostics()
@@ -434,16 +444,16 @@ def test_status_error_message_stays_short_for_a_huge_body(svc: FakeService, clie
     assert diagnostics.body == json.dumps(huge)  # the whole body stays available
 
 
-def test_status_error_message_never_shows_the_key(svc: FakeService) -> None:
+def test_status_error_message_never_shows_the_key(svc: InProcessService) -> None:
     svc.script(reply(403, {"detail": f"key {KEY} may not use this model"}))
-    with qa.Client(base_url=svc.url, api_key=KEY) as client, pytest.raises(qa.PermissionDenied) as caught:
+    with make_client(svc.url, api_key=KEY) as client, pytest.raises(qa.PermissionDenied) as caught:
         client.ask("x", Review)
     assert KEY not in str(caught.value)
     assert "may not use this model" in str(caught.value)
 
 
 def test_messages_of_other_errors_say_what_is_wrong(
-    svc: FakeService, refused_url: str, monkeypatch: pytest.MonkeyPatch
+    svc: InProcessService, refused_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv("SERVICE_API_KEY", raising=False)
     port = refused_url.rsplit(":", 1)[1]
@@ -461,7 +471,7 @@ def test_messages_of_other_errors_say_what_is_wrong(
         for word in words:
             assert word in str(caught.value), (str(caught.value), word)
     svc.script(reply(200, {"answers": {"toxic": 1}}))
-    with qa.Client(base_url=svc.url) as client, pytest.raises(qa.InvalidResponse) as invalid:
+    with make_client(svc.url) as client, pytest.raises(qa.InvalidResponse) as invalid:
         client.ask("x", Review)
     assert "toxic" in str(invalid.value)
 
@@ -497,20 +507,20 @@ def test_diagnostics_on_success(client: qa.Client, operation: str) -> None:
     )
 
 
-def test_diagnostics_on_success_after_a_retry(svc: FakeService) -> None:
+def test_diagnostics_on_success_after_a_retry(svc: InProcessService) -> None:
     svc.script(reply(503, "overloaded, come back later"))
     diagnostics = qa.Diagnostics()
-    with qa.Client(base_url=svc.url, sleep=no_sleep) as client:
+    with make_client(svc.url, sleep=no_sleep) as client:
         client.ask("x", Review, diagnostics=diagnostics)
     assert diagnostics.status == 200
     assert diagnostics.attempts == 2
     assert diagnostics.body == "overloaded, come back later"  # the last non-2xx body
 
 
-def test_diagnostics_on_status_failure(svc: FakeService) -> None:
+def test_diagnostics_on_status_failure(svc: InProcessService) -> None:
     svc.script(reply(503, "first"), reply(502, "second"), reply(500, "third"))
     diagnostics = qa.Diagnostics()
-    with qa.Client(base_url=svc.url, sleep=no_sleep) as client, pytest.raises(qa.ServerError):
+    with make_client(svc.url, sleep=no_sleep) as client, pytest.raises(qa.ServerError):
         client.ask("x", Review, diagnostics=diagnostics)
     assert (diagnostics.status, diagnostics.body, diagnostics.attempts) == (500, "third", 3)
     assert diagnostics.transport_error is None
@@ -553,7 +563,9 @@ def test_diagnostics_on_invalid_response() -> None:
     [reply(404, {"detail": "x"}), reply(200, {"answers": {}}), drop()],
     ids=["status", "invalid-response", "connection-failed"],
 )
-def test_error_diagnostics_is_the_callers_object(svc: FakeService, client: qa.Client, script: Any) -> None:
+def test_error_diagnostics_is_the_callers_object(
+    svc: InProcessService, client: qa.Client, script: Any
+) -> None:
     svc.script(script)
     diagnostics = qa.Diagnostics()
     with pytest.raises(qa.QAError) as caught:
@@ -562,7 +574,7 @@ def test_error_diagnostics_is_the_callers_object(svc: FakeService, client: qa.Cl
     assert diagnostics.attempts == 1
 
 
-def test_diagnostics_are_refilled_by_each_call(svc: FakeService, client: qa.Client) -> None:
+def test_diagnostics_are_refilled_by_each_call(svc: InProcessService, client: qa.Client) -> None:
     diagnostics = qa.Diagnostics()
     svc.script(reply(404, {"detail": "x"}))
     with pytest.raises(qa.NotFound):

@@ -49,6 +49,11 @@ ON_OWN_FAKE: dict[str, list[str]] = {
         r"^AskResponse / InvalidState$",
     ],
     "testing_your_code.py": [r"^ok  test_flag_toxic_retries_a_rate_limit", r"^5 tests passed$"],
+    "testing_with_mock_transport.py": [
+        r"^flagged: \[",
+        r"^ok  test_flag_toxic_retries_a_rate_limit_then_succeeds$",
+        r"^4 tests passed$",
+    ],
     "debugging_and_hooks.py": [
         r"^log: -> POST http://127\.0\.0\.1:\d+/v1/core \(attempt 1\)$",
         r"^log: <- 429 RateLimited in [\d.]+ ms, request id req_1$",
@@ -99,6 +104,7 @@ ON_HEALTHY_SERVICE: dict[str, list[str]] = {
     ],
     "asyncio_usage.py": [r"^answered within 0\.5 s: toxic=(True|False)$"],
     "testing_your_code.py": [r"^flagged: \[", r"^5 tests passed$"],
+    "testing_with_mock_transport.py": [r"^flagged: \[", r"^4 tests passed$"],
     "debugging_and_hooks.py": [
         r"^request id: None, 1 attempt\(s\) in ",
         r"^  attempt 1: 200, slept 0\.000 s",

@@ -179,7 +179,7 @@ def test_deep_error_body_is_the_status_error_retried_as_that_status(
     assert caught.value.status == status
     assert caught.value.diagnostics.attempts == 3
     assert caught.value.diagnostics.status == status
-    assert sleeps.seconds == [0.1, 0.2]
+    assert sleeps.seconds == pytest.approx([0.1, 0.2], abs=1e-6)
     # The detail falls back to the start of the body, as for any body that is not JSON.
     assert str(caught.value).startswith(f"HTTP {status} from POST ")
     assert ': {"detail": ' in str(caught.value)

@@ -142,7 +142,7 @@ def test_absurd_server_delays_fall_back_to_the_backoff(
         client.ask("x", Review)
     assert caught.value.status == status
     assert caught.value.diagnostics.attempts == 3
-    assert sleeps.seconds == [0.1, 0.2]  # the backoff: 100 ms, then 200 ms
+    assert sleeps.seconds == pytest.approx([0.1, 0.2], abs=1e-6)  # the backoff: 100 ms, then 200 ms
 
 
 @pytest.mark.parametrize("bad", ["inf", "nan", "1e400", "-5", "soon"])

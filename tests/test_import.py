@@ -14,6 +14,11 @@ Spec line -> tests:
   RetryPolicy and Call are available lazily
       test_retry_policy_and_call_load_on_first_use, test_dir_lists_the_lazy_names,
       test_unknown_attribute_is_attribute_error
+  The cold path (issue 14): ``import qa_min; Client(base_url="http://h")`` loads nothing
+  beyond what ``import http.client, json`` loads, qa_min's own modules and COLD_ALLOWED
+      test_cold_path_loads_only_what_http_client_and_json_load,
+      test_cold_path_never_imports_the_heavy_modules (even where http.client loads them),
+      test_cold_probe_catches_a_heavy_import (the probe itself can fail)
 """
 
 from __future__ import annotations
@@ -231,3 +236,87 @@ def test_every_error_class_of_the_package_is_exported() -> None:
         if isinstance(value, type) and issubclass(value, BaseException) and not name.startswith("_")
     }
     assert defined <= set(qa.__all__)
+
+
+# -- the cold path: import + Client() for an http:// URL --------------------------------------
+
+COLD_ALLOWED = {
+    # Every qa_min module starts with `from __future__ import annotations` (annotations stay
+    # strings on Python 3.9); the import costs about 0.1 ms.
+    "__future__",
+    # Every Client has a CancelToken (close() cancels the calls in flight with it), and a
+    # CancelToken holds a threading.Event; Client() also takes a threading.Lock. Loaded by
+    # start-up on some interpreters, on others not: about 0.5 ms with _weakrefset, which
+    # threading imports.
+    "threading",
+    "_weakrefset",
+}
+"""Modules the cold path may load beyond ``import http.client, json`` and qa_min's own."""
+
+HEAVY = ("logging", "concurrent.futures", "dataclasses", "random", "typing", "asyncio")
+"""Modules the cold path must never import, whether or not ``http.client`` loaded them first."""
+
+# In a fresh isolated interpreter: what ``import http.client, json`` loads is the baseline;
+# then the heavy modules are poisoned (None in sys.modules makes any import of them fail, even
+# of one http.client loaded already, e.g. random before Python 3.13) and the cold path runs.
+COLD_PROBE = r"""
+import json, sys
+sys.path.insert(0, sys.argv[1])
+heavy, statement = json.loads(sys.argv[2]), sys.argv[3]
+import http.client, json
+baseline = set(sys.modules)
+for name in heavy:
+    sys.modules[name] = None
+failure = None
+try:
+    exec(statement, {})
+except ImportError as exc:
+    failure = str(exc)
+new = sorted(name for name in set(sys.modules) - baseline if sys.modules[name] is not None)
+print(json.dumps({"new": new, "failure": failure}))
+"""
+COLD_STATEMENT = 'import qa_min; qa_min.Client(base_url="http://h")'
+
+
+def cold_probe(statement: str = COLD_STATEMENT, root: Path = ROOT) -> dict[str, Any]:
+    result = subprocess.run(
+        [sys.executable, "-I", "-c", COLD_PROBE, str(root), json.dumps(HEAVY), statement],
+        capture_output=True,
+        text=True,
+        timeout=20,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    data: dict[str, Any] = json.loads(result.stdout)
+    return data
+
+
+@pytest.fixture(scope="module")
+def cold() -> dict[str, Any]:
+    return cold_probe()
+
+
+def test_cold_path_loads_only_what_http_client_and_json_load(cold: dict[str, Any]) -> None:
+    own = [name for name in cold["new"] if name == "qa_min" or name.startswith("qa_min.")]
+    beyond = sorted(set(cold["new"]) - set(own) - COLD_ALLOWED)
+    assert beyond == [], f"Client() for an http:// URL now loads {beyond}: load them where first needed"
+    assert {"qa_min._client", "qa_min._transport", "qa_min._connection"} <= set(own)  # it did run
+
+
+def test_cold_path_never_imports_the_heavy_modules(cold: dict[str, Any]) -> None:
+    assert cold["failure"] is None, f"the cold path imports a heavy module: {cold['failure']}"
+
+
+@pytest.mark.parametrize("module", ["random", "logging"])
+def test_cold_probe_catches_a_heavy_import(tmp_path: Path, module: str) -> None:
+    # A stand-in package whose Client() imports a heavy module, as a regression would; random
+    # and logging matter most here: Python 3.11's http.client loads random itself.
+    package = tmp_path / "qa_probe"
+    package.mkdir()
+    (package / "__init__.py").write_text(
+        f"class Client:\n    def __init__(self, base_url):\n        import {module}\n"
+    )
+    found = cold_probe('import qa_probe; qa_probe.Client(base_url="http://h")', tmp_path)
+    assert found["failure"] is not None
+    assert module in found["failure"]
+    assert "qa_probe" in found["new"]

@@ -61,7 +61,7 @@ def test_the_copy_shares_no_pool_and_no_executor(svc: FakeService) -> None:
         with twin:
             assert twin._transport.pool is not client._transport.pool
             assert twin._transport.pool.idle_count() == 0  # no socket came along
-            assert twin._futures is None  # nor a thread
+            assert twin._life.executor is None  # nor a thread
             assert twin._closing is not client._closing
             assert twin.submit(twin.core, REQUEST).result(5).diagnostics.status == 200
 

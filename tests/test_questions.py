@@ -52,10 +52,18 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from support import Listener, no_sleep
+from support import InProcessService, Listener, make_client, no_sleep
 
 import qa_min as qa
 from qa_min.testing import FakeService, expected_answer, hang, reply
+
+
+@pytest.fixture
+def svc() -> Iterator[InProcessService]:
+    """The service in-process (MockTransport): these tests are about the layers above the socket."""
+    with InProcessService() as service:
+        yield service
+
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -251,7 +259,7 @@ def test_wrong_answer_is_invalid_response(
     assert "'q'" in str(caught.value)  # the message names the question at fault
 
 
-def test_wrong_answer_in_ask_is_invalid_response(svc: FakeService, client: qa.Client) -> None:
+def test_wrong_answer_in_ask_is_invalid_response(svc: InProcessService, client: qa.Client) -> None:
     svc.set_answers({"quality": True})
     with pytest.raises(qa.InvalidResponse):
         client.ask("x", Review)
@@ -260,7 +268,7 @@ def test_wrong_answer_in_ask_is_invalid_response(svc: FakeService, client: qa.Cl
 # -- the operations and their responses ---------------------------------------------------
 
 
-def test_ask_returns_typed_answers_on_a_questions_instance(svc: FakeService, client: qa.Client) -> None:
+def test_ask_returns_typed_answers_on_a_questions_instance(svc: InProcessService, client: qa.Client) -> None:
     svc.set_answers({"toxic": False, "tone": "formal", "quality": 1})
     r = client.ask("Some text", Review)
     assert isinstance(r, qa.AskResponse)
@@ -274,7 +282,7 @@ def test_ask_returns_typed_answers_on_a_questions_instance(svc: FakeService, cli
         r.answers.toxic = True
 
 
-def test_mypy_infers_answer_types(svc: FakeService, client: qa.Client) -> None:
+def test_mypy_infers_answer_types(svc: InProcessService, client: qa.Client) -> None:
     # mypy --strict over this file checks the assert_type calls; at run time they are no-ops.
     r = client.ask("Some text", Review)
     assert_type(r.answers.toxic, bool)
@@ -286,14 +294,14 @@ def test_mypy_infers_answer_types(svc: FakeService, client: qa.Client) -> None:
     assert isinstance(r.answers.toxic, bool)
 
 
-def test_usage_is_the_servers_mapping(svc: FakeService, client: qa.Client) -> None:
+def test_usage_is_the_servers_mapping(svc: InProcessService, client: qa.Client) -> None:
     r = client.ask("three words here", Review)
     assert dict(r.usage) == {"input_tokens": 3, "output_tokens": 3}
     r2 = client.core(qa.Request(state="two words", questions=[qa.NamedQuestion("a", qa.YesNo("y", "n"))]))
     assert dict(r2.usage) == {"input_tokens": 2, "output_tokens": 1}
 
 
-def test_core_returns_answers_by_id(svc: FakeService, client: qa.Client) -> None:
+def test_core_returns_answers_by_id(svc: InProcessService, client: qa.Client) -> None:
     svc.set_answers({"toxic": True, "lang": "en"})
     req = qa.Request(
         state="Some text",
@@ -322,13 +330,13 @@ def test_core_answers_are_read_only(client: qa.Client) -> None:
         del answers["a"]
 
 
-def test_request_accepts_name_question_pairs(svc: FakeService, client: qa.Client) -> None:
+def test_request_accepts_name_question_pairs(svc: InProcessService, client: qa.Client) -> None:
     pairs: Any = [("a", qa.YesNo("y", "n"))]
     client.core(qa.Request(state="x", questions=pairs))
     assert list(svc.requests[0].json()["questions"]) == ["a"]
 
 
-def test_list_models_returns_model_names(svc: FakeService, client: qa.Client) -> None:
+def test_list_models_returns_model_names(svc: InProcessService, client: qa.Client) -> None:
     from qa_min.testing import DEFAULT_MODELS
 
     models = client.list_models()
@@ -361,8 +369,10 @@ def operations(client: qa.Client) -> dict[str, Operation]:
 
 
 @pytest.mark.parametrize("operation", ["ask", "core", "list_models"])
-def test_per_call_retry_diagnostics_cancel_and_timeout_take_effect(svc: FakeService, operation: str) -> None:
-    with qa.Client(base_url=svc.url, sleep=no_sleep) as client:
+def test_per_call_retry_diagnostics_cancel_and_timeout_take_effect(
+    svc: InProcessService, operation: str
+) -> None:
+    with make_client(svc.url, sleep=no_sleep) as client:
         call = operations(client)[operation]
         # retry=: the client would retry a 503 twice; this call does not retry at all.
         svc.script(reply(503, {"detail": "busy"}), reply(503, {"detail": "busy"}))
@@ -390,9 +400,9 @@ def test_per_call_retry_diagnostics_cancel_and_timeout_take_effect(svc: FakeServ
 
 
 @pytest.mark.parametrize("where", ["ask-model", "core-model", "request-model", "core-model-beats-request"])
-def test_model_override_is_sent_for_one_call(svc: FakeService, where: str) -> None:
+def test_model_override_is_sent_for_one_call(svc: InProcessService, where: str) -> None:
     named = [qa.NamedQuestion("toxic", qa.YesNo("y", "n"))]
-    with qa.Client(base_url=svc.url, model="judge-latest") as client:
+    with make_client(svc.url, model="judge-latest") as client:
         if where == "ask-model":
             client.ask("x", Review, model="judge-mini-latest")
         elif where == "core-model":
@@ -412,8 +422,8 @@ def test_model_override_is_sent_for_one_call(svc: FakeService, where: str) -> No
     ["judge-3.0", "judge-2.1.7", "judge-mini-1.0.3", "judge-9.99"],
 )
 @pytest.mark.parametrize("where", ["client", "ask", "request"])
-def test_versioned_model_ids_are_accepted(svc: FakeService, model: str, where: str) -> None:
-    with qa.Client(base_url=svc.url, model=model if where == "client" else None) as client:
+def test_versioned_model_ids_are_accepted(svc: InProcessService, model: str, where: str) -> None:
+    with make_client(svc.url, model=model if where == "client" else None) as client:
         assert model not in [m.name for m in client.list_models().models]
         if where == "request":
             request = qa.Request(
@@ -483,7 +493,7 @@ def test_bad_state_for_request(listener: Listener, state: Any) -> None:
     assert_nothing_sent(listener)
 
 
-def test_str_subclass_is_a_string(svc: FakeService, client: qa.Client) -> None:
+def test_str_subclass_is_a_string(svc: InProcessService, client: qa.Client) -> None:
     class Text(str):
         pass
 

@@ -14,14 +14,23 @@ import random
 import socket
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any, Optional
 
 import pytest
-from support import SleepRecorder, make_recording_client
+from support import InProcessService, SleepRecorder, make_client, make_recording_client
 
 import qa_min as qa
 from qa_min._backoff import backoff_ms, server_delay_ms
 from qa_min.testing import FakeService, Step, delay, reply
+
+
+@pytest.fixture
+def svc() -> Iterator[InProcessService]:
+    """The service in-process (MockTransport): these tests are about the layers above the socket."""
+    with InProcessService() as service:
+        yield service
+
 
 # A fixed "now" for HTTP-date parsing: 2023-11-14 22:13:20 GMT.
 NOW = 1_700_000_000.0
@@ -166,9 +175,9 @@ def test_replace_with_an_invalid_value_raises_invalid_option() -> None:
         dataclasses.replace(qa.RetryPolicy(), backoff_jitter=2)
 
 
-def test_retry_option_that_is_not_a_policy_raises_invalid_option(svc: FakeService) -> None:
+def test_retry_option_that_is_not_a_policy_raises_invalid_option(svc: InProcessService) -> None:
     with pytest.raises(qa.InvalidOption):
-        qa.Client(base_url=svc.url, trust_env=False, retry={"max_retries": 1})  # type: ignore[arg-type]
+        make_client(svc.url, retry={"max_retries": 1})
     with make_recording_client(svc.url) as client, pytest.raises(qa.InvalidOption):
         client.ask("text", Toxic, retry=3)  # type: ignore[arg-type]
     assert svc.requests == []
@@ -315,7 +324,7 @@ def test_server_delay_ms_reads_dates_against_the_real_clock_by_default() -> None
     ],
 )
 def test_server_requested_delay(
-    svc: FakeService, first: Step, policy: Optional[qa.RetryPolicy], expected_sleep: float
+    svc: InProcessService, first: Step, policy: Optional[qa.RetryPolicy], expected_sleep: float
 ) -> None:
     svc.script(first)
     sleep = SleepRecorder()
@@ -326,7 +335,7 @@ def test_server_requested_delay(
     assert len(svc.requests) == 2
 
 
-def test_retry_after_http_date_is_honoured(svc: FakeService) -> None:
+def test_retry_after_http_date_is_honoured(svc: InProcessService) -> None:
     svc.script(reply(503, headers=[("Retry-After", http_date(time.time() + 3))]))
     sleep = SleepRecorder()
     with make_recording_client(svc.url, sleep) as client:
@@ -348,7 +357,7 @@ def test_retry_after_http_date_is_honoured(svc: FakeService) -> None:
     ],
 )
 def test_x_should_retry_overrides_retry_status(
-    svc: FakeService, status: int, header: str, error: type[qa.QAError], attempts: int
+    svc: InProcessService, status: int, header: str, error: type[qa.QAError], attempts: int
 ) -> None:
     svc.script(*[reply(status, {"detail": "x"}, headers=[("x-should-retry", header)])] * 5)
     with make_recording_client(svc.url) as client:
@@ -358,7 +367,7 @@ def test_x_should_retry_overrides_retry_status(
     assert len(svc.requests) == attempts
 
 
-def test_x_should_retry_true_on_400_then_success(svc: FakeService) -> None:
+def test_x_should_retry_true_on_400_then_success(svc: InProcessService) -> None:
     svc.script(reply(400, {"detail": "try again"}, headers=[("x-should-retry", "true")]))
     with make_recording_client(svc.url) as client:
         diag = ask(client)
@@ -366,7 +375,7 @@ def test_x_should_retry_true_on_400_then_success(svc: FakeService) -> None:
     assert diag.status == 200
 
 
-def test_x_should_retry_true_does_not_exceed_max_retries(svc: FakeService) -> None:
+def test_x_should_retry_true_does_not_exceed_max_retries(svc: InProcessService) -> None:
     svc.script(reply(400, {"detail": "x"}, headers=[("x-should-retry", "true")]))
     with make_recording_client(svc.url) as client:
         exc = ask_error(client, retry=qa.RetryPolicy.none)
@@ -400,7 +409,7 @@ def test_x_should_retry_true_does_not_exceed_max_retries(svc: FakeService) -> No
     ],
 )
 def test_status_maps_to_error_after_attempts(
-    svc: FakeService, status: int, error: type[qa.APIStatusError], attempts: int
+    svc: InProcessService, status: int, error: type[qa.APIStatusError], attempts: int
 ) -> None:
     body = {"detail": f"the detail of {status}"}
     svc.script(*[reply(status, body)] * 5)
@@ -423,7 +432,7 @@ def test_status_maps_to_error_after_attempts(
 
 
 @pytest.mark.parametrize("status", [429, 529])
-def test_rate_limited_and_overloaded_share_service_busy(svc: FakeService, status: int) -> None:
+def test_rate_limited_and_overloaded_share_service_busy(svc: InProcessService, status: int) -> None:
     svc.script(reply(status))
     with make_recording_client(svc.url) as client:
         exc = ask_error(client, retry=qa.RetryPolicy.none)
@@ -431,7 +440,7 @@ def test_rate_limited_and_overloaded_share_service_busy(svc: FakeService, status
 
 
 @pytest.mark.parametrize("status", [301, 302, 303, 307, 308])
-def test_redirect_is_unexpected_status_and_not_followed(svc: FakeService, status: int) -> None:
+def test_redirect_is_unexpected_status_and_not_followed(svc: InProcessService, status: int) -> None:
     with FakeService() as elsewhere:
         svc.script(reply(status, headers=[("Location", f"{elsewhere.url}/v1/core")]))
         with make_recording_client(svc.url, api_key="sk-secret") as client:
@@ -445,7 +454,7 @@ def test_redirect_is_unexpected_status_and_not_followed(svc: FakeService, status
 
 
 @pytest.mark.parametrize("status", [200, 201, 203, 299])
-def test_any_2xx_is_success(svc: FakeService, status: int) -> None:
+def test_any_2xx_is_success(svc: InProcessService, status: int) -> None:
     svc.script(reply(status, ANSWER_BODY))
     with make_recording_client(svc.url) as client:
         diag = ask(client)
@@ -453,7 +462,7 @@ def test_any_2xx_is_success(svc: FakeService, status: int) -> None:
     assert diag.attempts == 1
 
 
-def test_success_after_retry_fills_diagnostics(svc: FakeService) -> None:
+def test_success_after_retry_fills_diagnostics(svc: InProcessService) -> None:
     svc.script(reply(503, "busy now"))
     with make_recording_client(svc.url) as client:
         diag = ask(client)
@@ -463,7 +472,7 @@ def test_success_after_retry_fills_diagnostics(svc: FakeService) -> None:
     assert diag.body == "busy now"
 
 
-def test_custom_retry_status_decides_which_statuses_are_retried(svc: FakeService) -> None:
+def test_custom_retry_status_decides_which_statuses_are_retried(svc: InProcessService) -> None:
     policy = qa.RetryPolicy(retry_status=lambda status: status == 409)
     svc.script(reply(409), reply(503))
     with make_recording_client(svc.url) as client:
@@ -480,7 +489,7 @@ def test_custom_retry_status_decides_which_statuses_are_retried(svc: FakeService
         pytest.param(qa.RetryPolicy(max_retries=5), 6, id="max5-6-attempts"),
     ],
 )
-def test_max_retries_bounds_attempts(svc: FakeService, policy: qa.RetryPolicy, attempts: int) -> None:
+def test_max_retries_bounds_attempts(svc: InProcessService, policy: qa.RetryPolicy, attempts: int) -> None:
     svc.script(*[reply(503)] * 10)
     with make_recording_client(svc.url, retry_budget=None) as client:
         exc = ask_error(client, retry=policy)
@@ -489,7 +498,7 @@ def test_max_retries_bounds_attempts(svc: FakeService, policy: qa.RetryPolicy, a
     assert len(svc.requests) == attempts
 
 
-def test_client_wide_policy_is_used_unless_the_call_passes_one(svc: FakeService) -> None:
+def test_client_wide_policy_is_used_unless_the_call_passes_one(svc: InProcessService) -> None:
     svc.script(*[reply(503)] * 10)
     with make_recording_client(svc.url, retry=qa.RetryPolicy.none) as client:
         assert ask_error(client).diagnostics.attempts == 1
@@ -507,7 +516,9 @@ def bounds_s(policy: qa.RetryPolicy, retries: int) -> tuple[float, float]:
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2, 12345])
-def test_always_503_makes_3_attempts_and_sleeps_within_formula_bounds(svc: FakeService, seed: int) -> None:
+def test_always_503_makes_3_attempts_and_sleeps_within_formula_bounds(
+    svc: InProcessService, seed: int
+) -> None:
     svc.script(*[reply(503, {"detail": "unavailable"})] * 10)
     sleep = SleepRecorder()
     with make_recording_client(svc.url, sleep, rand=random.Random(seed).random) as client:
@@ -527,7 +538,9 @@ def test_always_503_makes_3_attempts_and_sleeps_within_formula_bounds(svc: FakeS
 @pytest.mark.parametrize(
     ("draw", "total"), [pytest.param(0.0, 1.5, id="U-0"), pytest.param(ALMOST_ONE, 1.125, id="U-to-1")]
 )
-def test_always_503_total_sleep_at_the_formula_extremes(svc: FakeService, draw: float, total: float) -> None:
+def test_always_503_total_sleep_at_the_formula_extremes(
+    svc: InProcessService, draw: float, total: float
+) -> None:
     svc.script(*[reply(503)] * 10)
     sleep = SleepRecorder()
     with make_recording_client(svc.url, sleep, rand=lambda: draw) as client:
@@ -535,10 +548,10 @@ def test_always_503_total_sleep_at_the_formula_extremes(svc: FakeService, draw: 
     assert sum(sleep.seconds) == pytest.approx(total)
 
 
-def test_always_503_with_real_sleep_and_tiny_backoff(svc: FakeService) -> None:
+def test_always_503_with_real_sleep_and_tiny_backoff(svc: InProcessService) -> None:
     svc.script(*[reply(503)] * 10)
     policy = qa.RetryPolicy(backoff_initial_ms=1)
-    with qa.Client(base_url=svc.url, trust_env=False, retry=policy) as client:
+    with make_client(svc.url, retry=policy) as client:
         started = time.monotonic()
         with pytest.raises(qa.ServerError) as info:
             client.ask("text", Toxic)
@@ -561,9 +574,9 @@ def test_retry_budget_validation() -> None:
             qa.RetryBudget(success_refund=bad)  # type: ignore[arg-type]
 
 
-def test_retry_budget_option_must_be_a_budget_or_none(svc: FakeService) -> None:
+def test_retry_budget_option_must_be_a_budget_or_none(svc: InProcessService) -> None:
     with pytest.raises(qa.InvalidOption):
-        qa.Client(base_url=svc.url, trust_env=False, retry_budget=10)  # type: ignore[arg-type]
+        make_client(svc.url, retry_budget=10)
 
 
 def attempts_of(client: qa.Client) -> int:
@@ -576,7 +589,7 @@ def attempts_of(client: qa.Client) -> int:
     return diag.attempts
 
 
-def test_drained_budget_allows_one_attempt_per_call_until_successes_refill_it(svc: FakeService) -> None:
+def test_drained_budget_allows_one_attempt_per_call_until_successes_refill_it(svc: InProcessService) -> None:
     budget = qa.RetryBudget(capacity=10, retry_cost=5, success_refund=5)
     with make_recording_client(svc.url, retry_budget=budget) as client:
         # A dead server: the first call spends the whole bucket on its two retries.
@@ -598,7 +611,7 @@ def test_drained_budget_allows_one_attempt_per_call_until_successes_refill_it(sv
         assert budget.tokens == 0
 
 
-def test_drained_budget_raises_the_attempts_own_error(svc: FakeService) -> None:
+def test_drained_budget_raises_the_attempts_own_error(svc: InProcessService) -> None:
     budget = qa.RetryBudget(capacity=5, retry_cost=5, success_refund=5)
     svc.script(*[reply(503, {"detail": "down"})] * 3)
     with make_recording_client(svc.url, retry_budget=budget) as client:
@@ -628,14 +641,14 @@ def test_unreachable_server_drains_the_budget_too() -> None:
     assert attempts == [3, 1, 1]
 
 
-def test_no_retry_budget_never_limits_retries(svc: FakeService) -> None:
+def test_no_retry_budget_never_limits_retries(svc: InProcessService) -> None:
     svc.script(*[reply(503)] * 30)
     with make_recording_client(svc.url, retry_budget=None) as client:
         assert [attempts_of(client) for _ in range(10)] == [3] * 10
     assert len(svc.requests) == 30
 
 
-def test_default_budget_never_engages_in_normal_operation(svc: FakeService) -> None:
+def test_default_budget_never_engages_in_normal_operation(svc: InProcessService) -> None:
     # 200 calls, every tenth meeting one 503: each of those must still get its retry.
     steps: list[Step] = []
     for i in range(200):
@@ -649,7 +662,7 @@ def test_default_budget_never_engages_in_normal_operation(svc: FakeService) -> N
     assert len(svc.requests) == 220
 
 
-def test_retry_budget_is_shared_by_the_clients_threads(svc: FakeService) -> None:
+def test_retry_budget_is_shared_by_the_clients_threads(svc: InProcessService) -> None:
     budget = qa.RetryBudget(capacity=10, retry_cost=5, success_refund=0)
     svc.script(*[reply(503)] * 40)
     outcomes: list[int] = []

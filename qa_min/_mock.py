@@ -1,0 +1,173 @@
+"""``MockTransport``: the service answered in-process, with no socket and no thread.
+
+``Client(transport=MockTransport(handler))`` replaces the one class below the retry loop that
+touches the network. Everything above it runs as it does over a socket: the retry loop and its
+backoff, the retry budget, the rate limiter, error mapping and messages, ``Diagnostics``,
+hooks, cancellation of waits. The request the handler receives is the bytes qa_min would have
+written, parsed back; the response it returns becomes what a socket would have delivered.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import threading
+import time
+
+from ._call import hooked
+from ._errors import Canceled, ConnectionFailed, InvalidResponse
+from ._fakehttp import Headers
+from ._fakerules import DEFAULT_MODELS, HeaderPairs, RecordedRequest, Step, apply_rules
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from typing import Callable, Optional
+
+    from ._call import CallState
+    from ._config import Origin
+
+    Handler = Callable[[RecordedRequest], Optional[Step]]
+
+
+def _failure(kind: str) -> Optional[OSError | http.client.HTTPException]:
+    """What a failing step looks like to the code above the transport, as over a real socket."""
+    if kind == "drop":
+        return http.client.RemoteDisconnected("Remote end closed connection without response")
+    if kind == "reset":
+        return ConnectionResetError(104, "Connection reset by peer")
+    if kind == "truncate":
+        return http.client.IncompleteRead(b"{", 10)
+    return None
+
+
+class MockTransport:
+    """Serves a client's requests by calling ``handler(request)`` on the calling thread.
+
+    ``handler`` receives a ``RecordedRequest`` (method, path, headers with lowercased names, body)
+    and returns a ``Step`` built by ``reply`` (a response), ``drop``, ``reset`` or ``truncate``
+    (a broken connection), ``delay`` (the normal answer, late) or ``hang`` (no answer until the
+    call is cancelled, times out or the client closes), or None for the normal answer: the
+    fake service's rules (see ``qa_min.testing``). It may also raise an ``OSError``, which the
+    client sees as a dropped connection. With no handler every request gets the normal answer.
+
+    Args:
+        handler: The function that answers; None serves the normal answers.
+        api_key: When set, the normal answer to a request without ``Bearer <api_key>`` is 401.
+        models: The models the normal answers list and accept.
+
+    Attributes:
+        requests: Every request received, in order (a snapshot list).
+    """
+
+    def __init__(
+        self,
+        handler: Optional[Handler] = None,
+        *,
+        api_key: Optional[str] = None,
+        models: Sequence[str] = DEFAULT_MODELS,
+    ) -> None:
+        if handler is not None and not callable(handler):
+            raise TypeError(f"handler must be a function of a RecordedRequest, got {handler!r}")
+        self._handler = handler
+        self._api_key = api_key
+        self._models = tuple(models)
+        self._lock = threading.Lock()
+        self._requests: list[RecordedRequest] = []
+
+    @property
+    def requests(self) -> list[RecordedRequest]:
+        with self._lock:
+            return list(self._requests)
+
+    def _bind(self, origin: Origin, max_body: int) -> _Bound:
+        """What a client uses as its transport: this mock, for ``origin``."""
+        return _Bound(self, origin, max_body)
+
+    def _serve(
+        self, recorded: RecordedRequest, prefix: str, call: CallState
+    ) -> tuple[int, bytes, HeaderPairs]:
+        with self._lock:
+            self._requests.append(recorded)
+        step = None if self._handler is None else self._handler(recorded)
+        if step is not None and not isinstance(step, Step):
+            raise TypeError(f"a MockTransport handler returns a Step (reply(...)) or None, got {step!r}")
+        kind = "normal" if step is None else step.kind
+        failure = _failure(kind)
+        if failure is not None:
+            raise failure
+        if kind == "hang":
+            _wait_for_stop(call, None)
+        elif kind == "delay":
+            _wait_for_stop(call, step.seconds)  # type: ignore[union-attr]
+        if step is not None and kind == "reply":
+            return step.status, step.body, step.headers
+        status, payload, headers = apply_rules(
+            recorded, {}, api_key=self._api_key, prefix=prefix, models=self._models
+        )
+        return status, json.dumps(payload).encode(), (*headers, ("Content-Type", "application/json"))
+
+
+def _wait_for_stop(call: CallState, seconds: Optional[float]) -> None:
+    """Block like a server that is slow (``seconds``) or silent (None): until then or a stop."""
+    wake = threading.Event()
+    with hooked(call.token, wake.set), hooked(call.closing, wake.set):
+        limit = None if call.deadline is None else max(0.0, call.deadline - time.monotonic())
+        if seconds is not None:
+            limit = seconds if limit is None else min(limit, seconds)
+        if call.stop_reason() is None:
+            wake.wait(limit)
+    call.check()
+
+
+class _Bound:
+    """A ``MockTransport`` as one client's transport (the interface of ``_transport.Transport``)."""
+
+    def __init__(self, mock: MockTransport, origin: Origin, max_body: int) -> None:
+        self.mock = mock
+        self.origin = origin
+        self.max_body = max_body
+
+    def attempt(
+        self, request: bytes, method: str, call: CallState
+    ) -> tuple[int, http.client.HTTPMessage, bytes]:
+        """One attempt, answered by the mock: as ``Transport.attempt``, without a socket."""
+        call.attempts += 1
+        recorded = _parse(request)
+        try:
+            status, body, headers = self.mock._serve(recorded, self.origin.path, call)
+        except (OSError, http.client.HTTPException) as exc:
+            failure = ConnectionFailed(f"{self.origin.url()}: {type(exc).__name__}: {exc}")
+            failure.diagnostics.transport_error = exc
+            raise failure from exc
+        # A cancel or close that came while the handler ran wins, as it would over a socket.
+        reason = call.stop_reason()
+        if reason is not None:
+            raise Canceled(reason)
+        message = http.client.HTTPMessage()
+        for name, value in headers:  # spelled and ordered as the handler gave them
+            message[name] = value
+        if message.get("content-length") is None:
+            message["Content-Length"] = str(len(body))
+        if len(body) > self.max_body:
+            if 200 <= status < 300:
+                call.status = status
+                raise InvalidResponse(
+                    f"the response body has {len(body)} bytes, over the {self.max_body}-byte limit"
+                )
+            body = body[: self.max_body]
+        return status, message, body
+
+    def close(self) -> None:
+        """Nothing to release: no socket was opened."""
+
+    def forget(self) -> None:
+        """Nothing to forget after a fork."""
+
+
+def _parse(request: bytes) -> RecordedRequest:
+    head, _, body = request.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    method, path, _ = lines[0].split(" ", 2)
+    pairs = [line.split(":", 1) for line in lines[1:]]
+    return RecordedRequest(method, path, Headers((name, value.strip()) for name, value in pairs), body)

@@ -1,0 +1,262 @@
+"""``qa_min.testing.MockTransport``: calls answered in-process, with no socket and no thread.
+
+What must hold (issue: "an in-memory transport for libraries that embed qa_min"): the retry loop,
+errors, diagnostics and cancellation behave exactly as over a socket. Each test here runs the same
+scenario the socket tests run against ``FakeService``, and checks the same observable results.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from support import BOUND, SleepRecorder
+
+import qa_min as qa
+from qa_min.testing import (
+    FakeService,
+    MockTransport,
+    RecordedRequest,
+    Step,
+    delay,
+    drop,
+    expected_answer,
+    hang,
+    reply,
+    reset,
+    truncate,
+)
+
+URL = "http://mock.test/api"
+YES_NO = {"true": "insults someone", "false": "insults no one"}
+
+
+class Review(qa.Questions):
+    toxic = qa.YesNo(YES_NO["true"], YES_NO["false"])
+
+
+REQUEST = qa.Request(state="Some text", questions=[qa.NamedQuestion("toxic", qa.YesNo("a", "b"))])
+
+
+class Script:
+    """A handler that plays steps in order, then the normal answer; records what it saw."""
+
+    def __init__(self, *steps: Step) -> None:
+        self.steps = list(steps)
+        self.seen: list[RecordedRequest] = []
+
+    def __call__(self, request: RecordedRequest) -> Step | None:
+        self.seen.append(request)
+        return self.steps.pop(0) if self.steps else None
+
+
+def mock_client(handler: Any = None, **options: Any) -> qa.Client:
+    options.setdefault("sleep", SleepRecorder())
+    options.setdefault("random", lambda: 0.0)
+    return qa.Client(base_url=URL, trust_env=False, transport=MockTransport(handler), **options)
+
+
+@pytest.fixture
+def no_sockets(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Fails the test if anything opens a socket or starts a thread while it runs."""
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a MockTransport call opened a socket")
+
+    before = threading.active_count()
+    monkeypatch.setattr(socket, "create_connection", refuse)
+    monkeypatch.setattr(socket.socket, "connect_ex", refuse)
+    yield
+    assert threading.active_count() == before
+
+
+def test_normal_answers_follow_the_fake_services_rules(no_sockets: None) -> None:
+    with mock_client() as client:
+        result = client.ask("Some text", Review)
+        models = client.list_models()
+    assert result.answers.toxic == expected_answer("judge-latest", "Some text", "toxic", YES_NO)
+    assert result.usage == {"input_tokens": 2, "output_tokens": 1}
+    assert "judge-latest" in [m.name for m in models]
+
+
+def test_the_handler_sees_the_request_as_sent(no_sockets: None) -> None:
+    script = Script()
+    with mock_client(script, api_key="sk-mock-key", extra_headers=[("X-Team", "a")]) as client:
+        client.core(REQUEST, model="judge-2.1")
+    seen = script.seen[0]
+    assert (seen.method, seen.path) == ("POST", "/api/v1/core")
+    assert seen.headers["authorization"] == "Bearer sk-mock-key"
+    assert seen.headers["X-TEAM"] == "a"
+    assert seen.headers["content-type"] == "application/json"
+    assert seen.json()["model"] == "judge-2.1"
+    assert seen.json()["state"] == "Some text"
+
+
+def test_a_scripted_429_then_200_is_retried_after_the_servers_delay(no_sockets: None) -> None:
+    sleep = SleepRecorder()
+    script = Script(reply(429, {"detail": "slow down"}, headers=[("retry-after-ms", "25")]))
+    with mock_client(script, sleep=sleep) as client:
+        result = client.core(REQUEST)
+    assert result.diagnostics.attempts == 2
+    assert [a.status for a in result.diagnostics.history] == [429, 200]
+    assert sleep.seconds == [0.025]
+    assert len(script.seen) == 2
+
+
+def test_errors_and_diagnostics_match_the_socket_path(no_sockets: None) -> None:
+    script = Script(*[reply(503, {"detail": "busy"}, headers=[("request-id", "r9")])] * 3)
+    with mock_client(script) as client, pytest.raises(qa.ServerError) as caught:
+        client.core(REQUEST)
+    error = caught.value
+    assert error.status == 503
+    assert error.diagnostics.attempts == 3
+    assert error.diagnostics.body == '{"detail": "busy"}'
+    assert error.diagnostics.request_id == "r9"
+    assert str(error).startswith(f"HTTP 503 from POST {URL}/v1/core: busy (request id r9) (after 3 attempts)")
+
+
+def test_the_same_scenario_over_a_socket_gives_the_same_error() -> None:
+    with FakeService(prefix="/api") as svc:
+        svc.script(*[reply(503, {"detail": "busy"}, headers=[("request-id", "r9")])] * 3)
+        client = qa.Client(base_url=svc.url, trust_env=False, sleep=SleepRecorder(), random=lambda: 0.0)
+        with client, pytest.raises(qa.ServerError) as over_socket:
+            client.core(REQUEST)
+    busy = [reply(503, {"detail": "busy"}, headers=[("request-id", "r9")])] * 3
+    with mock_client(Script(*busy)) as mocked, pytest.raises(qa.ServerError) as in_process:
+        mocked.core(REQUEST)
+    assert str(over_socket.value).replace(svc.url, URL) == str(in_process.value)
+    socket_diag, mock_diag = over_socket.value.diagnostics, in_process.value.diagnostics
+    assert (socket_diag.status, socket_diag.attempts, socket_diag.body) == (
+        mock_diag.status,
+        mock_diag.attempts,
+        mock_diag.body,
+    )
+
+
+@pytest.mark.parametrize("step", [drop(), reset(), truncate()], ids=["drop", "reset", "truncate"])
+def test_broken_connections_are_connection_failed_and_retried(no_sockets: None, step: Step) -> None:
+    script = Script(step, step)
+    once = qa.RetryPolicy(max_retries=1)
+    with mock_client(script, retry=once) as client, pytest.raises(qa.ConnectionFailed) as caught:
+        client.list_models()
+    assert caught.value.diagnostics.attempts == 2
+    assert caught.value.diagnostics.transport_error is not None
+    assert "after 2 attempts" in str(caught.value)
+
+
+def test_an_oserror_from_the_handler_is_a_dropped_connection(no_sockets: None) -> None:
+    def handler(request: RecordedRequest) -> Step | None:
+        raise ConnectionRefusedError(111, "Connection refused")
+
+    with (
+        mock_client(handler, retry=qa.RetryPolicy.none) as client,
+        pytest.raises(qa.ConnectionFailed) as caught,
+    ):
+        client.list_models()
+    assert "Connection refused" in str(caught.value)
+    assert isinstance(caught.value.diagnostics.transport_error, ConnectionRefusedError)
+
+
+def test_a_handler_bug_reaches_the_test_unchanged() -> None:
+    def handler(request: RecordedRequest) -> Step | None:
+        raise KeyError("the test's own bug")
+
+    with mock_client(handler) as client, pytest.raises(KeyError, match="the test's own bug"):
+        client.list_models()
+
+
+def test_a_handler_returning_something_else_is_told_so() -> None:
+    with (
+        mock_client(lambda request: {"status": 200}) as client,
+        pytest.raises(TypeError, match="returns a Step"),
+    ):
+        client.list_models()
+
+
+def test_an_answer_that_does_not_fit_is_invalid_response(no_sockets: None) -> None:
+    wrong = Script(reply(200, {"answers": {"toxic": "maybe"}}))
+    with mock_client(wrong) as client, pytest.raises(qa.InvalidResponse, match="do not fit"):
+        client.core(REQUEST)
+
+
+def test_the_size_cap_holds(no_sockets: None) -> None:
+    with (
+        mock_client(Script(reply(200, b"x" * 101)), max_response_bytes=100) as client,
+        pytest.raises(qa.InvalidResponse, match="over the 100-byte limit"),
+    ):
+        client.list_models()
+    with mock_client(Script(reply(200, {"models": []}))) as client:
+        assert len(client.list_models()) == 0
+
+
+def test_a_hung_call_is_cancelled_by_its_token() -> None:
+    entered = threading.Event()
+
+    def handler(request: RecordedRequest) -> Step | None:
+        entered.set()
+        return hang()
+
+    token = qa.CancelToken()
+    with mock_client(handler) as client:
+        call = client.submit(client.core, REQUEST, cancel=token)
+        assert entered.wait(BOUND)
+        token.cancel()
+        with pytest.raises(qa.Canceled, match="cancelled"):
+            call.result(BOUND)
+
+
+def test_a_hung_call_ends_at_its_timeout() -> None:
+    with (
+        mock_client(Script(hang())) as client,
+        pytest.raises(qa.Canceled, match=r"timeout of 0\.05 s expired"),
+    ):
+        client.core(REQUEST, timeout=0.05)
+
+
+def test_close_ends_a_hung_call() -> None:
+    entered = threading.Event()
+
+    def handler(request: RecordedRequest) -> Step | None:
+        entered.set()
+        return hang()
+
+    client = mock_client(handler)
+    call = client.submit(client.core, REQUEST)
+    assert entered.wait(BOUND)
+    client.close()
+    with pytest.raises(qa.Canceled):
+        call.result(BOUND)
+
+
+def test_a_delayed_answer_arrives(no_sockets: None) -> None:
+    with mock_client(Script(delay(0.01))) as client:
+        assert client.core(REQUEST).diagnostics.status == 200
+
+
+def test_the_api_key_rule_of_the_fake_applies() -> None:
+    transport = MockTransport(api_key="sk-right")
+    client = qa.Client(base_url=URL, api_key="sk-wrong", transport=transport, retry=qa.RetryPolicy.none)
+    with client, pytest.raises(qa.Unauthorized):
+        client.list_models()
+    assert len(transport.requests) == 1
+
+
+def test_hooks_run_over_the_mock(no_sockets: None) -> None:
+    stages: list[tuple[str, int]] = []
+    hooks = {"before_attempt": [lambda e: stages.append((e.stage, e.attempt))]}
+    with mock_client(Script(reply(503)), hooks=hooks) as client:
+        client.list_models()
+    assert stages == [("before_attempt", 1), ("before_attempt", 2)]
+
+
+def test_anything_else_as_transport_is_refused() -> None:
+    with pytest.raises(qa.InvalidOption, match=r"must be a qa_min\.testing\.MockTransport"):
+        qa.Client(base_url=URL, transport=object())  # type: ignore[arg-type]
+
+
+def test_a_handler_must_be_callable() -> None:
+    with pytest.raises(TypeError, match="handler must be a function"):
+        MockTransport(42)  # type: ignore[arg-type]
