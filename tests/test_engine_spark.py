@@ -15,6 +15,8 @@ uncaught fails the job with its class and status in the message, and Spark runs 
 
 from __future__ import annotations
 
+import os
+import shutil
 import sys
 from collections.abc import Iterator
 from typing import Any
@@ -27,6 +29,8 @@ from qa_min.testing import FakeService
 
 pytestmark = [pytest.mark.engines, pytest.mark.timeout(90)]
 pyspark = pytest.importorskip("pyspark", reason="Spark is not installed: pip install -e '.[engines]'")
+if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+    pytest.skip("Spark needs a Java runtime: no java on PATH and JAVA_HOME unset", allow_module_level=True)
 
 
 @pytest.fixture(scope="module")

@@ -7,6 +7,7 @@ import ast
 import importlib.util
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -142,6 +143,8 @@ def skip_without_engine(name: str) -> None:
     module = ENGINES.get(name)
     if module is not None and importlib.util.find_spec(module) is None:
         pytest.skip(f"{name} needs {module}, which is not installed: pip install -e '.[engines]'")
+    if module == "pyspark" and shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+        pytest.skip(f"{name} needs a Java runtime: no java on PATH and JAVA_HOME unset")
 
 
 def run_example(name: str, base_url: str | None = None) -> subprocess.CompletedProcess[str]:
