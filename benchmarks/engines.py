@@ -362,7 +362,7 @@ def parse_args(argv: Optional[list[str]]) -> argparse.Namespace:
     )
     parser.add_argument("--serve", type=float, help=argparse.SUPPRESS)
     parser.add_argument("--rounds", type=int, default=3, help="rounds of the calls/s measurement (3)")
-    parser.add_argument("--engines", nargs="+", choices=ENGINES, default=list(ENGINES))
+    parser.add_argument("--engines", nargs="*", choices=ENGINES, default=list(ENGINES))
     parser.add_argument(
         "--paced-calls", type=int, default=2000, help="calls of the rate-limited Dask job (2,000)"
     )
