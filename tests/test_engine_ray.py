@@ -16,7 +16,6 @@ then run another job.
 
 from __future__ import annotations
 
-import os
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -29,7 +28,6 @@ import qa_min as qa
 from qa_min.testing import FakeService
 
 pytestmark = [pytest.mark.engines, pytest.mark.timeout(90)]
-os.environ.setdefault("RAY_DISABLE_USAGE_STATS", "1")
 ray = pytest.importorskip("ray", reason="Ray is not installed: pip install -e '.[engines]'")
 ray_util = pytest.importorskip("ray.util", reason="Ray is not installed: pip install -e '.[engines]'")
 
@@ -47,14 +45,16 @@ class Judge:
 @pytest.fixture(scope="module")
 def ray_session() -> Iterator[None]:
     temp = tempfile.mkdtemp(prefix="qa-ray-")  # short: Ray's socket paths must fit 107 bytes
-    ray.init(
-        num_cpus=jobs.WORKERS,
-        include_dashboard=False,
-        log_to_driver=False,
-        configure_logging=False,
-        _temp_dir=temp,
-        runtime_env={"env_vars": {"PYTHONPATH": jobs.worker_pythonpath()}},
-    )
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("RAY_DISABLE_USAGE_STATS", "1")
+        ray.init(
+            num_cpus=jobs.WORKERS,
+            include_dashboard=False,
+            log_to_driver=False,
+            configure_logging=False,
+            _temp_dir=temp,
+            runtime_env={"env_vars": {"PYTHONPATH": jobs.worker_pythonpath()}},
+        )
     try:
         yield
     finally:
