@@ -12,7 +12,6 @@ blocked thread returns at once. ``token.hooked(fn)`` is the one way to register 
 from __future__ import annotations
 
 import _thread
-import threading
 import time
 
 from ._diagnostics import Attempt, Diagnostics, ResponseHeaders
@@ -20,6 +19,7 @@ from ._errors import Canceled, InvalidOption
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    import threading
     from http.client import HTTPMessage
     from types import TracebackType
     from typing import Callable, Optional
@@ -32,24 +32,26 @@ class CancelToken:
     raises ``Canceled`` before sending anything.
     """
 
-    __slots__ = ("_event", "_hooks", "_lock")
+    # A flag under a lock, not a threading.Event: every Client makes a token, and ``threading``
+    # would then load with ``import qa_min`` (Python 3.12+), which a cold start pays for.
+    __slots__ = ("_cancelled", "_hooks", "_lock")
 
     def __init__(self) -> None:
-        self._event = threading.Event()
+        self._cancelled = False
         self._hooks: list[Callable[[], object]] = []
         self._lock = _thread.allocate_lock()
 
     @property
     def cancelled(self) -> bool:
         """True once ``cancel()`` was called."""
-        return self._event.is_set()
+        return self._cancelled
 
     def cancel(self) -> None:
         """Cancel every call using this token; safe to call from any thread, any number of times."""
         with self._lock:
-            if self._event.is_set():
+            if self._cancelled:
                 return
-            self._event.set()
+            self._cancelled = True
             hooks, self._hooks = self._hooks, []
         # Outside the lock: a hook may take other locks (the pool's), and must not deadlock.
         for hook in hooks:
@@ -101,7 +103,7 @@ class _Hooked:
         if token is None:
             return True
         with token._lock:
-            if token._event.is_set():
+            if token._cancelled:
                 self._token = None
                 return False
             token._hooks.append(self._hook)
@@ -278,6 +280,8 @@ class CallState:
         """
         if self.deadline is not None:
             seconds = min(seconds, max(0.0, self.deadline - time.monotonic()))
+        import threading  # loaded by the first wait, not by a cold start
+
         wake = threading.Event()
         with hooked(self.token, wake.set) as armed, hooked(self.closing, wake.set) as armed_too:
             if armed and armed_too:

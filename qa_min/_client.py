@@ -12,8 +12,6 @@ question encoding, the TLS context) is done once per client or once per question
 
 from __future__ import annotations
 
-import threading
-
 from ._backoff import DEFAULTS, RetryPolicy
 from ._call import CallState, CancelToken, RetryBudget
 from ._constants import MAX_RESPONSE_BYTES
@@ -33,6 +31,7 @@ from ._typing import UNSET, Unset, cast, readonly, short
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     import ssl
+    import threading
     from collections.abc import Mapping, Sequence
     from types import TracebackType
     from typing import Any, Callable, Optional, ParamSpec, TypeVar, Union

@@ -9,8 +9,8 @@ the client a fresh pool and executor and leaves the parent's sockets alone.
 
 from __future__ import annotations
 
+import _thread
 import os
-import threading
 
 from ._call import CancelToken
 from ._errors import ClientClosed
@@ -31,7 +31,7 @@ class Lifecycle:
         self.closing = CancelToken()
         self.transport: Optional[TransportLike] = None  # set once the client has built it
         self._max_workers = max_workers
-        self._lock = threading.Lock()
+        self._lock = _thread.allocate_lock()
         self._futures: Optional[Executor] = None
         self._pid = os.getpid()
 
@@ -46,7 +46,7 @@ class Lifecycle:
             raise ClientClosed("the client is closed")
         if self._pid != os.getpid():
             # The parent's locks may have been held by its other threads at fork time.
-            self._lock = threading.Lock()
+            self._lock = _thread.allocate_lock()
             self._futures = None  # the parent's worker threads do not exist in the child
             if self.transport is not None:
                 self.transport.forget()

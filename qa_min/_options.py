@@ -5,7 +5,7 @@ Run once per ``Client`` (and, for ``timeout=``, once per call), before anything 
 
 from __future__ import annotations
 
-import threading
+import _thread
 
 from ._backoff import RetryPolicy
 from ._call import RetryBudget
@@ -19,14 +19,14 @@ if TYPE_CHECKING:
 
 
 def number(name: str, value: object, minimum: float, allow_none: bool = False) -> Any:
-    """``value`` if it is a number in (``minimum``, ``threading.TIMEOUT_MAX``], else ``InvalidOption``."""
+    """``value`` if it is a number in (``minimum``, ``_thread.TIMEOUT_MAX``], else ``InvalidOption``."""
     if value is None and allow_none:
         return None
     # TIMEOUT_MAX bounds what sockets and locks accept; "no limit" is None, not inf.
     if (
         isinstance(value, bool)
         or not isinstance(value, (int, float))
-        or not minimum < value <= threading.TIMEOUT_MAX
+        or not minimum < value <= _thread.TIMEOUT_MAX
     ):
         raise InvalidOption(f"{name} must be a finite number > {minimum:g}, got {value!r}")
     return value

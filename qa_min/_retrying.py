@@ -7,7 +7,6 @@ state in ``_call``; one attempt on the wire in ``_transport``.
 
 from __future__ import annotations
 
-import threading
 import time
 
 from ._backoff import _positive_finite, backoff_ms, server_delay_ms, should_retry
@@ -21,6 +20,7 @@ from ._responses import BadShape, load_json
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    import threading
     from http.client import HTTPMessage
     from typing import Callable, Optional, Union
 

@@ -51,9 +51,6 @@ LAYERS: tuple[str, ...] = (
     "__init__",
     "_fake",
     "testing",
-    "_output",
-    "_batch",
-    "_demo",
     "_cli",
     "__main__",
 )

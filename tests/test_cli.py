@@ -11,15 +11,13 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import pytest
 
 import qa_min as qa
-from qa_min import _cli
-from qa_min._cli import main
+from qa_min._cli import _commands, _output, main
 from qa_min.testing import FakeService, expected_answer, hang, reply
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -116,6 +114,7 @@ def test_demo_json_is_one_document_with_every_section(run: Any) -> None:
         "message": doc["error"]["message"],
         "status": 429,
         "attempts": 3,
+        "request_id": None,
         "body": '{"detail": "slow down"}',
     }
 
@@ -205,6 +204,7 @@ def test_ask_json_prints_answers_and_usage(run: Any, svc: FakeService) -> None:
     assert json.loads(result.out) == {
         "answers": expected(STATE),
         "usage": {"input_tokens": 4, "output_tokens": 3},
+        "request_id": None,
     }
 
 
@@ -292,13 +292,13 @@ def test_environment_configures_the_client_as_in_the_library(
     ids=lambda v: type(v).__name__ if isinstance(v, Exception) else str(v),
 )
 def test_exit_code_of_each_error_class(error: qa.QAError, code: int) -> None:
-    assert _cli.exit_code(error) == code
+    assert _output.exit_code(error) == code
 
 
 def test_help_documents_every_exit_code_and_the_questions_file(run: Any) -> None:
     top = run("--help")
     assert top.code == 0
-    for code in (0, 1, 2, 3, 4, 5, 6, 7, 130):
+    for code in (0, 1, 2, 3, 4, 5, 6, 7, 130, 143):
         assert f"\n  {code} " in top.out
     ask = run("ask", "--help")
     assert '"yes_no"' in ask.out
@@ -455,6 +455,23 @@ def test_long_error_bodies_are_shortened_in_the_diagnostics_line(run: Any, svc: 
     assert json.loads(result.out)["error"]["body"] == page  # the JSON keeps all of it
 
 
+def test_errors_print_the_request_id_and_json_carries_it(run: Any, svc: FakeService) -> None:
+    svc.script(reply(404, {"detail": "gone"}, headers=[("x-request-id", "req_cli_7")]))
+    result = run("--base-url", svc.url, "--json", "models")
+    assert result.code == 5
+    assert json.loads(result.out)["error"]["request_id"] == "req_cli_7"
+    assert "(request id req_cli_7)" in result.err.splitlines()[0]
+    assert result.err.splitlines()[1].endswith(", request_id=req_cli_7")
+    svc.script(reply(404, {"detail": "gone"}, headers=[("request-id", "req_cli_8")]))
+    assert "(request id req_cli_8)" in run("--base-url", svc.url, "models").err
+
+
+def test_ask_json_carries_the_request_id(run: Any, svc: FakeService) -> None:
+    svc.script(reply(200, {"answers": {"toxic": True}}, headers=[("request-id", "req_ok")]))
+    result = run("--base-url", svc.url, "--json", "ask", STATE, "--yes-no", "toxic", "a", "b")
+    assert json.loads(result.out)["request_id"] == "req_ok"
+
+
 def test_json_errors_go_to_stdout_as_json_and_to_stderr(run: Any, svc: FakeService) -> None:
     svc.script(BUSY, BUSY, BUSY)
     result = run("--base-url", svc.url, "--json", "models")
@@ -465,6 +482,7 @@ def test_json_errors_go_to_stdout_as_json_and_to_stderr(run: Any, svc: FakeServi
             "message": json.loads(result.out)["error"]["message"],
             "status": 429,
             "attempts": 3,
+            "request_id": None,
             "body": '{"detail": "slow down"}',
         }
     }
@@ -533,6 +551,7 @@ def test_answer_output_never_contains_the_api_key(run: Any, svc: FakeService, ke
     assert json.loads(result.out) == {
         "answers": {"t": True},
         "usage": {"account": "[redacted]", "input_tokens": 1},
+        "request_id": None,
     }
 
 
@@ -575,102 +594,6 @@ def test_python_m_qa_min_runs_main_in_process(monkeypatch: pytest.MonkeyPatch) -
     assert exit_info.value.code == 0
 
 
-# -- batch ---------------------------------------------------------------------------------
-
-
-def test_batch_writes_answers_and_errors_in_input_order(run: Any, svc: FakeService, tmp_path: Path) -> None:
-    states = [f"state number {i}" for i in range(12)]
-    lines = [json.dumps(s) for s in states[:6]]
-    lines += ["", "   ", "{not json", json.dumps({"id": "no-state"}), json.dumps({"state": ""}), "42"]
-    lines += [json.dumps({"state": s, "id": f"id-{i}"}) for i, s in enumerate(states[6:], 6)]
-    path = tmp_path / "in.jsonl"
-    path.write_text("\n".join(lines) + "\n")
-    result = run("--base-url", svc.url, "batch", str(path), "--concurrency", "3", *FLAGS)
-    assert result.code == 3  # the first failed line is a bad line
-    rows = [json.loads(line) for line in result.out.splitlines()]
-    assert [next(iter(row)) for row in rows] == ["line"] * 6 + ["line", "id", "line", "line"] + ["id"] * 6
-    assert [row.get("line", row.get("id")) for row in rows] == [
-        1, 2, 3, 4, 5, 6, 9, "no-state", 11, 12, "id-6", "id-7", "id-8", "id-9", "id-10", "id-11",
-    ]  # fmt: skip
-    good = [row for row in rows if "answers" in row]
-    assert [row["answers"] for row in good] == [expected(s) for s in states]
-    bad = [row["error"] for row in rows if "error" in row]
-    assert [e["type"] for e in bad] == ["InvalidState"] * 4
-    assert all(e["status"] is None and e["attempts"] == 0 for e in bad)
-    assert "line 9 is not JSON" in bad[0]["message"]
-    assert len(svc.requests) == 12
-
-
-def test_batch_reads_stdin_and_reports_http_errors_per_line(run: Any, svc: FakeService) -> None:
-    svc.script(reply(429, {"detail": "slow down"}))
-    stdin = "".join(json.dumps(f"state {i}") + "\n" for i in range(3))
-    result = run("--base-url", svc.url, "--retries", "0", "batch", "--concurrency", "1", *FLAGS, stdin=stdin)
-    assert result.code == 4
-    rows = [json.loads(line) for line in result.out.splitlines()]
-    assert rows[0] == {
-        "line": 1,
-        "error": {
-            "type": "RateLimited",
-            "message": rows[0]["error"]["message"],
-            "status": 429,
-            "attempts": 1,
-            "body": '{"detail": "slow down"}',
-        },
-    }
-    assert rows[1:] == [{"line": n, "answers": expected(f"state {n - 1}")} for n in (2, 3)]
-
-
-def test_batch_never_has_more_calls_in_flight_than_concurrency(
-    capsys: pytest.CaptureFixture[str], svc: FakeService, tmp_path: Path
-) -> None:
-    path = tmp_path / "in.jsonl"
-    path.write_text("".join(json.dumps(f"state {i}") + "\n" for i in range(6)))
-    svc.script(hang(), hang())
-    codes: list[int] = []
-    argv = ["--base-url", svc.url, "--retries", "0", "batch", str(path), "--concurrency", "2", *FLAGS]
-    worker = threading.Thread(target=lambda: codes.append(main(argv)))
-    worker.start()
-    try:
-        assert svc.wait_for_requests(2)
-        # Both workers are stuck on hung requests: a third request would break the bound.
-        assert not svc.wait_for_requests(3, timeout=0.3)
-    finally:
-        svc.release()
-        worker.join(10)
-    assert codes == [6]  # the released requests end without a response: ConnectionFailed
-    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
-    assert [row["line"] for row in rows] == [1, 2, 3, 4, 5, 6]
-    assert sum("error" in row for row in rows) == 2
-    assert all(row["error"]["type"] == "ConnectionFailed" for row in rows if "error" in row)
-
-
-@pytest.mark.parametrize(
-    ("flag", "shown"),
-    [(["--progress"], True), (["--no-progress"], False), ([], False)],
-    ids=["forced-on", "forced-off", "default-off-when-stderr-is-not-a-tty"],
-)
-def test_batch_progress_line_on_stderr(run: Any, svc: FakeService, flag: list[str], shown: bool) -> None:
-    stdin = '"a"\n"b"\n"c"\n'
-    result = run("--base-url", svc.url, "batch", *flag, "--yes-no", "t", "y", "n", stdin=stdin)
-    assert result.code == 0
-    assert len(result.out.splitlines()) == 3
-    assert result.err == ("\r1/3\r2/3\r3/3\n" if shown else "")
-
-
-def test_batch_progress_defaults_to_on_when_stderr_is_a_tty(
-    run: Any, svc: FakeService, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
-    result = run("--base-url", svc.url, "batch", "--yes-no", "t", "y", "n", stdin='"a"\n')
-    assert result.err == "\r1/1\n"
-
-
-def test_batch_with_unreadable_input_exits_3(run: Any, svc: FakeService, tmp_path: Path) -> None:
-    result = run("--base-url", svc.url, "batch", str(tmp_path / "missing.jsonl"), "--yes-no", "t", "y", "n")
-    assert result.code == 3
-    assert result.err.startswith("error: InvalidState: cannot read ")
-
-
 # -- fake ----------------------------------------------------------------------------------
 
 
@@ -695,7 +618,7 @@ def test_fake_serves_until_ctrl_c_then_closes_and_exits_0(
         with qa.Client(base_url=url, trust_env=False) as client:
             seen["models"] = [m.name for m in client.list_models()]
 
-    monkeypatch.setattr(_cli, "_serve_forever", _serve_then(use_it))
+    monkeypatch.setattr(_commands, "_serve_forever", _serve_then(use_it))
     assert main(["fake", "--port", "0", "--prefix", "/api"]) == 0
     assert seen["url"].startswith("http://127.0.0.1:")
     assert seen["url"].endswith("/api")
@@ -727,9 +650,43 @@ def test_fake_requires_the_api_key_it_was_given(
             except qa.Unauthorized as exc:
                 statuses.append(exc.status)
 
-    monkeypatch.setattr(_cli, "_serve_forever", _serve_then(use_it))
+    monkeypatch.setattr(_commands, "_serve_forever", _serve_then(use_it))
     assert main(argv) == 0
     assert statuses == [401, 4]
+
+
+@pytest.mark.parametrize("style", ["seconds", "ms", "both", "none"])
+def test_fake_plays_a_rate_limited_service(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, style: str
+) -> None:
+    seen: list[tuple[int, dict[str, str]]] = []
+
+    def use_it() -> None:
+        url = json.loads(capsys.readouterr().out)["url"]
+        with qa.Client(base_url=url, trust_env=False, retry=qa.RetryPolicy.none, rate_limit=None) as client:
+            for _ in range(3):
+                diagnostics = qa.Diagnostics()
+                try:
+                    client.list_models(diagnostics=diagnostics)
+                except qa.RateLimited:
+                    pass
+                assert diagnostics.headers is not None
+                seen.append((diagnostics.status or 0, dict(diagnostics.headers.items())))
+
+    monkeypatch.setattr(_commands, "_serve_forever", _serve_then(use_it))
+    argv = ["--json", "fake", "--port", "0", "--rate-limit", "0.01", "2", "--retry-after", style]
+    assert main(argv) == 0
+    assert [status for status, _ in seen] == [200, 200, 429]  # a burst of 2, then the limit
+    throttled = {name.lower() for name in seen[2][1]}
+    assert ("retry-after" in throttled) == (style in ("seconds", "both"))
+    assert ("retry-after-ms" in throttled) == (style in ("ms", "both"))
+
+
+@pytest.mark.parametrize(("rate", "burst"), [("5", "0.5"), ("0", "5"), ("fast", "5")])
+def test_fake_refuses_a_rate_limit_it_cannot_play(run: Any, rate: str, burst: str) -> None:
+    result = run("fake", "--port", "0", "--rate-limit", rate, burst)
+    assert result.code == 2
+    assert "--rate-limit" in result.err
 
 
 def test_fake_on_a_busy_port_exits_1(run: Any) -> None:

@@ -244,16 +244,10 @@ COLD_ALLOWED = {
     # Every qa_min module starts with `from __future__ import annotations` (annotations stay
     # strings on Python 3.9); the import costs about 0.1 ms.
     "__future__",
-    # Every Client has a CancelToken (close() cancels the calls in flight with it), and a
-    # CancelToken holds a threading.Event; Client() also takes a threading.Lock. Loaded by
-    # start-up on some interpreters, on others not: about 0.5 ms with _weakrefset, which
-    # threading imports.
-    "threading",
-    "_weakrefset",
 }
 """Modules the cold path may load beyond ``import http.client, json`` and qa_min's own."""
 
-HEAVY = ("logging", "concurrent.futures", "dataclasses", "random", "typing", "asyncio")
+HEAVY = ("logging", "concurrent.futures", "dataclasses", "random", "typing", "asyncio", "threading")
 """Modules the cold path must never import, whether or not ``http.client`` loaded them first."""
 
 # In a fresh isolated interpreter: what ``import http.client, json`` loads is the baseline;

@@ -118,7 +118,7 @@ def sdist(source: Path, tmp_path_factory: pytest.TempPathFactory) -> list[str]:
 
 
 def package_sources() -> list[str]:
-    return sorted(f"qa_min/{p.name}" for p in (ROOT / "qa_min").glob("*.py"))
+    return sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "qa_min").rglob("*.py"))
 
 
 # -- the wheel ------------------------------------------------------------------------------------
@@ -162,8 +162,8 @@ def test_wheel_console_scripts_point_at_shipped_modules(wheel: zipfile.ZipFile) 
     for line in wheel.read(entry_points).decode().splitlines():
         if "=" not in line:
             continue
-        target = line.partition("=")[2].strip().partition(":")[0]
-        assert f"{target.replace('.', '/')}.py" in names, f"{line!r} names a module the wheel lacks"
+        target = line.partition("=")[2].strip().partition(":")[0].replace(".", "/")
+        assert {f"{target}.py", f"{target}/__init__.py"} & names, f"{line!r} names a module the wheel lacks"
 
 
 def test_wheel_contents_import_and_serve_in_a_fresh_interpreter(

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import enum
 
-from . import (
+from .. import (
     Choice,
     Client,
     Diagnostics,
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
     from typing import Any
 
-    from ._cli import _Output
+    from ._output import Output
 
 _DEMO_KEY = "sk-demo"
 _DEMO_STATE = "The parcel arrived two weeks late and the box was crushed, but support sorted it out."
@@ -45,7 +45,7 @@ class Review(Questions):
     quality = Score(_LEVELS)
 
 
-def _rows(out: _Output, title: str, rows: Sequence[tuple[str, object]]) -> None:
+def _rows(out: Output, title: str, rows: Sequence[tuple[str, object]]) -> None:
     out.line(title)
     width = max(len(label) for label, _ in rows)
     for label, value in rows:
@@ -76,7 +76,7 @@ def _demo_calls(client: Client) -> dict[str, Any]:
     }
 
 
-def _demo_error(client: Client, out: _Output) -> dict[str, Any]:
+def _demo_error(client: Client, out: Output) -> dict[str, Any]:
     diagnostics = Diagnostics()
     try:
         client.ask(_DEMO_STATE, Review, diagnostics=diagnostics)
@@ -86,9 +86,9 @@ def _demo_error(client: Client, out: _Output) -> dict[str, Any]:
     raise RuntimeError("the fake service was scripted to reply 429")  # pragma: no cover
 
 
-def run_demo(out: _Output) -> int:
+def run_demo(out: Output) -> int:
     """Every operation against an in-process fake service, printed (or as JSON)."""
-    from .testing import FakeService, reply
+    from ..testing import FakeService, reply
 
     with (
         FakeService(api_key=_DEMO_KEY) as service,

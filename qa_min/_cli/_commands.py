@@ -1,0 +1,109 @@
+"""The commands: ``models``, ``ask`` and ``fake`` here; ``batch`` and ``demo`` in their own modules.
+
+Each command takes the parsed arguments and the `Output` and returns the exit code; errors of
+qa_min's hierarchy propagate to ``main``, which reports them. ``batch`` and ``demo`` are imported
+when they run, so that ``ask`` does not pay for them.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+from .. import Client, Request
+from ._output import UsageError, answer_text, client_options
+from ._questions import collect_questions
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import argparse
+    from typing import Optional
+
+    from ._output import Output
+
+PROG = "qa-min"
+
+
+def models(args: argparse.Namespace, out: Output) -> int:
+    with Client(**client_options(args)) as client:
+        names = [model.name for model in client.list_models()]
+    if out.json:
+        out.data(names)
+    else:
+        for name in names:
+            out.line(name)
+    return 0
+
+
+def _read_state(arg: Optional[str]) -> str:
+    if arg is not None and arg != "-":
+        return arg
+    if sys.stdin.isatty():
+        # Otherwise a user who forgot the state sees a command that seems to hang.
+        print("reading the state from stdin; end it with Ctrl-D", file=sys.stderr, flush=True)
+    # A shell pipe adds a final newline that is not part of the text.
+    return sys.stdin.read().rstrip("\r\n")
+
+
+def ask(args: argparse.Namespace, out: Output) -> int:
+    questions = collect_questions(args)
+    request = Request(_read_state(args.state), questions)
+    with Client(**client_options(args)) as client:
+        response = client.core(request)
+    if out.json:
+        request_id = response.diagnostics.request_id
+        out.data({"answers": dict(response.answers), "usage": dict(response.usage), "request_id": request_id})
+    else:
+        for name, value in response.answers.items():
+            out.line(f"{name}: {answer_text(value)}")
+    return 0
+
+
+def batch(args: argparse.Namespace, out: Output) -> int:
+    from ._batch import run_batch
+
+    return run_batch(args, out)
+
+
+def demo(args: argparse.Namespace, out: Output) -> int:
+    from ._demo import run_demo
+
+    return run_demo(out)
+
+
+def _serve_forever() -> None:  # pragma: no cover - runs in test_fake_process_stops_cleanly_on_sigint
+    # time.sleep, unlike a lock wait, is interrupted by Ctrl-C on every platform.
+    while True:
+        time.sleep(3600)
+
+
+def fake(args: argparse.Namespace, out: Output) -> int:
+    from ..testing import FakeService
+
+    try:
+        service = FakeService(  # checks the rate limit: ValueError, a usage error
+            api_key=args.api_key,
+            host=args.host,
+            port=args.port,
+            prefix=args.prefix,
+            rate_limit=args.rate_limit,
+            retry_after=args.retry_after,
+        )
+        service.start()
+    except ValueError as exc:
+        raise UsageError(f"--rate-limit: {exc}") from None
+    except OSError as exc:
+        print(f"error: cannot listen on {args.host}:{args.port}: {exc.strerror or exc}", file=sys.stderr)
+        return 1
+    try:
+        if out.json:
+            out.data({"url": service.url})
+        else:
+            out.line(f"fake service listening on {service.url} (Ctrl-C stops it)")
+            out.line(f"  try: SERVICE_BASE_URL={service.url} {PROG} models")
+        _serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        service.close()
+    return 0

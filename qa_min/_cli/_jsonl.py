@@ -1,0 +1,259 @@
+"""batch's files: the input read line by line, the output it resumes, and the ids it has seen.
+
+Memory stays flat however long the input: lines are read as the in-flight window frees up, and
+what a run must remember per line (which ids it has seen, which lines and ids the output already
+answers) is one byte per line number plus 9 bytes per id in `KeyTable`, not a Python object.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import sys
+from array import array
+
+from .. import InvalidState, Request, ValidationError
+from ._output import FileError, UsageError
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import IO, Any, Optional, Union
+
+    from .. import NamedQuestion, QAError
+
+SEEN = 1
+"""`KeyTable` flag: the id was on an input line of this run."""
+DONE = 2
+"""`KeyTable` flag (and `Done.lines` value): the output already holds the line's final answer."""
+
+
+class InputLines:
+    """The numbered lines of a JSONL input, read one at a time, and how far reading has got."""
+
+    def __init__(self, path: Optional[str]) -> None:
+        self._stream: Any
+        if path is None or path == "-":
+            self._stream, self._owned = getattr(sys.stdin, "buffer", sys.stdin), False
+        else:
+            try:
+                self._stream, self._owned = open(path, "rb"), True  # noqa: SIM115 - closed by close()
+            except OSError as exc:
+                raise FileError(f"cannot read {path!r}: {exc.strerror or exc}") from None
+        self.size: Optional[int] = None
+        try:
+            info = os.fstat(self._stream.fileno())
+            if stat.S_ISREG(info.st_mode):
+                self.size = info.st_size
+        except (OSError, ValueError, AttributeError):
+            pass  # a stream without a file (a test's StringIO), or a pipe: no size
+        self.lines = 0
+        self.bytes = 0
+        self.eof = False
+
+    def read(self) -> Optional[tuple[int, Optional[str]]]:
+        """``(line number, text)`` (text None when it is not UTF-8), or None at the end."""
+        raw: Union[bytes, str] = self._stream.readline()
+        if not raw:
+            self.eof = True
+            return None
+        self.lines += 1
+        self.bytes += len(raw)
+        if isinstance(raw, str):
+            return self.lines, raw
+        try:
+            return self.lines, raw.decode("utf-8-sig" if self.lines == 1 else "utf-8")
+        except UnicodeDecodeError:
+            return self.lines, None
+
+    def estimate(self) -> int:
+        """About how many lines the input holds, from its size and its first lines; 0 if unknown."""
+        try:
+            head = self._stream.peek(1 << 16)[: 1 << 16] if self.size else b""
+        except (AttributeError, OSError, ValueError):
+            return 0
+        lines = head.count(b"\n")
+        return lines * self.size // len(head) if lines and self.size else 0
+
+    def total(self) -> Optional[tuple[int, bool]]:
+        """``(line count, exact)``: exact at the end, else estimated from the file size."""
+        if self.eof:
+            return self.lines, True
+        if self.size is None or self.bytes == 0:
+            return None
+        return max(self.lines, round(self.lines * self.size / self.bytes)), False
+
+    def close(self) -> None:
+        if self._owned:
+            self._stream.close()
+
+
+def parse_line(
+    number: int, text: Optional[str], questions: list[NamedQuestion]
+) -> tuple[Union[str, int, None], Union[Request, QAError]]:
+    """``(id or None, the Request)``, or the id and the error the line earns instead."""
+    if text is None:
+        return None, InvalidState(f"line {number} is not UTF-8")
+    try:
+        doc = json.loads(text)
+    except ValueError as exc:
+        return None, InvalidState(f"line {number} is not JSON: {exc}")
+    key = None
+    if isinstance(doc, dict):
+        key = doc.get("id")
+        if "id" in doc and (not isinstance(key, (str, int)) or isinstance(key, bool)):
+            return None, InvalidState(f"line {number}: an id must be a string or an integer, not {key!r}")
+        doc = doc.get("state")
+    if not isinstance(doc, str):
+        return key, InvalidState(f'line {number}: expected a JSON string or an object with a string "state"')
+    try:
+        return key, Request(doc, questions)
+    except ValidationError as exc:
+        return key, exc
+
+
+def id_hash(key: Union[str, int]) -> int:
+    """A 64-bit hash of an id; str and int ids never share one on purpose."""
+    # hash() differs between processes, which is fine: a table lives in one process. Two of a
+    # million ids share a 64-bit hash with odds of about 1 in 30 million.
+    return hash(key) if isinstance(key, str) else hash((key,))
+
+
+_FULL = 0.7
+"""`KeyTable` grows past this load; linear probing then looks at about 2 slots per key found."""
+
+
+class KeyTable:
+    """A set of 64-bit id hashes with a few flag bits each, in two flat arrays.
+
+    A Python set of a million ids costs ~100 MB; this costs 9 bytes per slot (linear probing,
+    at most 70% full, 18 MB for a million ids). Sized for ``expected`` keys, it never grows, and
+    growing is what costs most: the old arrays and the new, twice as large, live together for a
+    moment. The arrays are made with the first key, so that an input without ids costs nothing.
+    """
+
+    def __init__(self, expected: int = 0) -> None:
+        self._size = 1024  # a power of 2: a key's first slot is its hash & (size - 1)
+        while _FULL * self._size < expected:
+            self._size *= 2
+        self._keys = array("q")
+        self._flags = bytearray()
+        self._count = 0
+
+    def __len__(self) -> int:
+        return self._count
+
+    def mark(self, key: int, flags: int) -> int:
+        """Add ``flags`` to ``key``'s (adding the key if new); return its flags before."""
+        key = key or 1  # 0 marks an empty slot
+        if not self._keys:
+            self._keys, self._flags = array("q", [0]) * self._size, bytearray(self._size)
+        keys = self._keys
+        mask = len(keys) - 1
+        slot = key & mask
+        while keys[slot] != key:
+            if keys[slot] == 0:
+                keys[slot] = key
+                self._flags[slot] = flags
+                self._count += 1
+                if self._count > _FULL * len(keys):
+                    self._grow()
+                return 0
+            slot = (slot + 1) & mask
+        before = self._flags[slot]
+        self._flags[slot] = before | flags
+        return before
+
+    def _grow(self) -> None:
+        keys, flags = self._keys, self._flags
+        self._keys = array("q", [0]) * (2 * len(keys))
+        self._flags = bytearray(2 * len(flags))
+        self._count = 0
+        for key, bits in zip(keys, flags):
+            if key:
+                self.mark(key, bits)
+
+
+class Done:
+    """What an earlier run's output answers: line numbers (a byte each) and ids."""
+
+    def __init__(self, expected: int = 0) -> None:
+        self.ids = KeyTable(expected)
+        self.lines = bytearray()
+        self.answered = 0
+        self.failed = 0  # kept, with --skip-failed
+        self.torn = False
+
+    def mark_line(self, number: int) -> None:
+        if number >= len(self.lines):
+            self.lines.extend(bytes(max(number + 1 - len(self.lines), len(self.lines))))
+        self.lines[number] = DONE
+
+    def has_line(self, number: int) -> bool:
+        return number < len(self.lines) and self.lines[number] == DONE
+
+
+def _check_record(path: str, count: int, raw: bytes) -> dict[str, Any]:
+    try:
+        record = json.loads(raw)
+    except ValueError:
+        record = None
+    number = record.get("line") if isinstance(record, dict) else None
+    if (
+        not isinstance(record, dict)
+        or not isinstance(number, int)
+        or number < 1
+        or ("answers" not in record and "error" not in record)
+    ):
+        raise FileError(f"{path!r} line {count} is not a line batch wrote; refusing to append to it")
+    return record
+
+
+def scan_output(file: IO[bytes], path: str, skip_failed: bool, expected: int = 0) -> Done:
+    """Read an earlier run's output; cut a torn last line off the file; leave it at the end."""
+    done = Done(expected)
+    kept = 0
+    for count, raw in enumerate(file, 1):
+        if not raw.endswith(b"\n"):
+            # A hard kill mid-write: the line is asked again and written whole.
+            done.torn = True
+            break
+        kept += len(raw)
+        record = _check_record(path, count, raw)
+        if "answers" in record:
+            done.answered += 1
+        elif skip_failed:
+            done.failed += 1
+        else:
+            continue
+        if "id" in record:
+            done.ids.mark(id_hash(record["id"]), DONE)
+        else:
+            done.mark_line(record["line"])
+    if done.torn:
+        file.truncate(kept)
+    file.seek(kept)
+    return done
+
+
+def open_output(path: str, resume: bool, skip_failed: bool, expected: int = 0) -> tuple[IO[bytes], Done]:
+    """``--output`` opened for appending, with what it already answers (nothing if new).
+
+    ``expected`` is about how many ids the input holds, if known.
+
+    Raises:
+        UsageError: FILE holds answers but ``--resume`` was not given.
+        FileError: FILE cannot be opened, or holds lines batch did not write.
+    """
+    try:
+        file = open(path, "a+b")  # noqa: SIM115 - the caller closes it
+    except OSError as exc:
+        raise FileError(f"cannot write {path!r}: {exc.strerror or exc}") from None
+    try:
+        if not resume and file.tell() > 0:
+            raise UsageError(f"{path!r} already holds answers: pass --resume to continue it")
+        file.seek(0)
+        return file, scan_output(file, path, skip_failed, expected)
+    except BaseException:
+        file.close()
+        raise

@@ -1,0 +1,171 @@
+"""What every command shares: the printer, the one exit-code table and the client options.
+
+This module is the bottom of the command line: the command modules import it, and it imports
+only qa_min's public names plus the library's key redaction.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from .. import (
+    APIStatusError,
+    ConfigurationError,
+    ConnectionFailed,
+    Diagnostics,
+    MissingApiKey,
+    QAError,
+    ServiceBusy,
+    ValidationError,
+)
+from .._redact import Redactor
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import argparse
+    from collections.abc import Iterable
+    from typing import Any, Callable, Optional
+
+
+class UsageError(QAError):
+    """The command line asks for something that cannot be done as written (exit 2)."""
+
+
+class FileError(QAError):
+    """A file named on the command line cannot be read, written or continued (exit 3)."""
+
+
+# The one table of exit codes: `exit_code` reads its classes, `--help` prints its text.
+EXIT_CODES: tuple[tuple[int, str, tuple[type[QAError], ...]], ...] = (
+    (0, "success", ()),
+    (1, "fake cannot listen on the address; output pipe closed", ()),
+    (2, "usage error", (UsageError,)),
+    (
+        3,
+        "invalid input: validation error, bad questions file, JSONL line or file,\n"
+        "       configuration error (MissingApiKey, InvalidBaseUrl)",
+        (ValidationError, ConfigurationError, FileError),
+    ),
+    (4, "service busy after retries (RateLimited 429, Overloaded 529)", (ServiceBusy,)),
+    (5, "other HTTP error status", (APIStatusError,)),
+    (6, "connection failed", (ConnectionFailed,)),
+    (7, "other qa_min error (InvalidResponse, Canceled: --timeout expired, ...)", (QAError,)),
+    (130, "interrupted (Ctrl-C)", ()),
+    (143, "terminated (SIGTERM)", ()),
+)
+
+
+def exit_code(exc: BaseException) -> int:
+    """The process exit code for an error, from `EXIT_CODES` (the first row that matches)."""
+    for code, _, classes in EXIT_CODES:
+        if classes and isinstance(exc, classes):
+            return code
+    return 7
+
+
+def exit_help() -> str:
+    """The exit-code section of ``--help``."""
+    rows = [f"  {code:<4} {text}" for code, text, _ in EXIT_CODES]
+    rows.append("batch exits with the code of its first failed line, after writing every line.")
+    return "exit codes:\n" + "\n".join(rows) + "\n"
+
+
+def scrubber(keys: Iterable[Optional[str]]) -> Callable[[str], str]:
+    """The library's one redaction, hiding every piece of every given API key."""
+    return Redactor(*dict.fromkeys(filter(None, keys)))
+
+
+class Output:
+    """Where results and errors go, with any API key scrubbed from all of it."""
+
+    def __init__(self, as_json: bool, keys: Iterable[Optional[str]]) -> None:
+        self.json = as_json
+        # A server may echo the key anywhere (an error body, usage), raw or JSON-escaped.
+        self.scrub = scrubber(keys)
+
+    def line(self, text: str = "") -> None:
+        print(self.scrub(text), flush=True)
+
+    def data(self, value: object) -> None:
+        print(self.scrub(json.dumps(value, ensure_ascii=False)), flush=True)
+
+    def note(self, text: str) -> None:
+        """A message for the person at the terminal, on stderr."""
+        print(self.scrub(text), file=sys.stderr, flush=True)
+
+    def error_info(self, exc: QAError) -> dict[str, Any]:
+        diag = exc.diagnostics
+        status = exc.status if isinstance(exc, APIStatusError) else diag.status
+        return {
+            "type": type(exc).__name__,
+            "message": self.scrub(exc.message),
+            "status": status,
+            "attempts": diag.attempts,
+            "request_id": diag.request_id,
+            "body": None if diag.body is None else self.scrub(diag.body),
+        }
+
+    def error(self, exc: QAError) -> int:
+        """Report ``exc`` on stderr (and as JSON on stdout with ``--json``); return the exit code."""
+        self.note(f"error: {type(exc).__name__}: {exc.message}")
+        details = diagnostics_text(exc.diagnostics)
+        if details:
+            self.note(f"  {details}")
+        if isinstance(exc, MissingApiKey):
+            self.note("  pass --api-key or set SERVICE_API_KEY, or --base-url for another service")
+        if self.json:
+            self.data({"error": self.error_info(exc)})
+        return exit_code(exc)
+
+
+def diagnostics_text(diag: Diagnostics) -> str:
+    """``status=…, attempts=…, body=…`` (and the transport error), or "" if nothing was sent."""
+    if diag.attempts == 0 and diag.status is None:
+        return ""
+    body = diag.body
+    if body is not None and len(body) > 200:
+        body = body[:197] + "..."
+    text = f"status={diag.status}, attempts={diag.attempts}, body={body!r}"
+    if diag.request_id is not None:
+        text += f", request_id={diag.request_id}"
+    if diag.transport_error is not None:
+        text += f", transport_error={diag.transport_error!r}"
+    return text
+
+
+def answer_text(value: object) -> str:
+    """An answer as one word: ``true``/``false``, the option key, or the level."""
+    if isinstance(value, (bool, int)):
+        return json.dumps(value)
+    return str(value)
+
+
+def client_options(args: argparse.Namespace, max_workers: int = 8) -> dict[str, Any]:
+    """The ``Client(...)`` keyword arguments the connection options ask for."""
+    retry = None
+    if args.retries is not None:
+        from .. import RetryPolicy
+
+        retry = RetryPolicy(max_retries=args.retries)
+    options: dict[str, Any] = {
+        "api_key": args.api_key,
+        "base_url": args.base_url,
+        "model": args.model,
+        "retry": retry,
+        "timeout": args.timeout,
+        "max_workers": max_workers,
+    }
+    # --max-rate R is Client(rate_limit=RateLimit(per_second=R)); without it the client's
+    # default, adaptive limiter applies.
+    options.update(rate_limit_option(getattr(args, "max_rate", None)))
+    return options
+
+
+def rate_limit_option(max_rate: Optional[float]) -> dict[str, Any]:
+    """``{"rate_limit": RateLimit(per_second=max_rate)}``, or ``{}`` for the client's default."""
+    if max_rate is None:
+        return {}
+    from .. import RateLimit
+
+    return {"rate_limit": RateLimit(per_second=max_rate)}

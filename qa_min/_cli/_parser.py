@@ -1,0 +1,235 @@
+"""The ``qa-min`` argument parser: global connection options, then one subcommand."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+
+from .. import __version__
+from ._commands import PROG, ask, batch, demo, fake, models
+from ._output import exit_help
+from ._questions import QUESTIONS_HELP
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from typing import Any, Callable, Optional, Union
+
+    from ._output import Output
+
+MAX_CONCURRENCY = 256
+"""More worker threads than this only contend for the interpreter lock."""
+
+_BATCH_HELP = """\
+input: one state per line, a JSON string or {"state": ..., "id": ...} (id: a string or an
+integer, unique); blank lines are skipped. Output, one line per input line, in input order:
+  {"line": N, "id": ..., "answers": {...}}
+  {"line": N, "id": ..., "error": {"type", "message", "status", "attempts", "body"}}
+("id" only when the input line has one). With --output FILE --resume, lines already answered in
+FILE (matched by id, else by line number) are skipped and the rest appended; Ctrl-C writes what
+was answered and prints the command that resumes.
+
+"""
+
+
+class _AddQuestion(argparse.Action):
+    """Collects --questions/--yes-no/--choice/--score in command-line order, in one list."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Union[str, Sequence[Any], None],
+        option_string: Optional[str] = None,
+    ) -> None:
+        given = [values] if isinstance(values, str) else list(values or [])
+        items = list(getattr(namespace, self.dest, None) or [])
+        items.append((self.const, given))
+        setattr(namespace, self.dest, items)
+
+
+class _AddBatchQuestion(_AddQuestion):
+    """As `_AddQuestion`, refusing a value that names a file: it was meant as batch's input."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Union[str, Sequence[Any], None],
+        option_string: Optional[str] = None,
+    ) -> None:
+        for value in [values] if isinstance(values, str) else list(values or []):
+            if os.path.isfile(value):
+                parser.error(
+                    f"{value!r} names a file but would be read as a {option_string} value: "
+                    "put the input file before the questions, or after `--`"
+                )
+        super().__call__(parser, namespace, values, option_string)
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 0 < value < math.inf:
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text!r}")
+    return value
+
+
+def _count(minimum: int, maximum: Optional[int] = None) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {value}")
+        if maximum is not None and value > maximum:
+            raise argparse.ArgumentTypeError(f"must be <= {maximum}, got {value}")
+        return value
+
+    return parse
+
+
+def _add_connection_options(parser: argparse.ArgumentParser, top: bool) -> None:
+    # Subcommands repeat the options with SUPPRESS defaults, so `qa-min models --json` works
+    # and a value given before the subcommand is not overwritten by a subcommand default.
+    default: Any = None if top else argparse.SUPPRESS
+    add = parser.add_argument
+    add("--base-url", default=default, help="service URL (default: $SERVICE_BASE_URL, public)")
+    add("--api-key", default=default, help="API key (default: $SERVICE_API_KEY)")
+    add("--model", default=default, help="model (default: $SERVICE_DEFAULT_MODEL, judge-latest)")
+    add("--timeout", type=_positive_float, default=default, help="seconds per call, retries included")
+    add("--retries", type=_count(0), default=default, metavar="N", help="retries per call (2)")
+    add(
+        "--json",
+        action="store_true",
+        default=False if top else argparse.SUPPRESS,
+        help="machine-readable output",
+    )
+
+
+def _add_question_options(parser: argparse.ArgumentParser, action: type[_AddQuestion]) -> None:
+    group = parser.add_argument_group("questions (at least one; see the questions file format below)")
+    add = group.add_argument
+    add(
+        "--questions",
+        action=_AddQuestion,
+        const="file",
+        metavar="FILE.json",
+        help="questions from a JSON file",
+    )
+    add(
+        "--yes-no",
+        action=action,
+        const="yes_no",
+        nargs=3,
+        metavar=("NAME", "YES", "NO"),
+        dest="questions",
+        help="a yes/no question: its id, the text for yes, the text for no",
+    )
+    add(
+        "--choice",
+        action=action,
+        const="choice",
+        nargs="+",
+        metavar=("NAME", "KEY=TEXT"),
+        dest="questions",
+        help="a choice: its id, then 2+ options as key=description",
+    )
+    add(
+        "--score",
+        action=action,
+        const="score",
+        nargs="+",
+        metavar=("NAME", "LEVEL"),
+        dest="questions",
+        help="a score: its id, then 2+ level texts, lowest first",
+    )
+
+
+def _add_batch_options(sub: argparse.ArgumentParser) -> None:
+    add = sub.add_argument
+    add("input", nargs="?", help="JSONL file; '-' or absent: read stdin")
+    add("-o", "--output", metavar="FILE", help="write the answers to FILE (default: stdout)")
+    add("--resume", action="store_true", help="continue FILE: skip the lines it answers, append the rest")
+    add("--skip-failed", action="store_true", help="with --resume, do not ask again lines that failed")
+    add("--failures", metavar="FILE", help="also write this run's failed lines to FILE")
+    add(
+        "--concurrency",
+        type=_count(1, MAX_CONCURRENCY),
+        default=8,
+        metavar="N",
+        help=f"calls in flight, 1-{MAX_CONCURRENCY} (8)",
+    )
+    add(
+        "--max-rate",
+        type=_positive_float,
+        metavar="R",
+        help="at most R requests per second (default: adapt to the service's 429s)",
+    )
+    add("-q", "--quiet", action="store_true", help="no progress or summary on stderr")
+
+
+def _add_fake_options(sub: argparse.ArgumentParser) -> None:
+    sub.add_argument("--host", default="127.0.0.1", help="address to listen on (127.0.0.1)")
+    sub.add_argument("--port", type=_count(0), default=8080, help="port (8080; 0 picks a free one)")
+    sub.add_argument("--prefix", default="", help="path prefix the service lives under")
+    sub.add_argument(
+        "--rate-limit",
+        nargs=2,
+        type=_positive_float,
+        metavar=("RATE", "BURST"),
+        default=None,
+        help="play a rate-limited service: a token bucket of BURST refilled at RATE a second; "
+        "a request that finds no token gets 429",
+    )
+    sub.add_argument(
+        "--retry-after",
+        choices=("seconds", "ms", "both", "none"),
+        default="seconds",
+        help="what a 429 says: Retry-After in seconds (default), retry-after-ms, both, or neither",
+    )
+    # dest api_key, default SUPPRESS: `qa-min --api-key K fake` works too, and the environment's
+    # key is never required by accident.
+    sub.add_argument("--api-key", default=argparse.SUPPRESS, help="require this key (default: none)")
+    sub.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print the URL as JSON")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``qa-min`` argument parser; each command sets ``run``, a function ``(args, out) -> code``."""
+    formatter = argparse.RawDescriptionHelpFormatter
+    exits = exit_help()
+    parser = argparse.ArgumentParser(
+        prog=PROG,
+        description="Command line for the question-answering service. Without a command: demo.",
+        epilog=exits,
+        formatter_class=formatter,
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    _add_connection_options(parser, top=True)
+    parser.set_defaults(run=demo, questions=None)
+    commands = parser.add_subparsers(title="commands", metavar="COMMAND")
+
+    def command(name: str, run: Callable[[argparse.Namespace, Output], int], help: str, epilog: str) -> Any:
+        sub = commands.add_parser(name, help=help, description=help, epilog=epilog, formatter_class=formatter)
+        sub.set_defaults(run=run)
+        return sub
+
+    demo_help = "show every operation on an in-process fake service (the default; ignores connection options)"
+    command("demo", demo, demo_help, "")
+    _add_connection_options(command("models", models, "list the model names, one per line", exits), top=False)
+    ask_help = "ask questions about one state; prints `id: answer` lines"
+    one = command("ask", ask, ask_help, QUESTIONS_HELP + exits)
+    _add_connection_options(one, top=False)
+    one.add_argument("state", nargs="?", help="the text to judge; '-' or absent: read stdin")
+    _add_question_options(one, _AddQuestion)
+    batch_help = "ask questions about each state of a JSONL file; writes JSONL"
+    many = command("batch", batch, batch_help, _BATCH_HELP + QUESTIONS_HELP + exits)
+    _add_connection_options(many, top=False)
+    _add_batch_options(many)
+    _add_question_options(many, _AddBatchQuestion)
+    _add_fake_options(command("fake", fake, "serve the fake service locally until Ctrl-C", ""))
+    return parser

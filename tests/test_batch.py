@@ -1,0 +1,455 @@
+"""Tests of ``qa-min batch`` run in this process through ``main(argv)``: order, streaming, resume,
+failures, the two-ways command line and the option limits. Signals and terminals are in
+``test_batch_process.py``."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+from batchsupport import QUESTION, Result, answer, asked, clean_env, read_rows, run_main, write_input
+from support import wait_until
+
+import qa_min as qa
+from qa_min._cli import _jsonl, _parser
+from qa_min._cli._batch import WINDOW
+from qa_min.testing import FakeService, delay, hang, reply
+
+STATES = [f"state number {i}" for i in range(10)]
+
+
+@pytest.fixture(autouse=True)
+def _isolate(monkeypatch: pytest.MonkeyPatch) -> None:
+    clean_env(monkeypatch)
+    monkeypatch.setattr(sys, "stdin", sys.stdin)
+
+
+@pytest.fixture
+def run(capsys: pytest.CaptureFixture[str], svc: FakeService) -> Any:
+    def run(*argv: str, stdin: str | None = None) -> Result:
+        return run_main(capsys, "--base-url", svc.url, "batch", *argv, stdin=stdin)
+
+    return run
+
+
+@pytest.fixture
+def inp(tmp_path: Path) -> Path:
+    return write_input(tmp_path / "in.jsonl", STATES)
+
+
+# -- order and errors ---------------------------------------------------------------------------
+
+
+def test_answers_and_errors_are_written_in_input_order_with_line_and_id(
+    run: Any, svc: FakeService, tmp_path: Path
+) -> None:
+    lines = [json.dumps(s) for s in STATES[:4]]
+    lines += ["", "   ", "{not json", json.dumps({"id": "no-state"}), json.dumps({"state": ""}), "42"]
+    lines += [json.dumps({"state": s, "id": f"id-{i}"}) for i, s in enumerate(STATES[4:], 4)]
+    lines += [json.dumps({"id": 7, "state": "integer id"}), json.dumps({"id": [1], "state": "x"})]
+    path = tmp_path / "in.jsonl"
+    path.write_bytes(("\n".join(lines) + "\n").encode() + b'"\xff"\n')
+    result = run(str(path), "--concurrency", "3", *QUESTION)
+    assert result.code == 3  # the first failed line is a bad line
+    rows = [json.loads(line) for line in result.out.splitlines()]
+    assert [row["line"] for row in rows] == [1, 2, 3, 4, *range(7, 20)]
+    assert [row.get("id") for row in rows[8:]] == [
+        "id-4",
+        "id-5",
+        "id-6",
+        "id-7",
+        "id-8",
+        "id-9",
+        7,
+        None,
+        None,
+    ]
+    assert [row["answers"] for row in rows if "answers" in row] == [
+        *(answer(s) for s in STATES),
+        answer("integer id"),
+    ]
+    bad = {row["line"]: row["error"] for row in rows if "error" in row}
+    assert sorted(bad) == [7, 8, 9, 10, 18, 19]
+    assert {e["type"] for e in bad.values()} == {"InvalidState"}
+    assert all(e["status"] is None and e["attempts"] == 0 for e in bad.values())
+    assert "line 7 is not JSON" in bad[7]["message"]
+    assert "string or an integer" in bad[18]["message"]
+    assert "not UTF-8" in bad[19]["message"]
+    assert len(svc.requests) == 11
+
+
+def test_stdin_input_and_http_errors_per_line(run: Any, svc: FakeService) -> None:
+    svc.script(reply(429, {"detail": "slow down"}))
+    stdin = "".join(json.dumps(s) + "\n" for s in STATES[:3])
+    result = run("--retries", "0", "--concurrency", "1", *QUESTION, stdin=stdin)
+    assert result.code == 4
+    rows = [json.loads(line) for line in result.out.splitlines()]
+    assert rows[0] == {
+        "line": 1,
+        "error": {
+            "type": "RateLimited",
+            "message": rows[0]["error"]["message"],
+            "status": 429,
+            "attempts": 1,
+            "request_id": None,
+            "body": '{"detail": "slow down"}',
+        },
+    }
+    assert rows[1:] == [{"line": n, "answers": answer(STATES[n - 1])} for n in (2, 3)]
+    assert re.fullmatch(r"batch: 3 lines in \d+s: 2 answered, 1 failed", result.err.splitlines()[-1])
+
+
+def test_failures_file_lists_each_failed_line_and_the_api_key_is_scrubbed(
+    run: Any, svc: FakeService, tmp_path: Path, inp: Path
+) -> None:
+    key = "sk-secret-123"
+    svc.script(delay(0), reply(500, {"detail": f"key {key} is bad"}), reply(404, {"detail": "no"}))
+    failures = tmp_path / "failures.jsonl"
+    result = run(
+        str(inp),
+        "--api-key",
+        key,
+        "--retries",
+        "0",
+        "--concurrency",
+        "1",
+        "--failures",
+        str(failures),
+        *QUESTION,
+    )
+    assert result.code == 5
+    rows = read_rows(failures)
+    assert [(r["line"], r["error"]["type"], r["error"]["status"]) for r in rows] == [
+        (2, "ServerError", 500),
+        (3, "NotFound", 404),
+    ]
+    assert "[redacted]" in rows[0]["error"]["body"]
+    assert key not in failures.read_text() + result.out + result.err
+    assert [r["line"] for r in map(json.loads, result.out.splitlines())] == list(range(1, 11))
+
+
+# -- streaming ------------------------------------------------------------------------------------
+
+
+def test_calls_in_flight_never_exceed_concurrency_and_reading_waits_for_them(
+    capsys: pytest.CaptureFixture[str], svc: FakeService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    read = []
+
+    class Input:
+        def __init__(self) -> None:
+            self.lines = iter(json.dumps(f"state {i}") + "\n" for i in range(40))
+
+        def readline(self) -> str:
+            line = next(self.lines, "")
+            read.append(line)
+            return line
+
+    monkeypatch.setattr(sys, "stdin", Input())
+    svc.script(hang(), hang())
+    codes: list[int] = []
+    argv = ["--base-url", svc.url, "--retries", "0", "batch", "--concurrency", "2", "-q", *QUESTION]
+    worker = threading.Thread(target=lambda: codes.append(run_main(capsys, *argv).code))
+    worker.start()
+    try:
+        assert svc.wait_for_requests(2)
+        # Both calls are stuck: a third request would break the bound, and reading stops
+        # once the window of lines read but not written is full.
+        assert not svc.wait_for_requests(3, timeout=0.3)
+        assert wait_until(lambda: len(read) == WINDOW * 2)
+        assert not wait_until(lambda: len(read) > WINDOW * 2, timeout=0.1)
+    finally:
+        svc.release()
+        worker.join(10)
+    assert codes == [6]  # the released requests end without a response: ConnectionFailed
+    assert len(read) == 41
+
+
+def test_first_answer_is_written_before_the_input_ends(
+    capsys: pytest.CaptureFixture[str], svc: FakeService, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    r, w = os.pipe()
+    with os.fdopen(r, "rb") as stdin_bytes, os.fdopen(w, "wb", buffering=0) as feed:
+
+        class Stdin:
+            buffer = stdin_bytes
+
+        monkeypatch.setattr(sys, "stdin", Stdin())
+        out = tmp_path / "out.jsonl"
+        argv = ["--base-url", svc.url, "batch", "-o", str(out), "-q", *QUESTION]
+        worker = threading.Thread(target=run_main, args=(capsys, *argv))
+        worker.start()
+        try:
+            feed.write(b'"first"\n')
+            assert wait_until(lambda: out.exists() and out.read_bytes().endswith(b"\n"))
+            feed.write(b'"second"\n')
+        finally:
+            feed.close()
+            worker.join(10)
+    assert read_rows(out) == [
+        {"line": 1, "answers": answer("first")},
+        {"line": 2, "answers": answer("second")},
+    ]
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
+def test_ctrl_c_writing_to_stdout_exits_130_and_says_how_to_make_a_run_resumable(
+    capsys: pytest.CaptureFixture[str], svc: FakeService, inp: Path
+) -> None:
+    svc.script(delay(0), delay(0), hang(), hang())
+
+    def interrupt() -> None:
+        if svc.wait_for_requests(4):
+            os.kill(os.getpid(), signal.SIGINT)  # handled by batch's handler, in this (main) thread
+
+    before = signal.getsignal(signal.SIGINT)
+    sender = threading.Thread(target=interrupt)
+    sender.start()
+    try:
+        result = run_main(
+            capsys, "--base-url", svc.url, "batch", str(inp), "--concurrency", "2", "-q", *QUESTION
+        )
+    finally:
+        sender.join(10)
+    assert result.code == 130
+    rows = [json.loads(line) for line in result.out.splitlines()]
+    assert [row["line"] for row in rows] == list(range(1, len(rows) + 1))  # a prefix, in order
+    assert all("answers" in row for row in rows)
+    assert result.err.splitlines()[-1] == "to be able to resume, run with --output FILE"
+    assert signal.getsignal(signal.SIGINT) is before  # restored
+
+
+def test_an_input_that_cannot_be_read_exits_3(
+    capsys: pytest.CaptureFixture[str], svc: FakeService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    lines = iter(['"one"\n', '"two"\n'])
+
+    class Broken:
+        def readline(self) -> str:
+            line = next(lines, None)
+            if line is None:
+                raise OSError(5, "Input/output error")
+            return line
+
+    monkeypatch.setattr(sys, "stdin", Broken())
+    result = run_main(capsys, "--base-url", svc.url, "batch", "-q", *QUESTION)
+    assert result.code == 3
+    assert "error: FileError: cannot read the input: [Errno 5] Input/output error" in result.err
+
+
+# -- resume ---------------------------------------------------------------------------------------
+
+
+def test_resume_by_line_skips_answered_lines_and_appends_the_rest_in_order(
+    run: Any, svc: FakeService, tmp_path: Path, inp: Path
+) -> None:
+    out = tmp_path / "out.jsonl"
+    out.write_text(
+        "".join(json.dumps({"line": n, "answers": answer(STATES[n - 1])}) + "\n" for n in (1, 2, 3))
+    )
+    result = run(str(inp), "-o", str(out), "--resume", *QUESTION)
+    assert result.code == 0, result.err
+    assert read_rows(out) == [{"line": n, "answers": answer(s)} for n, s in enumerate(STATES, 1)]
+    assert sorted(asked(svc)) == sorted(STATES[3:])
+    assert "3 answered before" in result.err
+
+
+def test_resume_by_id_holds_when_the_input_is_reordered(run: Any, svc: FakeService, tmp_path: Path) -> None:
+    first = write_input(tmp_path / "in.jsonl", STATES, ids=True)
+    out = tmp_path / "out.jsonl"
+    assert run(str(first), "-o", str(out), *QUESTION).code == 0
+    svc_before = len(svc.requests)
+    # The same ids on other lines, plus one new: only the new one is asked.
+    lines = [*first.read_text().splitlines()[::-1], json.dumps({"id": "new", "state": "a new state"})]
+    first.write_text("\n".join(lines) + "\n")
+    result = run(str(first), "-o", str(out), "--resume", *QUESTION)
+    assert result.code == 0, result.err
+    assert [r.json()["state"] for r in svc.requests[svc_before:]] == ["a new state"]
+    assert read_rows(out)[-1] == {"line": 11, "id": "new", "answers": answer("a new state")}
+
+
+@pytest.mark.parametrize("skip_failed", [False, True], ids=["asks-again", "skip-failed"])
+def test_resume_asks_failed_lines_again_unless_skip_failed(
+    run: Any, svc: FakeService, tmp_path: Path, inp: Path, skip_failed: bool
+) -> None:
+    out = tmp_path / "out.jsonl"
+    svc.script(delay(0), reply(404, {"detail": "no"}))
+    assert run(str(inp), "-o", str(out), "--retries", "0", "--concurrency", "1", *QUESTION).code == 5
+    flag = ["--skip-failed"] if skip_failed else []
+    result = run(str(inp), "-o", str(out), "--resume", *flag, *QUESTION)
+    assert result.code == 0, result.err
+    rows = read_rows(out)
+    assert len(rows) == (10 if skip_failed else 11)
+    assert rows[1]["error"]["type"] == "NotFound"
+    if not skip_failed:
+        assert rows[-1] == {"line": 2, "answers": answer(STATES[1])}
+    assert asked(svc)[STATES[1]] == (1 if skip_failed else 2)
+
+
+def test_torn_last_line_is_cut_off_and_asked_again(
+    run: Any, svc: FakeService, tmp_path: Path, inp: Path
+) -> None:
+    out = tmp_path / "out.jsonl"
+    whole = json.dumps({"line": 1, "answers": answer(STATES[0])}) + "\n"
+    out.write_text(whole + '{"line": 2, "answ')
+    result = run(str(inp), "-o", str(out), "--resume", *QUESTION)
+    assert result.code == 0, result.err
+    assert "last line was cut short" in result.err
+    assert read_rows(out) == [{"line": n, "answers": answer(s)} for n, s in enumerate(STATES, 1)]
+    assert STATES[0] not in asked(svc)
+
+
+@pytest.mark.parametrize(
+    ("argv", "content", "code", "message"),
+    [
+        (["-o", "OUT"], '{"line": 1, "answers": {}}\n', 2, "pass --resume to continue it"),
+        (["--resume"], None, 2, "--resume needs --output FILE"),
+        (["-o", "OUT", "--resume"], '{"line": 1, "answers": {}}\n{"note": 1}\n', 3, "line 2 is not a line"),
+        (["-o", "OUT", "--resume"], '{"line": 0, "answers": {}}\n', 3, "line 1 is not a line batch"),
+        (["--failures", "DIR"], None, 3, "cannot write"),
+        (["-o", "OUT", "--failures", "DIR"], None, 3, "cannot write"),
+        (["-o", "DIR"], None, 3, "cannot write"),
+    ],
+    ids=["exists-without-resume", "resume-without-output", "foreign-line", "line-zero", "failures-unwritable",
+         "failures-unwritable-with-output", "output-unwritable"],
+)  # fmt: skip
+def test_output_files_that_cannot_be_used_are_refused_before_any_call(
+    run: Any,
+    svc: FakeService,
+    tmp_path: Path,
+    inp: Path,
+    argv: list[str],
+    content: str | None,
+    code: int,
+    message: str,
+) -> None:
+    out = tmp_path / "out.jsonl"
+    if content is not None:
+        out.write_text(content)
+    argv = [str(out) if a == "OUT" else str(tmp_path) if a == "DIR" else a for a in argv]
+    result = run(str(inp), *argv, *QUESTION)
+    assert result.code == code
+    assert message in result.err
+    assert svc.requests == []
+    if content is not None:
+        assert out.read_text() == content
+
+
+def test_missing_input_exits_3(run: Any, tmp_path: Path) -> None:
+    result = run(str(tmp_path / "missing.jsonl"), *QUESTION)
+    assert result.code == 3
+    assert result.err.startswith("error: FileError: cannot read ")
+
+
+# -- ids ------------------------------------------------------------------------------------------
+
+
+def test_duplicate_ids_are_answered_by_an_error_and_reported(
+    run: Any, svc: FakeService, tmp_path: Path
+) -> None:
+    path = tmp_path / "in.jsonl"
+    docs: list[dict[str, object]] = [
+        {"id": "a", "state": "one"},
+        {"id": "b", "state": "two"},
+        {"id": "a", "state": "three"},
+    ]
+    docs += [{"id": "b", "state": "four"}, {"id": "1", "state": "five"}, {"id": 1, "state": "six"}]
+    path.write_text("".join(json.dumps(d) + "\n" for d in docs))
+    result = run(str(path), *QUESTION)
+    assert result.code == 3
+    rows = [json.loads(line) for line in result.out.splitlines()]
+    assert ["answers" in row for row in rows] == [True, True, False, False, True, True]
+    assert "id 'a' is already on an earlier line" in rows[2]["error"]["message"]
+    assert "duplicate ids, not asked: line 3 (id 'a') and 1 more" in result.err
+    assert sorted(asked(svc)) == ["five", "one", "six", "two"]
+
+
+def test_key_table_keeps_every_key_and_its_flags_across_growth() -> None:
+    table = _jsonl.KeyTable()
+    keys = [_jsonl.id_hash(f"id-{i}") for i in range(5000)] + [0, _jsonl.id_hash(5)]
+    for key in keys:
+        assert table.mark(key, _jsonl.SEEN) == 0
+    assert len(table) == len(keys)
+    assert all(table.mark(key, _jsonl.DONE) == _jsonl.SEEN for key in keys)
+    assert all(table.mark(key, 0) == _jsonl.SEEN | _jsonl.DONE for key in keys)
+    assert _jsonl.id_hash("5") != _jsonl.id_hash(5)
+
+
+@pytest.mark.parametrize(("expected", "size"), [(0, 1024), (716, 1024), (717, 2048), (3000, 8192)])
+def test_key_table_sized_for_the_keys_expected_never_grows(expected: int, size: int) -> None:
+    table = _jsonl.KeyTable(expected)
+    assert len(table._keys) == 0  # nothing allocated before the first id
+    for i in range(max(expected, 1)):
+        table.mark(_jsonl.id_hash(i), _jsonl.SEEN)
+    assert len(table._keys) == size
+
+
+def test_input_estimates_its_line_count_from_size_and_first_lines(tmp_path: Path) -> None:
+    path = write_input(tmp_path / "in.jsonl", [f"state {i:04}" for i in range(5000)])
+    source = _jsonl.InputLines(str(path))
+    try:
+        assert 4500 <= source.estimate() <= 5500
+        assert source.read() == (1, '"state 0000"\n')  # the estimate consumed nothing
+    finally:
+        source.close()
+    empty = _jsonl.InputLines(str(write_input(tmp_path / "empty.jsonl", [])))
+    assert empty.estimate() == 0
+    empty.close()
+
+
+# -- the command line -----------------------------------------------------------------------------
+
+
+def test_a_file_name_is_never_taken_as_a_question_value(run: Any, svc: FakeService, inp: Path) -> None:
+    result = run("--score", "q", "low", "mid", "high", str(inp))
+    assert result.code == 2
+    assert f"{str(inp)!r} names a file but would be read as a --score value" in result.err
+    assert "usage: qa-min batch" in result.err
+    assert svc.requests == []
+    after_dashes = run("--score", "q", "low", "high", "--", str(inp))
+    assert after_dashes.code == 0, after_dashes.err
+    assert len(after_dashes.out.splitlines()) == len(STATES)
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "ok"),
+    [
+        ("--concurrency", "1", True),
+        ("--concurrency", "0", False),
+        ("--concurrency", str(_parser.MAX_CONCURRENCY), True),
+        ("--concurrency", str(_parser.MAX_CONCURRENCY + 1), False),
+        ("--concurrency", "two", False),
+        ("--max-rate", "190", True),
+        ("--max-rate", "1000.5", True),
+        ("--max-rate", "0", False),
+        ("--max-rate", "-5", False),
+        ("--max-rate", "inf", False),
+        ("--max-rate", "nan", False),
+        ("--max-rate", "fast", False),
+    ],
+)
+def test_concurrency_and_max_rate_limits(run: Any, inp: Path, option: str, value: str, ok: bool) -> None:
+    result = run(str(inp), option, value, "-q", *QUESTION)
+    assert result.code == (0 if ok else 2), result.err
+    if ok:
+        assert len(result.out.splitlines()) == len(STATES)
+    else:
+        assert f"argument {option}: " in result.err
+
+
+def test_progress_shows_the_limiters_ceiling_and_counts_busy_replies() -> None:
+    from qa_min._cli._batch import _ceiling
+
+    with qa.Client(base_url="http://127.0.0.1:9", rate_limit=qa.RateLimit(50)) as paced:
+        assert _ceiling(paced)() == 50.0
+    with qa.Client(base_url="http://127.0.0.1:9") as adaptive:
+        assert _ceiling(adaptive)() is None  # no ceiling until the first 429
+    with qa.Client(base_url="http://127.0.0.1:9", rate_limit=None) as unlimited:
+        assert _ceiling(unlimited)() is None

@@ -1,0 +1,256 @@
+"""Tests of ``qa-min batch`` as a process: SIGINT, SIGTERM and ``kill -9`` then ``--resume``, the
+command it prints, and its progress on a terminal and off one."""
+
+from __future__ import annotations
+
+import os
+import pty
+import queue
+import re
+import select
+import shlex
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import pytest
+from batchsupport import (
+    QUESTION,
+    answer,
+    asked,
+    child_env,
+    clean_env,
+    line_count,
+    read_rows,
+    run_main,
+    start_batch,
+    write_input,
+)
+from support import wait_until
+
+from qa_min._cli import _batch, _progress
+from qa_min.testing import FakeService, delay, hang
+
+pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals and terminals")
+
+STATES = [f"state number {i}" for i in range(20)]
+ANSWERED = 5  # lines answered before the service stops answering
+CONCURRENCY = 2
+
+
+@pytest.fixture(autouse=True)
+def _isolate(monkeypatch: pytest.MonkeyPatch) -> None:
+    clean_env(monkeypatch)
+    monkeypatch.setattr(sys, "stdin", sys.stdin)
+
+
+class Stalled(NamedTuple):
+    proc: subprocess.Popen[str]
+    inp: Path
+    out: Path
+    written: int  # the lines before the first hung one
+
+
+def stalled_run(svc: FakeService, tmp_path: Path) -> Stalled:
+    """A batch process whose service answered ``ANSWERED`` calls and holds the next ``CONCURRENCY``."""
+    inp = write_input(tmp_path / "in.jsonl", STATES)
+    out = tmp_path / "out.jsonl"
+    svc.script(*[delay(0)] * ANSWERED, *[hang()] * CONCURRENCY)
+    argv = ["--base-url", svc.url, "batch", str(inp), "-o", str(out), "--concurrency", str(CONCURRENCY)]
+    proc = start_batch(*argv, *QUESTION)
+    assert svc.wait_for_requests(ANSWERED + CONCURRENCY, timeout=10)
+    # Steps go to requests in arrival order, which two calls in flight may swap: the hung
+    # calls are the last two to arrive, and every line before the first of them is answered.
+    hung = [r.json()["state"] for r in svc.requests[ANSWERED:]]
+    written = min(STATES.index(s) for s in hung)
+    assert wait_until(lambda: line_count(out) == written, timeout=10)
+    return Stalled(proc, inp, out, written)
+
+
+def finish(proc: subprocess.Popen[str]) -> str:
+    try:
+        _, err = proc.communicate(timeout=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    return err
+
+
+def assert_complete_after_resume(svc: FakeService, run: Stalled, command: list[str]) -> None:
+    resumed = subprocess.run(
+        command, capture_output=True, text=True, env=child_env(), timeout=20, check=False
+    )
+    assert resumed.returncode == 0, resumed.stderr
+    assert read_rows(run.out) == [{"line": n, "answers": answer(s)} for n, s in enumerate(STATES, 1)]
+    counts = asked(svc)
+    assert set(counts) == set(STATES)
+    # Only the lines asked but not written before the stop were asked twice.
+    assert sorted(s for s, n in counts.items() if n > 1) == sorted(
+        STATES[run.written : ANSWERED + CONCURRENCY]
+    )
+
+
+@pytest.mark.parametrize(
+    ("signum", "code", "word"),
+    [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "terminated")],
+    ids=["sigint", "sigterm"],
+)
+def test_signal_writes_the_answers_cancels_the_rest_and_prints_the_resume_command(
+    svc: FakeService, tmp_path: Path, signum: int, code: int, word: str
+) -> None:
+    run = stalled_run(svc, tmp_path)
+    run.proc.send_signal(signum)
+    err = finish(run.proc)
+    assert run.proc.returncode == code, err
+    assert read_rows(run.out) == [
+        {"line": n, "answers": answer(s)} for n, s in enumerate(STATES[: run.written], 1)
+    ]
+    *_, stopped, resume, command = err.splitlines()
+    assert stopped == (
+        f"{word}: {run.written} input lines done, their answers in {str(run.out)!r}; "
+        f"{ANSWERED + CONCURRENCY - run.written} lines read but not written are asked again on resume"
+    )
+    assert resume == "resume with:"
+    argv = shlex.split(command)
+    assert argv[:3] == [sys.executable, "-m", "qa_min"]
+    assert argv[-1] == "--resume"
+    assert str(run.inp) in argv
+    assert_complete_after_resume(svc, run, argv)
+
+
+def test_kill_9_loses_only_what_was_in_flight(svc: FakeService, tmp_path: Path) -> None:
+    run = stalled_run(svc, tmp_path)
+    run.proc.kill()
+    finish(run.proc)
+    assert line_count(run.out) == run.written
+    command = [sys.executable, "-m", "qa_min", *run.proc.args[3:], "--resume"]  # type: ignore[index]
+    assert_complete_after_resume(svc, run, command)
+
+
+def test_a_second_signal_exits_at_once(
+    monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    exits: list[int] = []
+    monkeypatch.setattr(os, "_exit", exits.append)
+    batch: Any = _batch._Batch.__new__(_batch._Batch)
+    batch.signal = None
+    batch.wakeups = queue.SimpleQueue()
+    batch.on_signal(signal.SIGINT, None)
+    assert (batch.signal, exits) == (signal.SIGINT, [])
+    assert batch.wakeups.get_nowait() == ("signal", signal.SIGINT)
+    batch.on_signal(signal.SIGINT, None)
+    assert exits == [130]
+    assert "second interrupt: exiting now" in capfd.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("argv0", "argv", "expected"),
+    [
+        (
+            "/x/qa_min/__main__.py",
+            ["batch", "in.jsonl", "-o", "o"],
+            [sys.executable, "-m", "qa_min", "batch", "in.jsonl", "-o", "o", "--resume"],
+        ),
+        (
+            "/bin/qa-min",
+            ["batch", "-o", "o", "--score", "q", "a", "b", "--", "-in"],
+            ["/bin/qa-min", "batch", "-o", "o", "--score", "q", "a", "b", "--resume", "--", "-in"],
+        ),
+        ("qa-min", ["batch", "-o", "o o", "--resume"], ["qa-min", "batch", "-o", "o o", "--resume"]),
+    ],
+    ids=["python-m", "before-dashes", "already-resuming"],
+)
+def test_resume_command(
+    monkeypatch: pytest.MonkeyPatch, argv0: str, argv: list[str], expected: list[str]
+) -> None:
+    monkeypatch.setattr(sys, "argv", [argv0])
+    assert shlex.split(_batch.resume_command(argv)) == expected
+
+
+# -- progress -------------------------------------------------------------------------------------
+
+
+def test_progress_is_one_redrawn_line_on_a_terminal(
+    capsys: pytest.CaptureFixture[str], svc: FakeService, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    inp = write_input(tmp_path / "in.jsonl", STATES[:3])
+    master, slave = pty.openpty()
+    with os.fdopen(slave, "w") as terminal:
+        monkeypatch.setattr(sys, "stderr", terminal)
+        monkeypatch.setattr(_progress, "REDRAW_EVERY", 0.0)
+        result = run_main(capsys, "--base-url", svc.url, "batch", str(inp), *QUESTION)
+        shown = b""
+        while select.select([master], [], [], 0)[0]:
+            shown += os.read(master, 65536)
+    os.close(master)
+    assert result.code == 0
+    text = shown.decode()
+    assert "\r3/3 lines (100.0%) | " in text
+    assert "\x1b[K" in text  # each redraw clears the rest of the line
+    assert "\n" not in text.split("3/3 lines")[0]  # one line, redrawn, until the end
+    assert re.search(r"\r\nbatch: 3 lines in \d+s: 3 answered, 0 failed\r\n\Z", text)
+
+
+@pytest.mark.parametrize("quiet", [False, True], ids=["plain", "quiet"])
+def test_progress_is_plain_lines_off_a_terminal_and_nothing_when_quiet(
+    capsys: pytest.CaptureFixture[str],
+    svc: FakeService,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    quiet: bool,
+) -> None:
+    inp = write_input(tmp_path / "in.jsonl", STATES[:3])
+    monkeypatch.setattr(_progress, "PLAIN_EVERY", 0.0)
+    flag = ["-q"] if quiet else []
+    result = run_main(capsys, "--base-url", svc.url, "batch", str(inp), *flag, *QUESTION)
+    assert result.code == 0
+    if quiet:
+        assert result.err == ""
+        return
+    lines = result.err.splitlines()
+    assert "\r" not in result.err
+    # The last redraw may come before the reader has seen the end of the input: then "~3".
+    assert lines[-2].startswith(("3/3 lines (100.0%) | ", "3/~3 lines (100.0%) | "))
+    assert re.fullmatch(r"batch: 3 lines in \d+s: 3 answered, 0 failed", lines[-1])
+
+
+def test_progress_line_estimates_the_total_then_counts_it() -> None:
+    now = [100.0]
+    tally = _progress.Tally()
+    total: list[tuple[int, bool] | None] = [None]
+    progress = _progress.Progress(
+        sys.__stderr__ or sys.stderr, tally, lambda: total[0], quiet=True, clock=lambda: now[0]
+    )
+    assert progress.line() == "0/? lines | 0/s | 0 failed"
+    now[0], tally.done, tally.failed, tally.retries = 105.0, 250, 2, 7
+    total[0] = (1000, False)
+    assert progress.line() == "250/~1,000 lines (25.0%) | 50/s | 2 failed | 7 retries | ETA 15s"
+    tally.skipped = 50
+    total[0] = (1000, True)
+    assert (
+        progress.line() == "250/1,000 lines (25.0%) | 40/s | 50 done before | 2 failed | 7 retries | ETA 18s"
+    )
+
+
+def test_progress_line_shows_busy_replies_and_the_rate_ceiling_when_known() -> None:
+    tally = _progress.Tally()
+    stream = sys.__stderr__ or sys.stderr
+    ceiling: list[float | None] = [None]
+    progress = _progress.Progress(
+        stream, tally, lambda: (10, True), quiet=True, clock=lambda: 0.0, ceiling=lambda: ceiling[0]
+    )
+    tally.busy = 3
+    assert progress.line() == "0/10 lines (0.0%) | 0/s | 0 failed | 3 busy replies"
+    ceiling[0] = 190.0
+    assert progress.line() == "0/10 lines (0.0%) | 0/s | 0 failed | 3 busy replies | limit 190/s"
+
+
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [(0.4, "0s"), (59.9, "59s"), (60, "1m0s"), (3599, "59m59s"), (3600, "1h0m"), (90061, "25h1m")],
+)
+def test_duration(seconds: float, text: str) -> None:
+    assert _progress.duration(seconds) == text
