@@ -1,20 +1,17 @@
 """``python -m benchmarks.engines``: qa_min inside process pools, Dask, Ray and Spark.
 
-Run it with an interpreter that has the engines (``pip install -e ".[engines]"``); an engine
-that is missing is left out of the table and named. Two measurements:
+Run it with an interpreter that has the engines (``pip install -e ".[engines]"``); a missing
+engine is left out and named. Two measurements, each against ``FakeService`` in a process of
+its own:
 
-* **Calls per second per engine**, 2 workers, 2,000 states in 8 partitions, each partition
-  asking its states one after another, against ``FakeService`` in a process of its own: with a
-  client shipped from the driver (pickled with each task) and with a client built in each
-  partition. Rounds alternate which goes first; the ratio is the median of the per-round
-  ratios, and every answer is checked against ``expected_answer`` outside the timing.
-* **A 2-worker Dask job against a rate-limited service**: ``FakeService(rate_limit=(200, 50),
-  retry_after="ms")`` in a process of its own, 2,000 calls in 2 partitions, 8 calls in flight
-  in each (``client.submit``), once with ``RateLimit(200).split(2)`` and once with the default
-  adaptive ``RateLimit()``: the share of the 200 requests/s achieved, the requests the service
-  refused with 429, and the calls lost (failed or missing).
-
-Self-contained: it shares nothing with the other benchmark modules.
+* **Calls per second per engine**: 2 workers, 2,000 states in 8 partitions asked one after
+  another, with a client shipped from the driver (unpickled by each task) and with a client
+  built in each partition. Rounds alternate which goes first; the ratio is the median of the
+  per-round ratios; every answer is checked against ``expected_answer``, outside the timing.
+* **A 2-worker Dask job against** ``FakeService(rate_limit=(200, 50), retry_after="ms")``:
+  2,000 calls in 2 partitions, 8 in flight in each (``client.submit``), with
+  ``RateLimit(200).split(2)`` and with the default ``RateLimit()``: the share of 200/s
+  achieved, the requests refused with 429, and the calls lost (failed or wrong).
 """
 
 from __future__ import annotations
@@ -32,6 +29,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -64,13 +62,13 @@ Job = Callable[[list[str], Any], Any]
 # -- what the workers run (imported by name as benchmarks.engines) ---------------------------
 
 
+def pair(r: qa.AskResponse[Review]) -> Answer:
+    return (r.answers.toxic, r.answers.quality)
+
+
 def judge(states: list[str], client: qa.Client) -> list[Answer]:
     """A partition with the shipped client: this task's copy."""
-    answers = []
-    for state in states:
-        r = client.ask(state, Review)
-        answers.append((r.answers.toxic, r.answers.quality))
-    return answers
+    return [pair(client.ask(state, Review)) for state in states]
 
 
 def judge_with_own_client(states: list[str], url: str) -> list[Answer]:
@@ -83,27 +81,24 @@ def judge_in_flight(states: list[str], client: qa.Client) -> tuple[list[Optional
     """A partition with ``IN_FLIGHT`` calls at a time: answers (None if lost) and failures by class."""
     calls = [client.submit(client.ask, state, Review) for state in states]
     answers: list[Optional[Answer]] = []
-    failed: dict[str, int] = {}
+    failed: Counter[str] = Counter()
     for call in calls:
         try:
-            r = call.result()
-            answers.append((r.answers.toxic, r.answers.quality))
+            answers.append(pair(call.result()))
         except qa.QAError as exc:
             answers.append(None)
-            failed[type(exc).__name__] = failed.get(type(exc).__name__, 0) + 1
-    return answers, failed
+            failed[type(exc).__name__] += 1
+    return answers, dict(failed)
 
 
-def expected(states: Iterable[str]) -> list[Answer]:
+def expected(states: Iterable[str]) -> list[tuple[object, object]]:
     """The fake's answers to ``states``, as ``judge`` returns them."""
-    answers = []
-    for state in states:
-        toxic = expected_answer(qa.DEFAULT_MODEL, state, "toxic", Review.toxic.criteria)
-        quality = expected_answer(qa.DEFAULT_MODEL, state, "quality", Review.quality.criteria)
-        assert isinstance(toxic, bool)
-        assert isinstance(quality, int)
-        answers.append((toxic, quality))
-    return answers
+    toxic, quality = Review.toxic.criteria, Review.quality.criteria
+    model = qa.DEFAULT_MODEL
+    return [
+        (expected_answer(model, s, "toxic", toxic), expected_answer(model, s, "quality", quality))
+        for s in states
+    ]
 
 
 # -- the service, in its own process ---------------------------------------------------------
@@ -113,8 +108,7 @@ def serve(rate: Optional[float]) -> int:
     """The service process: print the URL, serve until stdin closes, print the counts."""
     from qa_min.testing import FakeService
 
-    limit = None if rate is None else (rate, BURST)
-    with FakeService(rate_limit=limit, retry_after="ms") as svc:
+    with FakeService(rate_limit=None if rate is None else (rate, BURST), retry_after="ms") as svc:
         print(svc.url, flush=True)
         sys.stdin.read()
         counts = {"requests": svc.request_count, "throttled": svc.rate_limited_count}
@@ -127,9 +121,8 @@ class Service:
 
     def __init__(self, rate: Optional[float]) -> None:
         command = [sys.executable, "-m", "benchmarks.engines", "--serve", "0" if rate is None else str(rate)]
-        self.process = subprocess.Popen(
-            command, cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
-        )
+        pipe = subprocess.PIPE
+        self.process = subprocess.Popen(command, cwd=ROOT, stdin=pipe, stdout=pipe, text=True)
         assert self.process.stdout is not None
         self.url = self.process.stdout.readline().strip()
         self.counts: dict[str, int] = {}
@@ -237,8 +230,6 @@ def missing(name: str) -> Optional[str]:
     module = {"Dask": "distributed", "Ray": "ray", "Spark": "pyspark"}.get(name)
     if module is not None and importlib.util.find_spec(module) is None:
         return f"{module} is not installed"
-    if name == "processes (fork)" and sys.platform == "win32":
-        return "no fork on Windows"
     return None
 
 
@@ -299,11 +290,9 @@ class Paced:
 def paced_job(mode: str, calls: int) -> Paced:
     jobs = importlib.import_module("benchmarks.engines")
     limit = qa.RateLimit(RATE).split(WORKERS) if mode == "RateLimit(200).split(2)" else qa.RateLimit()
-    states = STATES * (calls // len(STATES) + 1)
-    states = [f"{s} #{i}" for i, s in enumerate(states[:calls])]
+    states = [f"{STATES[i % len(STATES)]} #{i}" for i in range(calls)]
     parts = [states[i::WORKERS] for i in range(WORKERS)]
     service = Service(RATE)
-    failed: dict[str, int] = {}
     try:
         client = qa.Client(base_url=service.url, trust_env=False, rate_limit=limit, max_workers=IN_FLIGHT)
         with engine("Dask") as run:
@@ -315,13 +304,16 @@ def paced_job(mode: str, calls: int) -> Paced:
         client.close()
     finally:
         service.close()
-    answered = 0
-    for part, (answers, part_failed) in zip(parts, results):
-        answered += sum(1 for got, want in zip(answers, expected(part)) if got == want)
-        for name, n in part_failed.items():
-            failed[name] = failed.get(name, 0) + n
+    answered = sum(
+        got == want
+        for part, (got_all, _) in zip(parts, results)
+        for got, want in zip(got_all, expected(part))
+    )
+    failed = sum((Counter(part_failed) for _, part_failed in results), Counter())
     counts = service.counts
-    return Paced(mode, seconds, answered, calls - answered, failed, counts["requests"], counts["throttled"])
+    return Paced(
+        mode, seconds, answered, calls - answered, dict(failed), counts["requests"], counts["throttled"]
+    )
 
 
 # -- the report ------------------------------------------------------------------------------
@@ -357,19 +349,13 @@ def paced_table(results: list[Paced]) -> list[str]:
 
 
 def parse_args(argv: Optional[list[str]]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        prog="python -m benchmarks.engines", description=(__doc__ or "").split("\n")[0]
-    )
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.engines", description=__doc__.split("\n")[0])
     parser.add_argument("--serve", type=float, help=argparse.SUPPRESS)
     parser.add_argument("--rounds", type=int, default=3, help="rounds of the calls/s measurement (3)")
     parser.add_argument("--engines", nargs="*", choices=ENGINES, default=list(ENGINES))
-    parser.add_argument(
-        "--paced-calls", type=int, default=2000, help="calls of the rate-limited Dask job (2,000)"
-    )
+    parser.add_argument("--paced-calls", type=int, default=2000, help="calls of each rate-limited job")
     paced = ["RateLimit(200).split(2)", "RateLimit()"]
-    parser.add_argument(
-        "--paced", nargs="*", choices=paced, default=paced, help="the rate-limited jobs (both)"
-    )
+    parser.add_argument("--paced", nargs="*", choices=paced, default=paced, help="the rate-limited jobs")
     return parser.parse_args(argv)
 
 
@@ -405,10 +391,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         f"{platform.python_version()}, {os.cpu_count()} cores; load averages at the start {load}, "
         f"at the end {_load()}. Skipped: {', '.join(skipped) or 'none'}."
     )
-    print()
-    print("\n".join(speed_table(results)))
-    print()
-    print("\n".join(paced_table(paced)))
+    print("", *speed_table(results), "", *paced_table(paced), sep="\n")
     return 0
 
 
