@@ -17,13 +17,13 @@ its own:
 from __future__ import annotations
 
 import argparse
-import importlib
 import importlib.util
 import itertools
 import json
 import logging
 import os
 import platform
+import shutil
 import statistics
 import subprocess
 import sys
@@ -187,6 +187,7 @@ def ray_engine() -> Iterator[Callable[[Job, list[list[str]], Any], list[Any]]]:
         yield run
     finally:
         ray.shutdown()
+        shutil.rmtree(temp, ignore_errors=True)
 
 
 @contextmanager
