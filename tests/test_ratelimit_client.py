@@ -78,7 +78,9 @@ def test_rate_limit_none_turns_it_off(svc: FakeService) -> None:
     assert sleep.seconds == []
 
 
-@pytest.mark.parametrize("value", [190, "RateLimit()", qa.RetryPolicy(), False], ids=repr)
+@pytest.mark.parametrize(
+    "value", [190, "RateLimit()", qa.RetryPolicy(), False], ids=["int", "str", "retry-policy", "false"]
+)
 def test_rate_limit_option_must_be_a_rate_limit(svc: FakeService, value: object) -> None:
     with pytest.raises(qa.InvalidOption, match="rate_limit must be a RateLimit or None"):
         qa.Client(base_url=svc.url, trust_env=False, rate_limit=value)  # type: ignore[arg-type]
