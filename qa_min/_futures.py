@@ -41,6 +41,10 @@ class Call(Future[R]):
         self._claimed = False
         self._claim = _thread.allocate_lock()
 
+    def __reduce__(self) -> tuple[object, ...]:
+        # As a concurrent.futures.Future (a TypeError), but saying what to send instead.
+        raise TypeError("a Call cannot be pickled or copied: it is a call of this process; send its result()")
+
     def cancel(self) -> bool:
         """Abort the call; False if it had already finished."""
         with self._claim:

@@ -152,7 +152,7 @@ class AskResponse(Generic[_T]):
         return f"AskResponse(answers={self.answers!r}, usage={dict(self.usage)!r})"
 
     def __reduce__(self) -> tuple[object, ...]:
-        return (_restore, (AskResponse, self.answers, dict(self.usage)))
+        return (_restore, (AskResponse, self.answers, dict(self.usage), self.diagnostics))
 
 
 class CoreResponse:
@@ -182,7 +182,7 @@ class CoreResponse:
         return f"CoreResponse(answers={dict(self.answers)!r}, usage={dict(self.usage)!r})"
 
     def __reduce__(self) -> tuple[object, ...]:
-        return (_restore, (CoreResponse, dict(self.answers), dict(self.usage)))
+        return (_restore, (CoreResponse, dict(self.answers), dict(self.usage), self.diagnostics))
 
 
 class Model:
@@ -235,11 +235,14 @@ class ModelList:
         return f"ModelList({[m.name for m in self.models]!r})"
 
     def __reduce__(self) -> tuple[object, ...]:
-        return (ModelList, (self.models,))
+        return (ModelList, (self.models, self.diagnostics))
 
 
-def _restore(cls: type[_R], first: Any, mapping: dict[str, Any]) -> _R:
-    """A result rebuilt from its pickled form: a plain dict becomes read-only again."""
+def _restore(cls: type[_R], first: Any, mapping: dict[str, Any], *diagnostics: Diagnostics) -> _R:
+    """A result rebuilt from its pickled form: a plain dict becomes read-only again.
+
+    ``diagnostics``: the result's own (a ``Model`` has none).
+    """
     if isinstance(first, dict):
         first = readonly(first)
-    return cls(first, readonly(mapping))
+    return cls(first, readonly(mapping), *diagnostics)
