@@ -366,22 +366,32 @@ class Limiter:
         return count / (now - base_t) if count >= _COUNTED and now > base_t else None
 
     def _by_stretches(self, now: float, pause: float, current: float) -> Optional[tuple[float, float]]:
-        """Long pauses: the slope of successes against the length of throttled stretches."""
+        """Long pauses: the service's rate from the stretches between them. (The new ceiling,
+        and how fast it grows if it is a guess.)"""
         ended, self._ended = self._ended, None
-        if ended is None or ended[0] <= 0:
-            return None
-        length, successes = ended
-        if successes < _COUNTED:
+        if ended is None or ended[0] <= 0 or ended[1] < _COUNTED:
             return None  # nothing got through: nothing measured (the pauses still hold)
+        length, successes = ended
         prev, self._prev = self._prev, ended
-        if prev is not None and abs(length - prev[0]) >= 0.25 * max(length, prev[0]):
+        pace, estimate = successes / length, 0.0
+        # Two stretches that differ enough, by enough successes that one more or less matters
+        # little: a stretch holds the bucket the pause refilled plus the rate times its length.
+        if (
+            prev is not None
+            and abs(length - prev[0]) >= 0.25 * max(length, prev[0])
+            and abs(successes - prev[1]) >= 16
+        ):
             slope = (successes - prev[1]) / (length - prev[0])
-            if 0 < slope <= successes / length:
-                self._estimate = slope
-                return _SHARE * slope, 0.0
+            estimate = slope if 0 < slope <= pace else 0.0
+        if length >= 2 * pause:
+            # Long enough that its last second shows what gets through once the bucket is
+            # empty; a client that was not always faster than the service makes the slope low.
+            estimate = max(estimate, self._seen(now, now - _RECENT) or 0.0)
+        if estimate:
+            self._estimate = estimate
+            return _SHARE * estimate, 0.0
         if length < 2 * pause:
-            return 0.5 * min(current, successes / length), _GROW_LONG  # drained at once: far too fast
-        if self._estimate is not None:
-            return _SHARE * self._estimate, 0.0  # a steady cycle: the server's rate has not moved
-        seen = self._seen(now, now - _RECENT)
-        return None if seen is None else (_SHARE * seen, 0.0)  # a little too fast: a little less
+            # Drained at once: half the ceiling, or less than the pace that got through (which
+            # holds the service's rate) when the client could not keep up with its ceiling.
+            return (0.5 * current, _GROW_LONG) if 0.5 * current < _SHARE * pace else (_SHARE * pace, 0.0)
+        return None if self._estimate is None else (_SHARE * self._estimate, 0.0)

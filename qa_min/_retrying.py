@@ -3,7 +3,9 @@
 * ``backoff_ms``: the policy's exponential backoff with subtractive jitter.
 * ``server_delay_ms``: a delay the server asked for, or None when it asked for nothing usable.
 * ``RetryBudget``: the client-wide token bucket that keeps an outage from multiplying load.
-* ``Sender.send``: attempts until a 2xx, a final error, or cancellation.
+* ``Sender.send``: attempts until a 2xx, a final error, or cancellation; when the client's rate
+  limiter (``_limiter``) is engaged, each attempt first takes its slot, in one sleep with the
+  backoff, and each response is reported to it.
 
 Free of ``dataclasses`` (slow to import): ``RetryPolicy`` lives in ``_retry`` and is loaded only
 when used; ``DEFAULTS`` mirrors its field defaults and serves every client that sets none.
@@ -319,7 +321,7 @@ def _pause_seconds(headers: HTTPMessage, delay_ms: Optional[float]) -> Optional[
     it always has (``Retry-After``, else its backoff), and retries in the first free slot.
     """
     text = headers.get("retry-after-ms")
-    if delay_ms is None or (text is not None and _positive_finite(text, 1.0) is None and _is_zero(text)):
+    if delay_ms is None or (text is not None and _is_zero(text)):
         return None
     return delay_ms / 1000.0
 

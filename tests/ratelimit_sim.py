@@ -182,6 +182,8 @@ def simulate(
             wait, throttled = delay, True
         raise AssertionError("unreachable")  # pragma: no cover
 
+    errors: list[BaseException] = []
+
     def work(worker: int) -> None:
         try:
             while queue:
@@ -194,6 +196,8 @@ def simulate(
                     result.failed_calls.append(call)
                 if limiter is not None and len(result.ceilings) < 10_000:
                     result.ceilings.append(limiter.snapshot()[0])
+        except BaseException as exc:  # a bug: fail the run instead of a quiet, shorter one
+            errors.append(exc)
         finally:
             time.done()
 
@@ -201,5 +205,7 @@ def simulate(
     time.run(threads)
     for thread in threads:
         thread.join(BOUND)
+    if errors:
+        raise errors[0]
     result.seconds = time.now
     return result
