@@ -298,13 +298,9 @@ class Client:
 
             random = _random_module.random
         self._new_call = CallState
+        limit = _rate_limit(rate_limit)
         self._sender = Sender(
-            self._transport,
-            budget,
-            _wait if sleep is None else sleep,
-            random,
-            self._key,
-            _rate_limit(rate_limit),
+            self._transport, budget, _wait if sleep is None else sleep, random, self._key, limit
         )
         self._max_workers = int(max_workers)
         self._executor_lock = threading.Lock()

@@ -2,31 +2,27 @@
 
 One ``Limiter`` per client gates every attempt of its threads, retries included. An adaptive
 limiter without a ceiling stays *disengaged* until the first 429 or 529: the retry loop reads
-``engaged`` and goes on, and only notes the send time of each success in a bounded deque (an
-atomic append), so a client that is never throttled pays nothing measurable. Once engaged:
+``engaged`` and only notes each success's send time in a bounded deque (an atomic append).
+Once engaged:
 
-* **One schedule** (the generic cell rate algorithm; 50 ms of burst unless ``burst`` is given).
-  A caller computes its wait and sleeps once, unless an event below moved its slot while it
-  slept (never by polling the clock). An adaptive ceiling binds only when more than one attempt
-  is in flight or waiting, so one call at a time is never paced by it; an explicit one always.
-* **Shared pauses.** A 429/529's server-requested delay pauses every thread (until an adaptive
-  limiter has a pace, only the calls it throttled: a lone 429 may concern one request), with no
-  burst at its end. Slots promised for after it stay valid; a sleeper whose slot a newer pause
-  covers moves behind it. A throttled call takes the next slot, ahead of those promised, which
-  move back one slot each: no call absorbs repeated 429s and the pace holds. If it gives up
-  while nobody else waits, the pause ends with it.
-* **Cuts**, only for attempts sent after the latest cut. The first ceiling is a guess: half the
-  pace of the latest successes. A guess is halved again by a throttle within 0.3 s (not below
-  what got through since), and grows fast until throttled: doubling each second after short
-  pauses, 10% after long ones, where a wrong guess costs a whole pause. After a long pause
-  (>= 0.2 s) the server's bucket refilled, so its rate is the slope between two throttled
-  stretches (extra successes over extra time), and the ceiling 95% of it (half, if the bucket
-  drained at once). After a short pause it becomes 95% of the successes per second of the last
-  second, at most every 0.3 s and by at most 30%; a throttle while 98% of the ceiling gets
-  through is jitter.
-* **Regrowth** of a measured ceiling: 0.5% a second (at least 1 call/s each second) after the
-  pause; an explicit ceiling is regained in full, an adaptive one lifted after 60 s without a
-  throttle.
+* **One schedule** (the generic cell rate algorithm, 50 ms of burst unless ``burst`` says
+  otherwise). A caller sleeps once for its slot, unless an event below moved the slot while it
+  slept. An adaptive ceiling binds only when more than one attempt is in flight or waiting.
+* **Shared pauses.** A 429/529's server-requested delay pauses every thread (only the calls it
+  throttled, until an adaptive limiter has a pace), with no burst at its end. Slots promised
+  for after it stay; a sleeper whose slot a newer pause covers moves behind it. A throttled call
+  takes the next slot, and those promised move back one each, so no call absorbs repeated
+  429s. If it gives up while nobody else waits, the pause ends with it.
+* **Cuts**, only for attempts sent after the latest cut. The first ceiling is a guess, half
+  the pace of the latest successes (or the last measured ceiling, if higher); a guess is halved
+  by a throttle within 0.3 s and grows fast until throttled (doubling each second after short
+  pauses, 10% after long ones). After a long pause (>= 0.2 s) the bucket refilled: the rate is
+  the slope between two stretches (extra successes over extra time), or the last second of a
+  long stretch if more, and the ceiling 95% of it (half, if the bucket drained at once). After
+  a short pause it becomes 95% of the successes per second of the last second, at most every
+  0.3 s and by at most 30%; a throttle while 98% of the ceiling gets through is jitter.
+* **Regrowth** of a measured ceiling: 0.5% a second (at least 1 call/s each second); an
+  explicit ceiling is regained in full, an adaptive one lifted after 60 s without a throttle.
 """
 
 from __future__ import annotations
@@ -102,6 +98,7 @@ class Limiter:
         self._estimate: Optional[float] = None
         self.engaged = False
         self._longest = 0.0  # the longest short pause asked for since engaging
+        self._known = 0.0  # the last ceiling measured, not guessed
         self._guess = 0.0  # for a ceiling that is a guess, not a measurement: its growth a second
         # Send times of the latest successes, kept while disengaged (an atomic append, no lock).
         self.succeeded: deque[float] = deque(maxlen=_SUCCEEDED)
@@ -287,13 +284,8 @@ class Limiter:
             return None
         self._last_throttle = now
         if not self.engaged:
-            # Half the pace of the successes just before: the first, rough ceiling.
             self._engage(now)
-            recent = [sent for sent in self.succeeded if sent >= now - _RECENT]
-            if len(recent) < _COUNTED or now <= recent[0]:
-                return None
-            guess = _GROW_LONG if pause is not None and pause >= _LONG_PAUSE else _GROW_SHORT
-            return self._cut(now, 0.5 * len(recent) / (now - recent[0]), guess)
+            return self._first_ceiling(now, pause)
         if ticket is None or ticket < self._last_cut:
             return None  # sent before the latest cut: it says nothing new
         current = self._rate(now)
@@ -302,6 +294,15 @@ class Limiter:
         else:
             new = self._by_recent(now, current)
         return None if new is None else self._cut(now, *new)
+
+    def _first_ceiling(self, now: float, pause: Optional[float]) -> Optional[str]:
+        """Half the pace of the latest successes, or the last ceiling measured if higher."""
+        recent = [sent for sent in self.succeeded if sent >= now - _RECENT]
+        if len(recent) >= _COUNTED and now > recent[0]:
+            half = 0.5 * len(recent) / (now - recent[0])
+            if half > self._known:
+                return self._cut(now, half, _GROW_LONG if (pause or 0) >= _LONG_PAUSE else _GROW_SHORT)
+        return self._cut(now, self._known) if self._known else None
 
     def _pause(self, now: float, until: float) -> None:
         if now >= self._stretch_start:
@@ -324,6 +325,8 @@ class Limiter:
             return None
         self._base = max(new, _MIN_RATE)
         self._guess = guess
+        if not guess:
+            self._known = self._base
         self._grow_from = max(now, self._paused_until)
         self._last_cut = now
         self._epoch += 1
@@ -350,7 +353,7 @@ class Limiter:
             return None
         # A stalled client (a busy machine) sees less than the service allows: never trust one
         # measurement for more than a 30% cut.
-        return max(_SHARE * seen, _FLOOR * current), 0.0
+        return max(_SHARE * seen, _FLOOR * current if current < _INF else 0.0), 0.0
 
     def _seen(self, now: float, start: float) -> Optional[float]:
         """Successes per second since ``start``, or over the last second if that is shorter;

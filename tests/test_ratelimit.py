@@ -28,7 +28,8 @@ Spec line -> tests (SPEC.md 7a; the rate-limit issue):
       test_long_stretches_take_what_got_through_or_keep_the_estimate
   regrowth and recovery, with log lines
       test_measured_ceiling_regrows_slowly, test_explicit_ceiling_is_regained_and_told,
-      test_adaptive_ceiling_is_lifted_after_a_quiet_minute
+      test_adaptive_ceiling_is_lifted_after_a_quiet_minute,
+      test_engaging_again_starts_from_the_last_ceiling_measured
   thread safety
       test_threads_sharing_a_limiter_get_distinct_evenly_spaced_slots
 """
@@ -550,3 +551,17 @@ def test_failed_attempts_give_their_slot_back_and_few_throttled_slots_are_rememb
         lim.report(lim.acquire(0.001, True, naps), 200, None)
     assert len(lim._jumps) <= 256
     assert lim._jumped == 300
+
+
+def test_engaging_again_starts_from_the_last_ceiling_measured() -> None:
+    lim, clock = limiter()
+    lim.report(None, 429, 0.005)  # engaged, no pace yet
+    clock.now += 0.5
+    measured(clock, lim, 200, 1.0)
+    lim.report(clock.now - 0.002, 429, 0.005)  # measured: 95% of 200/s
+    assert ceiling(lim) == pytest.approx(190, rel=0.01)
+    clock.now += 61
+    lim.acquire(None, False, Naps(clock, advance=False))
+    assert not lim.engaged  # a quiet minute: no ceiling
+    lim.report(None, 429, 0.005)  # the successes since were too few to tell a pace
+    assert ceiling(lim) == pytest.approx(190, rel=0.01)
