@@ -2,8 +2,7 @@
 
 One ``Limiter`` per client gates every attempt of its threads, retries included. An adaptive
 limiter without a ceiling stays *disengaged* until the first 429 or 529: the retry loop reads
-``engaged`` and only notes each success's send time in a bounded deque (an atomic append).
-Once engaged:
+``engaged`` and notes each success's send time in a bounded deque (an atomic append). Engaged:
 
 * **One schedule** (the generic cell rate algorithm, 50 ms of burst unless ``burst`` says
   otherwise). A caller sleeps once for its slot, unless an event below moved the slot while it
@@ -53,9 +52,7 @@ _SHARE = 0.95  # a cut sets the ceiling to this share of the measured rate
 _FLOOR = 0.7  # a cut after a short pause keeps at least this share of the ceiling
 _MIN_RATE = 0.5  # calls/s: the lowest adaptive ceiling
 _REGROW, _REGROW_MIN = 0.005, 1.0  # regrowth each second: this share, or at least 1 call/s
-# A guessed ceiling grows this much a second: doubling when a too-low guess costs nothing
-# more than a short pause to correct, slower when each correction costs a long one.
-_GROW_SHORT, _GROW_LONG = 2.0, 1.1
+_GROW_SHORT, _GROW_LONG = 2.0, 1.1  # a guess grows a second: fast, or slower where throttles cost 1 s
 _SUCCEEDED = 32  # send times of the latest successes kept before engaging
 _QUIET = 60.0  # s without a throttle after which an adaptive ceiling is lifted
 _SAMPLE, _SAMPLES = 0.05, 40  # the success count is sampled every 50 ms, for two seconds
@@ -105,12 +102,12 @@ class Limiter:
         if self._cap < _INF:
             self._engage(clock())
 
-    def acquire(self, delay: Optional[float], front: bool, nap: Nap) -> float:
+    def acquire(self, delay: Optional[float], front: int, nap: Nap) -> float:
         """Wait for this attempt's slot; return its ticket (the time it was let go).
 
         ``delay``: the call's own wait before a retry (None before a first attempt); ``front``:
-        the call was throttled. ``nap(seconds, held)`` sleeps once (``held`` of it for the
-        limiter) and raises to stop, which gives the slot back.
+        1 for a throttled call's retry, 2 for its last one, else 0. ``nap(seconds, held)`` sleeps
+        once (``held`` of it for the limiter) and raises to stop, which gives the slot back.
         """
         with self._lock:
             now = self._clock()
@@ -185,7 +182,7 @@ class Limiter:
         interval = 1.0 / rate
         return interval, _BURST_SECONDS if self._burst is None else (self._burst - 1) * interval
 
-    def _slot(self, now: float, delay: Optional[float], front: bool) -> Slot:
+    def _slot(self, now: float, delay: Optional[float], front: int) -> Slot:
         """The time this attempt may go, taken from the schedule, and whether it was taken
         without a ceiling (so that a first ceiling moves it)."""
         earliest = now if delay is None else now + delay
@@ -208,20 +205,22 @@ class Limiter:
             return slot, False
         # Throttled calls go first, one slot apart, and the slots promised behind them move
         # back one each (``_moved``). While the ceiling is a fresh guess, no faster than the
-        # longest short pause asked for: with exact delays, about the time to free a slot.
-        slot = max(earliest, self._front)
-        if self._guess and now - self._last_cut < _WINDOW:
+        # longest short pause asked for (with exact delays, about the time to free a slot),
+        guessing = self._guess > 0 and now - self._last_cut < _WINDOW
+        if guessing:  # and a call's last chance waits for the pace to settle, then moves
             interval = max(interval, self._longest)
+            earliest = max(earliest, self._last_cut + _WINDOW) if front > 1 else earliest
+        slot = max(earliest, self._front)
         self._front = slot + interval
         self._tat = max(self._tat + interval, self._front + tolerance)
         self._jumped += 1
         self._jumps.append((self._jumped, slot))
         if len(self._jumps) > _JUMPS:
             del self._jumps[: _JUMPS // 2]
-        return slot, False
+        return slot, guessing and front > 1
 
     def _moved(
-        self, now: float, slot: float, loose: bool, front: bool, seen: tuple[int, int]
+        self, now: float, slot: float, loose: bool, front: int, seen: tuple[int, int]
     ) -> Optional[Slot]:
         """Where a sleeper's slot went while it slept, or None if it still holds."""
         epoch, jumped = seen

@@ -180,7 +180,8 @@ class Sender:
                 ticket = None
                 if limiter is not None and limiter.engaged:
                     # One sleep covers both the call's own delay and its slot in the schedule.
-                    ticket = limiter.acquire(wait, throttled, lambda s, held: self._nap(s, call, held))
+                    front = (2 if retries >= policy.max_retries else 1) if throttled else 0
+                    ticket = limiter.acquire(wait, front, lambda s, held: self._nap(s, call, held))
                 elif wait is not None:
                     self._nap(wait, call)
                 body, failure, delay, throttled = self._attempt(request, method, policy, call, ticket)

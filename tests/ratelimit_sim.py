@@ -153,7 +153,7 @@ def simulate(
         for retry in range(max_retries + 1):
             ticket = None
             if limiter is not None and limiter.engaged:
-                ticket = limiter.acquire(wait, throttled, nap)
+                ticket = limiter.acquire(wait, (2 if retry == max_retries else 1) if throttled else 0, nap)
             elif wait is not None:
                 time.wait_until(time.now + wait, worker)
             trip = latency * (0.5 + rng.random())

@@ -22,6 +22,7 @@ Spec line -> tests (SPEC.md 7a; the rate-limit issue):
       test_first_ceiling_is_half_the_pace_of_the_latest_successes,
       test_a_guess_is_halved_by_a_fresh_throttle_and_doubles_each_second,
       test_throttle_of_an_attempt_sent_before_the_cut_does_not_cut,
+      test_a_last_chance_waits_for_the_pace_to_settle,
       test_measured_cut_is_95_percent_of_what_got_through,
       test_throttle_while_the_ceiling_gets_through_is_jitter,
       test_measured_cut_keeps_at_least_70_percent, test_long_pauses_estimate_the_rate_from_two_stretches,
@@ -565,3 +566,13 @@ def test_engaging_again_starts_from_the_last_ceiling_measured() -> None:
     assert not lim.engaged  # a quiet minute: no ceiling
     lim.report(None, 429, 0.005)  # the successes since were too few to tell a pace
     assert ceiling(lim) == pytest.approx(190, rel=0.01)
+
+
+def test_a_last_chance_waits_for_the_pace_to_settle() -> None:
+    clock = Clock()
+    lim = engaged_at(400, clock)  # a guess, cut at 100.0
+    naps = Naps(clock, advance=False)
+    assert lim.acquire(0.005, 1, naps) == pytest.approx(100.005)  # a throttled call: the pause's end
+    assert lim.acquire(0.005, 2, naps) == pytest.approx(100.3)  # its last attempt: after 0.3 s
+    clock.now = 100.4
+    assert lim.acquire(0.005, 2, naps) == pytest.approx(100.405)  # the guess has settled by now
