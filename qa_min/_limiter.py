@@ -14,12 +14,13 @@ limiter without a ceiling stays *disengaged* until the first 429 or 529: the ret
   429s. If it gives up while nobody else waits, the pause ends with it.
 * **Cuts**, only for attempts sent after the latest cut. The first ceiling is a guess, half
   the pace of the latest successes (or the last measured ceiling, if higher); a guess is halved
-  by a throttle within 0.3 s and grows fast until throttled (doubling each second after short
-  pauses, 10% after long ones). After a long pause (>= 0.2 s) the bucket refilled: the rate is
-  the slope between two stretches (extra successes over extra time), or the last second of a
-  long stretch if more, and the ceiling 95% of it (half, if the bucket drained at once). After
-  a short pause it becomes 95% of the successes per second of the last second, at most every
-  0.3 s and by at most 30%; a throttle while 98% of the ceiling gets through is jitter.
+  by a throttle within 0.3 s (a throttled call's last attempt waits those 0.3 s) and grows fast
+  until throttled (doubling each second after short pauses, 10% after long ones). After a long
+  pause (>= 0.2 s) the bucket refilled: the rate is the slope between two stretches (extra
+  successes over extra time), or the last second of a long stretch if more, and the ceiling 95%
+  of it (half, if the bucket drained at once). After a short pause it becomes 95% of the
+  successes per second of the last second, at most every 0.3 s and by at most 30%; a throttle
+  while 98% of the ceiling gets through is jitter.
 * **Regrowth** of a measured ceiling: 0.5% a second (at least 1 call/s each second); an
   explicit ceiling is regained in full, an adaptive one lifted after 60 s without a throttle.
 """
