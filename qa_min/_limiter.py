@@ -2,31 +2,27 @@
 
 One ``Limiter`` per client gates every attempt of its threads, retries included. An adaptive
 limiter without a ceiling stays *disengaged* until the first 429 or 529: the retry loop reads
-``engaged`` and goes on, and only notes the send time of each success in a bounded deque (an
-atomic append), so a client that is never throttled pays nothing measurable. Once engaged:
+``engaged`` and notes each success's send time in a bounded deque (an atomic append). Engaged:
 
-* **One schedule** (the generic cell rate algorithm; 50 ms of burst unless ``burst`` is given).
-  A caller computes its wait and sleeps once, unless an event below moved its slot while it
-  slept (never by polling the clock). An adaptive ceiling binds only when more than one attempt
-  is in flight or waiting, so one call at a time is never paced by it; an explicit one always.
-* **Shared pauses.** A 429/529's server-requested delay pauses every thread (until an adaptive
-  limiter has a pace, only the calls it throttled: a lone 429 may concern one request), with no
-  burst at its end. Slots promised for after it stay valid; a sleeper whose slot a newer pause
-  covers moves behind it. A throttled call takes the next slot, ahead of those promised, which
-  move back one slot each: no call absorbs repeated 429s and the pace holds. If it gives up
-  while nobody else waits, the pause ends with it.
-* **Cuts**, only for attempts sent after the latest cut. The first ceiling is a guess: half the
-  pace of the latest successes. A guess is halved again by a throttle within 0.3 s (not below
-  what got through since), and grows fast until throttled: doubling each second after short
-  pauses, 10% after long ones, where a wrong guess costs a whole pause. After a long pause
-  (>= 0.2 s) the server's bucket refilled, so its rate is the slope between two throttled
-  stretches (extra successes over extra time), and the ceiling 95% of it (half, if the bucket
-  drained at once). After a short pause it becomes 95% of the successes per second of the last
-  second, at most every 0.3 s and by at most 30%; a throttle while 98% of the ceiling gets
-  through is jitter.
-* **Regrowth** of a measured ceiling: 0.5% a second (at least 1 call/s each second) after the
-  pause; an explicit ceiling is regained in full, an adaptive one lifted after 60 s without a
-  throttle.
+* **One schedule** (the generic cell rate algorithm, 50 ms of burst unless ``burst`` says
+  otherwise). A caller sleeps once for its slot, unless an event below moved the slot while it
+  slept. An adaptive ceiling binds only when more than one attempt is in flight or waiting.
+* **Shared pauses.** A 429/529's server-requested delay pauses every thread (only the calls it
+  throttled, until an adaptive limiter has a pace), with no burst at its end. Slots promised
+  for after it stay; a sleeper whose slot a newer pause covers moves behind it. A throttled call
+  takes the next slot, and those promised move back one each, so no call absorbs repeated
+  429s. If it gives up while nobody else waits, the pause ends with it.
+* **Cuts**, only for attempts sent after the latest cut. The first ceiling is a guess, half
+  the pace of the latest successes (or the last measured ceiling, if higher); a guess is halved
+  by a throttle within 0.3 s (a throttled call's last attempt waits those 0.3 s) and grows fast
+  until throttled (doubling each second after short pauses, 10% after long ones). After a long
+  pause (>= 0.2 s) the bucket refilled: the rate is the slope between two stretches (extra
+  successes over extra time), or the last second of a long stretch if more, and the ceiling 95%
+  of it (half, if the bucket drained at once). After a short pause it becomes 95% of the
+  successes per second of the last second, at most every 0.3 s and by at most 30%; a throttle
+  while 98% of the ceiling gets through is jitter.
+* **Regrowth** of a measured ceiling: 0.5% a second (at least 1 call/s each second); an
+  explicit ceiling is regained in full, an adaptive one lifted after 60 s without a throttle.
 """
 
 from __future__ import annotations
@@ -57,9 +53,7 @@ _SHARE = 0.95  # a cut sets the ceiling to this share of the measured rate
 _FLOOR = 0.7  # a cut after a short pause keeps at least this share of the ceiling
 _MIN_RATE = 0.5  # calls/s: the lowest adaptive ceiling
 _REGROW, _REGROW_MIN = 0.005, 1.0  # regrowth each second: this share, or at least 1 call/s
-# A guessed ceiling grows this much a second: doubling when a too-low guess costs nothing
-# more than a short pause to correct, slower when each correction costs a long one.
-_GROW_SHORT, _GROW_LONG = 2.0, 1.1
+_GROW_SHORT, _GROW_LONG = 2.0, 1.1  # a guess grows a second: fast, or slower where throttles cost 1 s
 _SUCCEEDED = 32  # send times of the latest successes kept before engaging
 _QUIET = 60.0  # s without a throttle after which an adaptive ceiling is lifted
 _SAMPLE, _SAMPLES = 0.05, 40  # the success count is sampled every 50 ms, for two seconds
@@ -102,18 +96,19 @@ class Limiter:
         self._estimate: Optional[float] = None
         self.engaged = False
         self._longest = 0.0  # the longest short pause asked for since engaging
+        self._known = 0.0  # the last ceiling measured, not guessed
         self._guess = 0.0  # for a ceiling that is a guess, not a measurement: its growth a second
         # Send times of the latest successes, kept while disengaged (an atomic append, no lock).
         self.succeeded: deque[float] = deque(maxlen=_SUCCEEDED)
         if self._cap < _INF:
             self._engage(clock())
 
-    def acquire(self, delay: Optional[float], front: bool, nap: Nap) -> float:
+    def acquire(self, delay: Optional[float], front: int, nap: Nap) -> float:
         """Wait for this attempt's slot; return its ticket (the time it was let go).
 
         ``delay``: the call's own wait before a retry (None before a first attempt); ``front``:
-        the call was throttled. ``nap(seconds, held)`` sleeps once (``held`` of it for the
-        limiter) and raises to stop, which gives the slot back.
+        1 for a throttled call's retry, 2 for its last one, else 0. ``nap(seconds, held)`` sleeps
+        once (``held`` of it for the limiter) and raises to stop, which gives the slot back.
         """
         with self._lock:
             now = self._clock()
@@ -188,7 +183,7 @@ class Limiter:
         interval = 1.0 / rate
         return interval, _BURST_SECONDS if self._burst is None else (self._burst - 1) * interval
 
-    def _slot(self, now: float, delay: Optional[float], front: bool) -> Slot:
+    def _slot(self, now: float, delay: Optional[float], front: int) -> Slot:
         """The time this attempt may go, taken from the schedule, and whether it was taken
         without a ceiling (so that a first ceiling moves it)."""
         earliest = now if delay is None else now + delay
@@ -211,20 +206,22 @@ class Limiter:
             return slot, False
         # Throttled calls go first, one slot apart, and the slots promised behind them move
         # back one each (``_moved``). While the ceiling is a fresh guess, no faster than the
-        # longest short pause asked for: with exact delays, about the time to free a slot.
-        slot = max(earliest, self._front)
-        if self._guess and now - self._last_cut < _WINDOW:
+        # longest short pause asked for (with exact delays, about the time to free a slot),
+        guessing = self._guess > 0 and now - self._last_cut < _WINDOW
+        if guessing:  # and a call's last chance waits for the pace to settle, then moves
             interval = max(interval, self._longest)
+            earliest = max(earliest, self._last_cut + _WINDOW) if front > 1 else earliest
+        slot = max(earliest, self._front)
         self._front = slot + interval
         self._tat = max(self._tat + interval, self._front + tolerance)
         self._jumped += 1
         self._jumps.append((self._jumped, slot))
         if len(self._jumps) > _JUMPS:
             del self._jumps[: _JUMPS // 2]
-        return slot, False
+        return slot, guessing and front > 1
 
     def _moved(
-        self, now: float, slot: float, loose: bool, front: bool, seen: tuple[int, int]
+        self, now: float, slot: float, loose: bool, front: int, seen: tuple[int, int]
     ) -> Optional[Slot]:
         """Where a sleeper's slot went while it slept, or None if it still holds."""
         epoch, jumped = seen
@@ -287,13 +284,8 @@ class Limiter:
             return None
         self._last_throttle = now
         if not self.engaged:
-            # Half the pace of the successes just before: the first, rough ceiling.
             self._engage(now)
-            recent = [sent for sent in self.succeeded if sent >= now - _RECENT]
-            if len(recent) < _COUNTED or now <= recent[0]:
-                return None
-            guess = _GROW_LONG if pause is not None and pause >= _LONG_PAUSE else _GROW_SHORT
-            return self._cut(now, 0.5 * len(recent) / (now - recent[0]), guess)
+            return self._first_ceiling(now, pause)
         if ticket is None or ticket < self._last_cut:
             return None  # sent before the latest cut: it says nothing new
         current = self._rate(now)
@@ -302,6 +294,15 @@ class Limiter:
         else:
             new = self._by_recent(now, current)
         return None if new is None else self._cut(now, *new)
+
+    def _first_ceiling(self, now: float, pause: Optional[float]) -> Optional[str]:
+        """Half the pace of the latest successes, or the last ceiling measured if higher."""
+        recent = [sent for sent in self.succeeded if sent >= now - _RECENT]
+        if len(recent) >= _COUNTED and now > recent[0]:
+            half = 0.5 * len(recent) / (now - recent[0])
+            if half > self._known:
+                return self._cut(now, half, _GROW_LONG if (pause or 0) >= _LONG_PAUSE else _GROW_SHORT)
+        return self._cut(now, self._known) if self._known else None
 
     def _pause(self, now: float, until: float) -> None:
         if now >= self._stretch_start:
@@ -324,6 +325,8 @@ class Limiter:
             return None
         self._base = max(new, _MIN_RATE)
         self._guess = guess
+        if not guess:
+            self._known = self._base
         self._grow_from = max(now, self._paused_until)
         self._last_cut = now
         self._epoch += 1
@@ -350,7 +353,7 @@ class Limiter:
             return None
         # A stalled client (a busy machine) sees less than the service allows: never trust one
         # measurement for more than a 30% cut.
-        return max(_SHARE * seen, _FLOOR * current), 0.0
+        return max(_SHARE * seen, _FLOOR * current if current < _INF else 0.0), 0.0
 
     def _seen(self, now: float, start: float) -> Optional[float]:
         """Successes per second since ``start``, or over the last second if that is shorter;
@@ -366,22 +369,32 @@ class Limiter:
         return count / (now - base_t) if count >= _COUNTED and now > base_t else None
 
     def _by_stretches(self, now: float, pause: float, current: float) -> Optional[tuple[float, float]]:
-        """Long pauses: the slope of successes against the length of throttled stretches."""
+        """Long pauses: the service's rate from the stretches between them. (The new ceiling,
+        and how fast it grows if it is a guess.)"""
         ended, self._ended = self._ended, None
-        if ended is None or ended[0] <= 0:
-            return None
-        length, successes = ended
-        if successes < _COUNTED:
+        if ended is None or ended[0] <= 0 or ended[1] < _COUNTED:
             return None  # nothing got through: nothing measured (the pauses still hold)
+        length, successes = ended
         prev, self._prev = self._prev, ended
-        if prev is not None and abs(length - prev[0]) >= 0.25 * max(length, prev[0]):
+        pace, estimate = successes / length, 0.0
+        # Two stretches that differ enough, by enough successes that one more or less matters
+        # little: a stretch holds the bucket the pause refilled plus the rate times its length.
+        if (
+            prev is not None
+            and abs(length - prev[0]) >= 0.25 * max(length, prev[0])
+            and abs(successes - prev[1]) >= 16
+        ):
             slope = (successes - prev[1]) / (length - prev[0])
-            if 0 < slope <= successes / length:
-                self._estimate = slope
-                return _SHARE * slope, 0.0
+            estimate = slope if 0 < slope <= pace else 0.0
+        if length >= 2 * pause:
+            # Long enough that its last second shows what gets through once the bucket is
+            # empty; a client that was not always faster than the service makes the slope low.
+            estimate = max(estimate, self._seen(now, now - _RECENT) or 0.0)
+        if estimate:
+            self._estimate = estimate
+            return _SHARE * estimate, 0.0
         if length < 2 * pause:
-            return 0.5 * min(current, successes / length), _GROW_LONG  # drained at once: far too fast
-        if self._estimate is not None:
-            return _SHARE * self._estimate, 0.0  # a steady cycle: the server's rate has not moved
-        seen = self._seen(now, now - _RECENT)
-        return None if seen is None else (_SHARE * seen, 0.0)  # a little too fast: a little less
+            # Drained at once: half the ceiling, or less than the pace that got through (which
+            # holds the service's rate) when the client could not keep up with its ceiling.
+            return (0.5 * current, _GROW_LONG) if 0.5 * current < _SHARE * pace else (_SHARE * pace, 0.0)
+        return None if self._estimate is None else (_SHARE * self._estimate, 0.0)

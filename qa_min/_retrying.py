@@ -1,5 +1,8 @@
 """The retry loop: attempts until a 2xx, a final error, or cancellation.
 
+When the client's rate limiter (``_limiter``) is engaged, each attempt first takes its slot, in
+one sleep with the backoff, and each response is reported to it.
+
 ``Sender.send`` is the only loop. What it decides with lives below it: the delay formula,
 server-requested delays and should-retry in ``_backoff``; the retry budget and the call's
 state in ``_call``; one attempt on the wire in ``_transport``.
@@ -9,7 +12,7 @@ from __future__ import annotations
 
 import time
 
-from ._backoff import _positive_finite, backoff_ms, server_delay_ms, should_retry
+from ._backoff import backoff_ms, server_delay_ms, should_retry
 from ._config import get_logger
 from ._diagnostics import _StandIn
 from ._errors import Canceled, ConnectionFailed, ProxyError, QAError, status_error_class
@@ -75,7 +78,8 @@ class Sender:
                 ticket = None
                 if limiter is not None and limiter.engaged:
                     # One sleep covers both the call's own delay and its slot in the schedule.
-                    ticket = limiter.acquire(wait, throttled, lambda s, held: self._nap(s, call, held))
+                    front = (2 if retries >= policy.max_retries else 1) if throttled else 0
+                    ticket = limiter.acquire(wait, front, lambda s, held: self._nap(s, call, held))
                 elif wait is not None:
                     self._nap(wait, call)
                 outcome = self._attempt(request, method, policy, call, ticket)
@@ -299,7 +303,7 @@ def _pause_seconds(headers: HTTPMessage, delay_ms: Optional[float]) -> Optional[
     it always has (``Retry-After``, else its backoff), and retries in the first free slot.
     """
     text = headers.get("retry-after-ms")
-    if delay_ms is None or (text is not None and _positive_finite(text, 1.0) is None and _is_zero(text)):
+    if delay_ms is None or (text is not None and _is_zero(text)):
         return None
     return delay_ms / 1000.0
 

@@ -153,7 +153,7 @@ def simulate(
         for retry in range(max_retries + 1):
             ticket = None
             if limiter is not None and limiter.engaged:
-                ticket = limiter.acquire(wait, throttled, nap)
+                ticket = limiter.acquire(wait, (2 if retry == max_retries else 1) if throttled else 0, nap)
             elif wait is not None:
                 time.wait_until(time.now + wait, worker)
             trip = latency * (0.5 + rng.random())
@@ -182,6 +182,8 @@ def simulate(
             wait, throttled = delay, True
         raise AssertionError("unreachable")  # pragma: no cover
 
+    errors: list[BaseException] = []
+
     def work(worker: int) -> None:
         try:
             while queue:
@@ -194,6 +196,8 @@ def simulate(
                     result.failed_calls.append(call)
                 if limiter is not None and len(result.ceilings) < 10_000:
                     result.ceilings.append(limiter.snapshot()[0])
+        except BaseException as exc:  # a bug: fail the run instead of a quiet, shorter one
+            errors.append(exc)
         finally:
             time.done()
 
@@ -201,5 +205,7 @@ def simulate(
     time.run(threads)
     for thread in threads:
         thread.join(BOUND)
+    if errors:
+        raise errors[0]
     result.seconds = time.now
     return result

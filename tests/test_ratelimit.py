@@ -22,12 +22,15 @@ Spec line -> tests (SPEC.md 7a; the rate-limit issue):
       test_first_ceiling_is_half_the_pace_of_the_latest_successes,
       test_a_guess_is_halved_by_a_fresh_throttle_and_doubles_each_second,
       test_throttle_of_an_attempt_sent_before_the_cut_does_not_cut,
+      test_a_last_chance_waits_for_the_pace_to_settle,
       test_measured_cut_is_95_percent_of_what_got_through,
       test_throttle_while_the_ceiling_gets_through_is_jitter,
-      test_measured_cut_keeps_at_least_70_percent, test_long_pauses_estimate_the_rate_from_two_stretches
+      test_measured_cut_keeps_at_least_70_percent, test_long_pauses_estimate_the_rate_from_two_stretches,
+      test_long_stretches_take_what_got_through_or_keep_the_estimate
   regrowth and recovery, with log lines
       test_measured_ceiling_regrows_slowly, test_explicit_ceiling_is_regained_and_told,
-      test_adaptive_ceiling_is_lifted_after_a_quiet_minute
+      test_adaptive_ceiling_is_lifted_after_a_quiet_minute,
+      test_engaging_again_starts_from_the_last_ceiling_measured
   thread safety
       test_threads_sharing_a_limiter_get_distinct_evenly_spaced_slots
 """
@@ -501,7 +504,7 @@ def test_threads_sharing_a_limiter_get_distinct_evenly_spaced_slots() -> None:
     assert lim._inflight == 0
 
 
-def test_long_stretches_keep_the_estimate_or_take_what_got_through() -> None:
+def test_long_stretches_take_what_got_through_or_keep_the_estimate() -> None:
     clock = Clock()
     lim = engaged_at(2000, clock, pause=1.0)
 
@@ -511,16 +514,14 @@ def test_long_stretches_keep_the_estimate_or_take_what_got_through() -> None:
         lim.report(clock.now - 0.001, 429, 1.0)
 
     stretch(250, 20.0)  # long, nothing to compare with: 95% of the last second's successes
-    assert ceiling(lim) == pytest.approx(0.95 * 250, rel=0.02)
-    stretch(1000, 50 / 800)  # drained at once: a slope against the long one
+    assert ceiling(lim) == pytest.approx(0.95 * 250, rel=0.01)
+    stretch(1000, 50 / 800)  # drained at once: the slope against the long one
     assert ceiling(lim) == pytest.approx(0.95 * (5000 - 62) / (20 - 50 / 800), rel=0.01)
-    stretch(200, 19.0)  # a slope against the short one
-    estimate = lim._estimate
-    assert estimate is not None
-    assert estimate == pytest.approx((3800 - 62) / (19 - 50 / 800), rel=0.01)
-    stretch(200, 19.5)  # about as long as the last: the estimate still holds
-    assert lim._estimate == estimate
-    assert ceiling(lim) == pytest.approx(0.95 * estimate, rel=0.01)
+    stretch(200, 19.0)  # long: the slope (197/s) or its last second (200/s), the larger
+    assert lim._estimate == pytest.approx(200, rel=0.01)
+    assert ceiling(lim) == pytest.approx(190, rel=0.01)
+    stretch(3, 19.5)  # too few successes at the end to tell, as long as the last: keep 200/s
+    assert ceiling(lim) == pytest.approx(190, rel=0.01)
 
 
 def test_a_slope_that_makes_no_sense_is_not_an_estimate() -> None:
@@ -532,10 +533,12 @@ def test_a_slope_that_makes_no_sense_is_not_an_estimate() -> None:
         measured(clock, lim, rate, length)
         lim.report(clock.now - 0.001, 429, 1.0)
 
-    stretch(800, 0.5)
-    stretch(100, 1.2)  # longer, with fewer successes: a negative slope
+    stretch(800, 0.5)  # drained at once, at its ceiling: halve (the guess of 1000/s was too high)
+    assert ceiling(lim) == pytest.approx(0.5 * 1000 * 1.1**0.5, rel=0.01)  # it grew for 0.5 s
+    stretch(100, 1.2)  # longer, with fewer successes: a negative slope, no estimate...
     assert lim._estimate is None
-    assert ceiling(lim) == pytest.approx(0.5 * 100, rel=0.05)  # drained at once: halve
+    # ...and a client that could not keep up with its ceiling: a little less than its pace.
+    assert ceiling(lim) == pytest.approx(0.95 * 100, rel=0.01)
 
 
 def test_failed_attempts_give_their_slot_back_and_few_throttled_slots_are_remembered() -> None:
@@ -549,3 +552,27 @@ def test_failed_attempts_give_their_slot_back_and_few_throttled_slots_are_rememb
         lim.report(lim.acquire(0.001, True, naps), 200, None)
     assert len(lim._jumps) <= 256
     assert lim._jumped == 300
+
+
+def test_engaging_again_starts_from_the_last_ceiling_measured() -> None:
+    lim, clock = limiter()
+    lim.report(None, 429, 0.005)  # engaged, no pace yet
+    clock.now += 0.5
+    measured(clock, lim, 200, 1.0)
+    lim.report(clock.now - 0.002, 429, 0.005)  # measured: 95% of 200/s
+    assert ceiling(lim) == pytest.approx(190, rel=0.01)
+    clock.now += 61
+    lim.acquire(None, False, Naps(clock, advance=False))
+    assert not lim.engaged  # a quiet minute: no ceiling
+    lim.report(None, 429, 0.005)  # the successes since were too few to tell a pace
+    assert ceiling(lim) == pytest.approx(190, rel=0.01)
+
+
+def test_a_last_chance_waits_for_the_pace_to_settle() -> None:
+    clock = Clock()
+    lim = engaged_at(400, clock)  # a guess, cut at 100.0
+    naps = Naps(clock, advance=False)
+    assert lim.acquire(0.005, 1, naps) == pytest.approx(100.005)  # a throttled call: the pause's end
+    assert lim.acquire(0.005, 2, naps) == pytest.approx(100.3)  # its last attempt: after 0.3 s
+    clock.now = 100.4
+    assert lim.acquire(0.005, 2, naps) == pytest.approx(100.405)  # the guess has settled by now
