@@ -102,9 +102,10 @@ def texts_of(exc: BaseException, *extra: object) -> list[str]:
         data = pickle.dumps(exc, protocol).decode("latin-1")
         found.append(data)
         with warnings.catch_warnings():
-            # Binary pickle data holds stray backslashes; only the escapes that decode matter.
+            # Binary pickle data holds stray backslashes (a "\x" of no escape on some Pythons);
+            # only the escapes that decode matter.
             warnings.simplefilter("ignore", DeprecationWarning)
-            found.append(data.encode().decode("unicode_escape"))
+            found.append(data.encode().decode("unicode_escape", "ignore"))
     return found
 
 
