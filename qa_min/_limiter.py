@@ -352,8 +352,8 @@ class Limiter:
         if seen is None or seen >= _JITTER * current:
             return None
         # A stalled client (a busy machine) sees less than the service allows: never trust one
-        # measurement for more than a 30% cut.
-        return max(_SHARE * seen, _FLOOR * current if current < _INF else 0.0), 0.0
+        # measurement for more than a 30% cut of a measured ceiling (a guess may go further).
+        return max(_SHARE * seen, _FLOOR * current if current < _INF and not self._guess else 0.0), 0.0
 
     def _seen(self, now: float, start: float) -> Optional[float]:
         """Successes per second since ``start``, or over the last second if that is shorter;
