@@ -19,8 +19,8 @@ limiter without a ceiling stays *disengaged* until the first 429 or 529: the ret
   pause (>= 0.2 s) the bucket refilled: the rate is the slope between two stretches (extra
   successes over extra time), or the last second of a long stretch if more, and the ceiling 95%
   of it (half, if the bucket drained at once). After a short pause it becomes 95% of the
-  successes per second of the last second, at most every 0.3 s and by at most 30%; a throttle
-  while 98% of the ceiling gets through is jitter.
+  successes per second of the last second, at most every 0.3 s, by at most 30% (half, of a
+  guess); a throttle while 98% of the ceiling gets through is jitter.
 * **Regrowth** of a measured ceiling: 0.5% a second (at least 1 call/s each second); an
   explicit ceiling is regained in full, an adaptive one lifted after 60 s without a throttle.
 """
@@ -351,9 +351,9 @@ class Limiter:
         seen = self._seen(now, start)
         if seen is None or seen >= _JITTER * current:
             return None
-        # A stalled client (a busy machine) sees less than the service allows: never trust one
-        # measurement for more than a 30% cut of a measured ceiling (a guess may go further).
-        return max(_SHARE * seen, _FLOOR * current if current < _INF and not self._guess else 0.0), 0.0
+        # A stalled client (a busy machine) sees less than the service allows.
+        floor = 0.0 if current == _INF else current * (0.5 if self._guess else _FLOOR)
+        return max(_SHARE * seen, floor), 0.0
 
     def _seen(self, now: float, start: float) -> Optional[float]:
         """Successes per second since ``start``, or over the last second if that is shorter;
