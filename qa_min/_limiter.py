@@ -1,17 +1,10 @@
-"""Each client's rate limiter, the engine behind ``RateLimit``: a leaf, importing nothing of qa_min.
+"""Each client's rate limiter, the engine behind ``RateLimit``; it imports only ``_schedule``.
 
-One ``Limiter`` per client gates every attempt of its threads, retries included. An adaptive
+One ``Limiter`` per client gates every attempt of its threads, retries included: its
+``Schedule`` (``_schedule``) says who goes when, and it adds what 429s teach. An adaptive
 limiter without a ceiling stays *disengaged* until the first 429 or 529: the retry loop reads
 ``engaged`` and notes each success's send time in a bounded deque (an atomic append). Engaged:
 
-* **One schedule** (the generic cell rate algorithm, 50 ms of burst unless ``burst`` says
-  otherwise). A caller sleeps once for its slot, unless an event below moved the slot while it
-  slept. An adaptive ceiling binds only when more than one attempt is in flight or waiting.
-* **Shared pauses.** A 429/529's server-requested delay pauses every thread (only the calls it
-  throttled, until an adaptive limiter has a pace), with no burst at its end. Slots promised
-  for after it stay; a sleeper whose slot a newer pause covers moves behind it. A throttled call
-  takes the next slot, and those promised move back one each, so no call absorbs repeated
-  429s. If it gives up while nobody else waits, the pause ends with it.
 * **Cuts**, only for attempts sent after the latest cut. The first ceiling is a guess, half
   the pace of the latest successes (or the last measured ceiling, if higher); a guess is halved
   by a throttle within 0.3 s (a throttled call's last attempt waits those 0.3 s) and grows fast
@@ -27,40 +20,31 @@ limiter without a ceiling stays *disengaged* until the first 429 or 529: the ret
 
 from __future__ import annotations
 
-import _thread
-import math
 import time
 from collections import deque
 
+from ._schedule import INF, WINDOW, Schedule
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Callable, Optional
+    from typing import Optional
 
-    Nap = Callable[[float, float], object]
-    Clock = Callable[[], float]
-    Notify = Callable[[str], object]
-    Slot = tuple[float, bool]
+    from ._schedule import Clock, Notify
 
-_INF = math.inf
-_EPSILON = 1e-9  # s: a slot this close is now (sums of intervals round)
-_BURST_SECONDS = 0.05  # burst tolerance unless ``burst`` is given: calls at the ceiling in 50 ms
 _LONG_PAUSE = 0.2  # s: a pause this long refills a server's bucket while the client waits
 _COUNTED = 4  # successes needed before their pace means anything
-_WINDOW = 0.3  # s: the least measuring time between two cuts after short pauses
 _RECENT = 1.0  # s: successes per second are measured over at most the last second
 _JITTER = 0.98  # a throttle while this share of the ceiling gets through cuts nothing
 _SHARE = 0.95  # a cut sets the ceiling to this share of the measured rate
 _FLOOR = 0.7  # a cut after a short pause keeps at least this share of the ceiling
 _MIN_RATE = 0.5  # calls/s: the lowest adaptive ceiling
-_REGROW, _REGROW_MIN = 0.005, 1.0  # regrowth each second: this share, or at least 1 call/s
 _GROW_SHORT, _GROW_LONG = 2.0, 1.1  # a guess grows a second: fast, or slower where throttles cost 1 s
 _SUCCEEDED = 32  # send times of the latest successes kept before engaging
 _QUIET = 60.0  # s without a throttle after which an adaptive ceiling is lifted
 _SAMPLE, _SAMPLES = 0.05, 40  # the success count is sampled every 50 ms, for two seconds
-_JUMPS = 256  # throttled calls' slots remembered, to move back the sleepers they overtook
 
 
-class Limiter:
+class Limiter(Schedule):
     """The limiter of one client, shared by its threads; see the module docstring.
 
     ``per_second``, ``burst`` and ``adaptive`` are a ``RateLimit``'s, checked. ``clock`` is a
@@ -76,69 +60,22 @@ class Limiter:
         clock: Clock = time.monotonic,
         notify: Optional[Notify] = None,
     ) -> None:
-        self._burst, self._adaptive = burst, adaptive
-        self._clock, self._notify = clock, notify
-        self._lock = _thread.allocate_lock()
-        self._cap = _INF if per_second is None else float(per_second)
-        self._base = _INF  # the adaptive ceiling at its last cut; inf: none below the cap
-        self._tat = -_INF  # the schedule's theoretical arrival time
-        self._front = self._paused_until = -_INF  # the throttled calls' next slot; a pause
-        self._epoch = self._inflight = self._throttles = 0  # pauses and cuts; attempts; 429s
-        self._jumped = 0  # throttled calls that took a slot ahead of the schedule...
-        self._jumps: list[tuple[int, float]] = []  # ...and, for the latest, (number, slot)
-        self._grow_from = self._since = self._last_cut = self._last_throttle = -_INF
+        super().__init__(per_second, burst, adaptive, clock, notify)
+        self._throttles = 0  # 429/529 responses seen
+        self._since = self._last_throttle = -INF
         self._ok = self._ok_since = 0  # successes counted while engaged
         self._samples: list[tuple[float, int]] = []  # (time, successes), one per 50 ms
-        self._stretch_start = -_INF  # the end of the last pause...
+        self._stretch_start = -INF  # the end of the last pause...
         self._stretch_ok: Optional[int] = None  # ...and the successes counted by then
         self._prev: Optional[tuple[float, int]] = None  # (length, successes) of stretches
         self._ended: Optional[tuple[float, int]] = None
         self._estimate: Optional[float] = None
         self.engaged = False
-        self._longest = 0.0  # the longest short pause asked for since engaging
         self._known = 0.0  # the last ceiling measured, not guessed
-        self._guess = 0.0  # for a ceiling that is a guess, not a measurement: its growth a second
         # Send times of the latest successes, kept while disengaged (an atomic append, no lock).
         self.succeeded: deque[float] = deque(maxlen=_SUCCEEDED)
-        if self._cap < _INF:
+        if self._cap < INF:
             self._engage(clock())
-
-    def acquire(self, delay: Optional[float], front: int, nap: Nap) -> float:
-        """Wait for this attempt's slot; return its ticket (the time it was let go).
-
-        ``delay``: the call's own wait before a retry (None before a first attempt); ``front``:
-        1 for a throttled call's retry, 2 for its last one, else 0. ``nap(seconds, held)`` sleeps
-        once (``held`` of it for the limiter) and raises to stop, which gives the slot back.
-        """
-        with self._lock:
-            now = self._clock()
-            self._inflight += 1
-            news = self._tick(now)
-            slot, loose = self._slot(now, delay, front)
-            seen = (self._epoch, self._jumped)
-        self._tell(news)
-        own = 0.0 if delay is None else delay
-        try:
-            if delay is not None or slot > now + _EPSILON:
-                nap(max(slot - now, own), max(0.0, slot - now - own))
-            while True:
-                with self._lock:
-                    now = self._clock()
-                    news = self._tick(now)
-                    moved = self._moved(now, slot, loose, front, seen)
-                    seen = (self._epoch, self._jumped)
-                self._tell(news)
-                if moved is None or moved[0] <= now + _EPSILON:
-                    return slot if moved is None else moved[0]
-                slot, loose = moved
-                nap(slot - now, slot - now)
-        except BaseException:
-            with self._lock:
-                self._inflight -= 1
-                if front and self._inflight == 0:
-                    # Nobody waits for this pause any more; the next call probes afresh.
-                    self._paused_until = min(self._paused_until, self._clock())
-            raise
 
     def report(self, ticket: Optional[float], status: Optional[int], pause: Optional[float]) -> None:
         """An attempt ended: ``status`` None for no response; ``pause`` the server's delay in s.
@@ -149,6 +86,11 @@ class Limiter:
             now = self._clock()
             if ticket is not None:
                 self._inflight -= 1
+                self._out -= 1
+                if status is not None and 200 <= status < 300:
+                    self._last_ok = now
+                if self._out == 0 and self._alone_until > now:
+                    self._release(now)
             news = None
             if status in (429, 529):
                 news = self._throttled(now, ticket, pause)
@@ -161,94 +103,19 @@ class Limiter:
         with self._lock:
             now = self._clock()
             rate = self._rate(now) if self.engaged else self._cap
-            return None if rate == _INF else rate, max(0.0, self._paused_until - now), self._throttles
-
-    def _tell(self, news: Optional[str]) -> None:
-        if news is not None and self._notify is not None:
-            self._notify(news)
-
-    def _rate(self, now: float) -> float:
-        base = self._base
-        if base == _INF:
-            return self._cap
-        elapsed = max(0.0, now - self._grow_from)
-        if self._guess:  # a halving may have gone too far: grow fast until throttled again
-            grown = base * self._guess ** min(elapsed, 64.0)
-        else:
-            grown = base + max(_REGROW_MIN, base * _REGROW) * elapsed
-        return grown if grown < self._cap else self._cap
-
-    def _spacing(self, rate: float) -> tuple[float, float]:
-        """The interval between slots at ``rate``, and the burst tolerance."""
-        interval = 1.0 / rate
-        return interval, _BURST_SECONDS if self._burst is None else (self._burst - 1) * interval
-
-    def _slot(self, now: float, delay: Optional[float], front: int) -> Slot:
-        """The time this attempt may go, taken from the schedule, and whether it was taken
-        without a ceiling (so that a first ceiling moves it)."""
-        earliest = now if delay is None else now + delay
-        rate = self._rate(now)
-        if front or rate < _INF or not self._adaptive:
-            # Until an adaptive limiter has measured a pace, a lone 429 may say as much about
-            # one request as about the client: a pause holds only the calls it throttled.
-            earliest = max(earliest, self._paused_until)
-        if rate == _INF:
-            return earliest, True
-        interval, tolerance = self._spacing(rate)
-        if self._cap == _INF and self._inflight <= 1:
-            # Alone, a caller is not paced by an adaptive ceiling; it still uses up schedule,
-            # but never more than a burst's worth ahead of itself.
-            self._tat = min(max(self._tat, earliest) + interval, earliest + tolerance + interval)
-            return earliest, False
-        if not front:
-            slot = max(earliest, self._tat - tolerance)
-            self._tat = max(self._tat, slot) + interval
-            return slot, False
-        # Throttled calls go first, one slot apart, and the slots promised behind them move
-        # back one each (``_moved``). While the ceiling is a fresh guess, no faster than the
-        # longest short pause asked for (with exact delays, about the time to free a slot),
-        guessing = self._guess > 0 and now - self._last_cut < _WINDOW
-        if guessing:  # and a call's last chance waits for the pace to settle, then moves
-            interval = max(interval, self._longest)
-            earliest = max(earliest, self._last_cut + _WINDOW) if front > 1 else earliest
-        slot = max(earliest, self._front)
-        self._front = slot + interval
-        self._tat = max(self._tat + interval, self._front + tolerance)
-        self._jumped += 1
-        self._jumps.append((self._jumped, slot))
-        if len(self._jumps) > _JUMPS:
-            del self._jumps[: _JUMPS // 2]
-        return slot, guessing and front > 1
-
-    def _moved(
-        self, now: float, slot: float, loose: bool, front: int, seen: tuple[int, int]
-    ) -> Optional[Slot]:
-        """Where a sleeper's slot went while it slept, or None if it still holds."""
-        epoch, jumped = seen
-        if self._epoch != epoch and (loose or self._paused_until > slot):
-            return self._slot(now, None, front)  # a pause covers it, or a first ceiling came
-        rate = self._rate(now)
-        if front or loose or rate == _INF or self._jumped == jumped:
-            return None
-        jumps = [when for number, when in self._jumps if number > jumped]
-        ahead, moved = 0, slot
-        while True:  # each jump it is moved past may bring another into its way
-            count = sum(1 for when in jumps if when <= moved)
-            if count == ahead:
-                return (moved, False) if ahead else None
-            ahead, moved = count, slot + count / rate
+            return None if rate == INF else rate, max(0.0, self._paused_until - now), self._throttles
 
     def _tick(self, now: float) -> Optional[str]:
         """Regaining the cap, or disengaging after a quiet spell; the news, if any."""
-        if self._base < _INF and self._rate(now) >= self._cap:
-            self._base = _INF
+        if self._base < INF and self._rate(now) >= self._cap:
+            self._base = INF
             return f"rate limit recovered: back to {self._cap:g} calls/s"
         quiet = not self._adaptive or now - self._last_throttle >= _QUIET
-        if self._cap == _INF and quiet and now >= self._paused_until:
+        if self._cap == INF and quiet and now >= self._paused_until:
             # Nothing to pace and no pause: back to the fast path until the next throttle.
-            cut = self._base < _INF
+            cut = self._base < INF
             self.engaged = False
-            self._base = _INF
+            self._base = INF
             self._prev = self._ended = self._estimate = None
             if cut:
                 return f"rate limit recovered: no 429/529 for {_QUIET:g} s, no ceiling any more"
@@ -277,8 +144,10 @@ class Limiter:
         self._throttles += 1
         if pause is not None and now + pause > self._paused_until:
             self._pause(now, now + pause)
-        if pause is not None and pause < _LONG_PAUSE and now - self._since < _WINDOW:
-            self._longest = max(self._longest, pause)
+        if pause is not None and pause < _LONG_PAUSE:
+            self._token = max(self._token, pause)
+            if now - self._since < WINDOW:
+                self._longest = max(self._longest, pause)
         if not self._adaptive:
             self.engaged = self.engaged or pause is not None
             return None
@@ -314,7 +183,7 @@ class Limiter:
         self._epoch += 1
         self._front = max(self._front, until)
         rate = self._rate(now)
-        if rate < _INF:
+        if rate < INF:
             # No burst at the end of a pause: the first slot is a throttled call's.
             interval, tolerance = self._spacing(rate)
             self._tat = max(self._tat, until + tolerance + interval)
@@ -330,29 +199,29 @@ class Limiter:
         self._grow_from = max(now, self._paused_until)
         self._last_cut = now
         self._epoch += 1
-        was = "no ceiling" if current == _INF else f"{current:.1f}/s"
+        was = "no ceiling" if current == INF else f"{current:.1f}/s"
         return f"rate limit lowered to {self._base:.1f} calls/s after 429/529 responses (was {was})"
 
     def _by_recent(self, now: float, current: float) -> Optional[tuple[float, float]]:
         """Short pauses: the successes per second seen over the last second, 95% of it; or,
         while the ceiling is still a guess, half of it again. (The new ceiling, a guess?)"""
-        if now - self._last_cut < _WINDOW and (self._guess or current == _INF):
+        if now - self._last_cut < WINDOW and (self._guess or current == INF):
             # Still throttled soon after a guess: halve it (or, with none, guess twice what
             # gets through), though never below what gets through since engaging.
             count, span = self._ok - self._ok_since, now - self._since
             through = count / span if count >= _COUNTED and span > 0 else 0.0
-            if current == _INF:
+            if current == INF:
                 return (2 * through, _GROW_SHORT) if through else None
             return max(0.5 * current, _SHARE * through), _GROW_SHORT
         # The guesses of the first 0.3 s do not restart the measuring window.
-        start = self._since if self._last_cut < self._since + _WINDOW else self._last_cut
-        if now - start < _WINDOW:
+        start = self._since if self._last_cut < self._since + WINDOW else self._last_cut
+        if now - start < WINDOW:
             return None
         seen = self._seen(now, start)
         if seen is None or seen >= _JITTER * current:
             return None
         # A stalled client (a busy machine) sees less than the service allows.
-        floor = 0.0 if current == _INF else current * (0.5 if self._guess else _FLOOR)
+        floor = 0.0 if current == INF else current * (0.5 if self._guess else _FLOOR)
         return max(_SHARE * seen, floor), 0.0
 
     def _seen(self, now: float, start: float) -> Optional[float]:

@@ -148,10 +148,11 @@ class Sender:
     ) -> Union[bytes, tuple[QAError, Optional[float], bool]]:
         """One attempt: the 2xx body, or (the error, the server's delay in ms, whether it was a
         429/529) when worth a retry; raises the errors that are not."""
-        if self._hooks is not None:
-            self._emit("before_attempt", request, method, call, None, None, None)
         started = time.monotonic()
-        try:
+        try:  # an attempt holding a ticket always reports to the limiter, even on KeyboardInterrupt
+            if self._hooks is not None:
+                self._emit("before_attempt", request, method, call, None, None, None)
+                started = time.monotonic()
             status, headers, body = self.transport.attempt(request, method, call)
         except BaseException as exc:
             if ticket is not None and self.limiter is not None:
@@ -163,17 +164,15 @@ class Sender:
         call.headers = headers
         limiter = self.limiter
         if 200 <= status < 300:
-            self._record(request, method, call, status, None, started)
             if limiter is not None:
                 if ticket is None:
                     limiter.succeeded.append(started)  # what got through, for a first ceiling
                 else:
                     limiter.report(ticket, status, None)
+            self._record(request, method, call, status, None, started)
             if self._budget is not None:
                 self._budget.refund()
             return self.redact.data(body)
-        failure = self._status_error(status, headers, body, method, call)
-        self._record(request, method, call, status, failure, started)
         throttled = status in (429, 529)
         delay = None
         if policy.respect_retry_after:
@@ -182,6 +181,8 @@ class Sender:
             )
         if limiter is not None and (ticket is not None or throttled):
             limiter.report(ticket, status, _pause_seconds(headers, delay) if throttled else None)
+        failure = self._status_error(status, headers, body, method, call)
+        self._record(request, method, call, status, failure, started)
         if not should_retry(policy, status, headers):
             raise failure
         return failure, delay, throttled

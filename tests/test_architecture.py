@@ -24,8 +24,9 @@ LAYERS: tuple[str, ...] = (
     "_errors",
     "_typing",
     "_redact",
-    "_limiter",
+    "_schedule",
     # values and per-call primitives, on the leaves only
+    "_limiter",
     "_ratelimit",
     "_call",
     "_backoff",

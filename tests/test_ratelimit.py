@@ -572,7 +572,90 @@ def test_a_last_chance_waits_for_the_pace_to_settle() -> None:
     clock = Clock()
     lim = engaged_at(400, clock)  # a guess, cut at 100.0
     naps = Naps(clock, advance=False)
-    assert lim.acquire(0.005, 1, naps) == pytest.approx(100.005)  # a throttled call: the pause's end
-    assert lim.acquire(0.005, 2, naps) == pytest.approx(100.3)  # its last attempt: after 0.3 s
+    first = lim.acquire(0.005, 1, naps)
+    assert first == pytest.approx(100.005)  # a throttled call: the pause's end
+    naps.during = lambda: lim.report(first, 200, None)  # it answers while the next one waits
+    last = lim.acquire(0.005, 2, naps)
+    assert last == pytest.approx(100.3)  # its last attempt: after 0.3 s
+    lim.report(last, 200, None)
     clock.now = 100.4
     assert lim.acquire(0.005, 2, naps) == pytest.approx(100.405)  # the guess has settled by now
+
+
+def on_naps(naps: Naps, *actions: Callable[[], object]) -> None:
+    """Run ``actions`` one per nap, in order, from ``naps``' next nap on."""
+    todo = list(actions)
+
+    def step() -> None:
+        todo.pop(0)()
+        if todo:
+            naps.during = step
+
+    naps.during = step
+
+
+def test_a_last_chance_goes_once_every_attempt_out_has_answered() -> None:
+    lim, clock = limiter(100)  # 10 ms apart, 50 ms of burst
+    naps = Naps(clock)
+    first, second = lim.acquire(None, 0, naps), lim.acquire(None, 0, naps)
+    lim.report(first, 429, 0.005)  # paused until 100.005; ``second`` is still out
+    on_naps(naps, lambda: None, lambda: lim.report(second, 200, None))
+    last = lim.acquire(0.005, 2, naps)
+    assert last == pytest.approx(100.007)  # one look (2 ms) after its delay: ``second`` answered
+    assert near(naps.calls, [(0.005, 0.0), (0.002, 0.002)])
+
+
+def test_others_wait_for_a_last_chance_then_go_on_without_a_burst() -> None:
+    lim, clock = limiter(100)
+    naps = Naps(clock)
+    first, second = lim.acquire(None, 0, naps), lim.acquire(None, 0, naps)
+    lim.report(second, 200, None)
+    lim.report(first, 429, 0.005)
+    last = lim.acquire(0.005, 2, naps)  # out alone at 100.005
+    assert last == pytest.approx(100.005)
+    naps = Naps(clock)
+    on_naps(naps, lambda: None, lambda: lim.report(last, 200, None))
+    other = lim.acquire(None, 0, naps)
+    # Its slot (100.025) comes while the last chance is out: held one look (2 ms), then a fresh
+    # slot one interval after the answer, not a burst's worth at once.
+    assert other == pytest.approx(100.035)
+    assert near(naps.calls, [(0.02, 0.02), (0.002, 0.002), (0.008, 0.008)])
+
+
+def test_a_lone_callers_last_chance_waits_only_the_servers_delay() -> None:
+    lim, clock = limiter(100)
+    naps = Naps(clock)
+    ok = lim.acquire(None, 0, naps)
+    lim.report(ok, 200, None)
+    throttled = lim.acquire(None, 0, naps)
+    lim.report(throttled, 429, 0.001)
+    assert lim.acquire(0.001, 2, naps) == pytest.approx(100.001)  # no gap after the success
+    assert near(naps.calls, [(0.001, 0.0)])
+
+
+def test_a_stopped_last_chance_holds_nobody_back() -> None:
+    lim, clock = limiter(100)
+    naps = Naps(clock)
+    first, _out = lim.acquire(None, 0, naps), lim.acquire(None, 0, naps)
+    lim.report(first, 429, 0.005)
+
+    def stop() -> None:
+        raise qa.Canceled("canceled")
+
+    on_naps(naps, lambda: None, stop)  # it waits for ``second`` to answer, and is canceled
+    with pytest.raises(qa.Canceled):
+        lim.acquire(0.005, 2, naps)
+    naps = Naps(clock)
+    assert lim.acquire(None, 0, naps) == pytest.approx(100.025)  # its slot; no look, no hold
+    assert near(naps.calls, [(0.02, 0.02)])
+
+
+def test_a_last_chance_that_never_answers_holds_the_others_ten_seconds_at_most() -> None:
+    lim, clock = limiter(100)
+    naps = Naps(clock)
+    first = lim.acquire(None, 0, naps)
+    lim.report(first, 429, 0.005)
+    last = lim.acquire(0.005, 2, naps)
+    assert last == pytest.approx(100.005)
+    other = lim.acquire(None, 0, Naps(clock))
+    assert 110.005 <= other <= 110.005 + 0.1

@@ -10,8 +10,7 @@ Spec line -> tests (the rate-limit issue's acceptance, in simulation):
 
   RateLimit(190): >= 90% of the allowed rate, no 429, no failed call
       test_explicit_ceiling_under_the_service_rate_loses_nothing
-  default (adaptive): >= 85% of the rate, < 5% answered 429, no failed call (here: at most one;
-  the simulated network jitters by +-50%, harsher than the benchmark's loopback)
+  default (adaptive): >= 85% of the rate (here, a 20 s job: 80%), < 5% answered 429, no failed call
       test_adaptive_limiter_finds_the_rate_and_loses_no_call
   without a limiter: the "before"
       test_without_a_limiter_calls_are_lost
@@ -37,18 +36,18 @@ def test_explicit_ceiling_under_the_service_rate_loses_nothing(header: str, work
     assert result.share_of_rate <= 190 * 1.01  # 50 ms of burst at the start, then the pace
 
 
-@pytest.mark.parametrize("seed", [1, 2])
+@pytest.mark.parametrize("seed", [1, 2, 7])
 @pytest.mark.parametrize("workers", [8, 32])
 @pytest.mark.parametrize("header", list(HEADERS))
 def test_adaptive_limiter_finds_the_rate_and_loses_no_call(header: str, workers: int, seed: int) -> None:
+    # Seed 7 is a run in which, while the first ceilings were still guesses, throttled calls met
+    # two more 429s and were lost (3 of 4,000 at 8 threads, 7 at 32) before a last chance went alone.
     result = simulate(4000, workers, qa.RateLimit(), whole_seconds=HEADERS[header], seed=seed)
-    # While the first ceilings are still guesses, a throttled call can meet two more 429s
-    # before the pace settles; with this jitter, about one call in 10,000 does.
-    assert result.failed <= 1
+    assert result.failed == 0
     assert result.share_429 < 0.05
     # Each early throttle with Retry-After: 1 pauses everything for a second: a 20 s job
     # loses more to them than the 100 s job of the benchmark's acceptance line.
-    assert result.share_of_rate / 200 >= (0.80 if HEADERS[header] else 0.95)
+    assert result.share_of_rate / 200 >= (0.80 if HEADERS[header] else 0.93)
 
 
 @pytest.mark.parametrize("workers", [8, 32])
