@@ -17,8 +17,9 @@ from ._errors import InvalidOption
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from dataclasses import dataclass
-    from http.client import HTTPMessage
     from typing import Callable, ClassVar, Optional
+
+    from ._diagnostics import ResponseHeaders
 else:
 
     def dataclass(**_options):
@@ -159,7 +160,7 @@ def _looks_numeric(text: str) -> bool:
     )
 
 
-def should_retry(policy: RetryPolicy, status: int, headers: HTTPMessage) -> bool:
+def should_retry(policy: RetryPolicy, status: int, headers: ResponseHeaders) -> bool:
     """Whether a response with ``status`` is worth another attempt: ``x-should-retry`` first."""
     override = headers.get("x-should-retry")
     if override is not None:

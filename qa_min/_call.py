@@ -20,9 +20,10 @@ from ._errors import Canceled, InvalidOption
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     import threading
-    from http.client import HTTPMessage
     from types import TracebackType
     from typing import Callable, Optional
+
+    from ._diagnostics import ResponseHeaders
 
 
 class CancelToken:
@@ -232,7 +233,7 @@ class CallState:
         self.status: Optional[int] = None
         self.body: Optional[str] = None
         self.transport_error: Optional[BaseException] = None
-        self.headers: Optional[HTTPMessage] = None  # of the last response, as received
+        self.headers: Optional[ResponseHeaders] = None  # of the last response, as received
         self.request_id: Optional[str] = None
         self.history: list[Attempt] = []
         self.delay = 0.0  # seconds slept before the next attempt

@@ -25,19 +25,18 @@ import select
 import socket
 import sys
 import time
-from http.client import HTTPException
 
 from ._response import BadBody as BadBody
-from ._response import MalformedHead, read_body, read_head, read_response
+from ._response import HTTPException, MalformedHead, read_body, read_head, read_response
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     import ssl
     from collections.abc import Hashable
-    from http.client import HTTPMessage
     from typing import Callable, Optional
 
     from ._call import CancelToken
+    from ._diagnostics import ResponseHeaders
 
 _CONNECT_SLICE = 0.05  # how often a connect in progress looks at its cancel token, in seconds
 _IN_PROGRESS = {
@@ -195,7 +194,7 @@ class Connection:
 
     def exchange(
         self, request: bytes, method: str, deadline: Optional[float], max_body: int
-    ) -> tuple[int, HTTPMessage, bytes, bool]:
+    ) -> tuple[int, ResponseHeaders, bytes, bool]:
         """Send ``request`` and read one response: (status, headers, body, reusable).
 
         A 2xx body over ``max_body`` bytes or badly framed raises ``BadBody``; other statuses
@@ -222,7 +221,7 @@ class Connection:
 
     def _early_response(
         self, fp: io.BufferedReader[_Reader], failure: OSError, max_body: int
-    ) -> tuple[int, HTTPMessage, bytes, bool]:
+    ) -> tuple[int, ResponseHeaders, bytes, bool]:
         # The peer is gone, so the receive buffer holds all it will ever get: reading cannot
         # block. A server that answers before reading the whole request (401, 413) and then
         # closes makes the send fail; its answer is still the answer.

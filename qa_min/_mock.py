@@ -9,15 +9,16 @@ written, parsed back; the response it returns becomes what a socket would have d
 
 from __future__ import annotations
 
-import http.client
 import json
 import threading
 import time
 
 from ._call import hooked
+from ._diagnostics import ResponseHeaders
 from ._errors import Canceled, ConnectionFailed, InvalidResponse
 from ._fakehttp import Headers
 from ._fakerules import DEFAULT_MODELS, HeaderPairs, RecordedRequest, Step, apply_rules
+from ._response import HTTPException, IncompleteRead, RemoteDisconnected
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -30,14 +31,14 @@ if TYPE_CHECKING:
     Handler = Callable[[RecordedRequest], Optional[Step]]
 
 
-def _failure(kind: str) -> Optional[OSError | http.client.HTTPException]:
+def _failure(kind: str) -> Optional[OSError | HTTPException]:
     """What a failing step looks like to the code above the transport, as over a real socket."""
     if kind == "drop":
-        return http.client.RemoteDisconnected("Remote end closed connection without response")
+        return RemoteDisconnected("Remote end closed connection without response")
     if kind == "reset":
         return ConnectionResetError(104, "Connection reset by peer")
     if kind == "truncate":
-        return http.client.IncompleteRead(b"{", 10)
+        return IncompleteRead(b"{", 10)
     return None
 
 
@@ -128,15 +129,13 @@ class _Bound:
         self.origin = origin
         self.max_body = max_body
 
-    def attempt(
-        self, request: bytes, method: str, call: CallState
-    ) -> tuple[int, http.client.HTTPMessage, bytes]:
+    def attempt(self, request: bytes, method: str, call: CallState) -> tuple[int, ResponseHeaders, bytes]:
         """One attempt, answered by the mock: as ``Transport.attempt``, without a socket."""
         call.attempts += 1
         recorded = _parse(request)
         try:
             status, body, headers = self.mock._serve(recorded, self.origin.path, call)
-        except (OSError, http.client.HTTPException) as exc:
+        except (OSError, HTTPException) as exc:
             failure = ConnectionFailed(f"{self.origin.url()}: {type(exc).__name__}: {exc}")
             failure.diagnostics.transport_error = exc
             raise failure from exc
@@ -144,11 +143,10 @@ class _Bound:
         reason = call.stop_reason()
         if reason is not None:
             raise Canceled(reason)
-        message = http.client.HTTPMessage()
-        for name, value in headers:  # spelled and ordered as the handler gave them
-            message[name] = value
-        if message.get("content-length") is None:
-            message["Content-Length"] = str(len(body))
+        fields = list(headers)  # spelled and ordered as the handler gave them
+        if not any(name.lower() == "content-length" for name, _ in fields):
+            fields.append(("Content-Length", str(len(body))))
+        message = ResponseHeaders(fields)
         if len(body) > self.max_body:
             if 200 <= status < 300:
                 call.status = status

@@ -1,7 +1,8 @@
 """Reading one HTTP/1.1 response from a buffered stream, every size bounded.
 
-``http.client.HTTPResponse`` skips only ``100 Continue``, reads a negative chunk size as "read to
-the end of the stream", and trusts what a server claims. This reader:
+``http.client.HTTPResponse`` (which qa_min does not use) skips only ``100 Continue``, reads a
+negative chunk size as "read to the end of the stream", and trusts what a server claims. This
+reader:
 
 * skips every interim 1xx response before the final one (RFC 9110 §15.2), at most
   ``MAX_INTERIM`` of them; ``101 Switching Protocols`` is final (qa_min never asks to switch);
@@ -21,16 +22,9 @@ connection is not reused.
 
 from __future__ import annotations
 
-import email.parser
 import socket
-from http.client import (
-    BadStatusLine,
-    HTTPException,
-    HTTPMessage,
-    IncompleteRead,
-    LineTooLong,
-    RemoteDisconnected,
-)
+
+from ._diagnostics import ResponseHeaders
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -48,7 +42,51 @@ FRAMING_ALLOWANCE = 65536  # chunk framing (size lines, CRLFs, trailers) allowed
 _PIECE = 65536
 _HEX = b"0123456789abcdefABCDEF"
 _NO_BODY, _LENGTH, _CHUNKED, _UNTIL_CLOSE = range(4)
-_parser = email.parser.Parser(_class=HTTPMessage)
+
+# The protocol errors, named and worded as ``http.client``'s (which this module replaces, so
+# that a cold start need not load it and the ``email`` package behind it).
+
+
+class HTTPException(Exception):
+    """The response is not HTTP/1.1 as qa_min reads it."""
+
+
+class BadStatusLine(HTTPException):
+    """The first line of the response is not an HTTP/1.x status line."""
+
+    def __init__(self, line: str) -> None:
+        super().__init__(line or repr(line))
+        self.line = line
+
+
+class LineTooLong(HTTPException):
+    """A line of the head is longer than ``MAX_LINE``."""
+
+    def __init__(self, what: str) -> None:
+        super().__init__(f"got more than {MAX_LINE} bytes when reading {what}")
+
+
+class RemoteDisconnected(ConnectionResetError, BadStatusLine):
+    """The server closed the connection before the status line."""
+
+    def __init__(self, *args: object) -> None:
+        BadStatusLine.__init__(self, "")
+        ConnectionResetError.__init__(self, *args)
+
+
+class IncompleteRead(HTTPException):
+    """The stream ended inside a body: ``partial`` arrived, ``expected`` more bytes did not."""
+
+    def __init__(self, partial: bytes, expected: Optional[int] = None) -> None:
+        super().__init__(partial, expected)
+        self.partial = partial
+        self.expected = expected
+
+    def __str__(self) -> str:
+        more = "" if self.expected is None else f", {self.expected} more expected"
+        return f"{type(self).__name__}({len(self.partial)} bytes read{more})"
+
+    __repr__ = __str__
 
 
 class IncompleteHeaders(HTTPException):
@@ -87,7 +125,9 @@ class Head:
 
     __slots__ = ("consumed", "headers", "http11", "reason", "status")
 
-    def __init__(self, status: int, reason: str, http11: bool, headers: HTTPMessage, consumed: int) -> None:
+    def __init__(
+        self, status: int, reason: str, http11: bool, headers: ResponseHeaders, consumed: int
+    ) -> None:
         self.status = status
         self.reason = reason
         self.http11 = http11
@@ -95,7 +135,7 @@ class Head:
         self.consumed = consumed  # bytes taken from the stream, interim responses included
 
 
-def read_response(fp: Stream, limit: int) -> tuple[int, HTTPMessage, bytes, bool]:
+def read_response(fp: Stream, limit: int) -> tuple[int, ResponseHeaders, bytes, bool]:
     """Read one response: (status, headers, body, reusable)."""
     head = read_head(fp)
     body, reusable = read_body(fp, head, limit)
@@ -123,8 +163,7 @@ def read_head(fp: Stream) -> Head:
         lines, used = _header_lines(fp)
         consumed += len(line) + used
         if status >= 200 or status == 101:
-            headers = _parser.parsestr(b"".join(lines).decode("iso-8859-1"))
-            return Head(status, reason, http11, headers, consumed)
+            return Head(status, reason, http11, _fields(lines), consumed)
     raise MalformedHead(f"more than {MAX_INTERIM} interim responses")
 
 
@@ -163,6 +202,22 @@ def _header_lines(fp: Stream) -> tuple[list[bytes], int]:
         lines.append(line)
         if len(lines) > MAX_HEADERS:
             raise HTTPException(f"got more than {MAX_HEADERS} headers")
+
+
+def _fields(lines: list[bytes]) -> ResponseHeaders:
+    """The checked field lines as (name, value) pairs, as ``http.client`` gives them: a value
+    without its leading blanks and final line break, a continuation line kept in the value
+    before it, line break and all."""
+    items: list[tuple[str, str]] = []
+    for line in lines:
+        text = line.decode("iso-8859-1")
+        if text[0] in " \t":
+            name, value = items[-1]
+            items[-1] = (name, value + text)
+        else:
+            name, _, value = text.partition(":")
+            items.append((name, value.lstrip(" \t")))
+    return ResponseHeaders([(name, value.rstrip("\r\n")) for name, value in items])
 
 
 def read_body(fp: Stream, head: Head, limit: int) -> tuple[bytes, bool]:
@@ -214,18 +269,18 @@ def _error_body(fp: Stream, head: Head, limit: int) -> tuple[bytes, bool]:
     return b"".join(parts)[:limit], False
 
 
-def _framing(headers: HTTPMessage, status: int) -> tuple[int, int]:
+def _framing(headers: ResponseHeaders, status: int) -> tuple[int, int]:
     """How the body is delimited (RFC 9112 §6.3): (kind, length)."""
     if status < 200 or status in (204, 304):
         return _NO_BODY, 0
     codings = headers.get_all("transfer-encoding")
-    if codings is not None:
+    if codings:
         names = [c.strip().lower() for value in codings for c in value.split(",") if c.strip()]
         if names != ["chunked"]:
             raise Malformed(status, f"unsupported Transfer-Encoding {', '.join(codings)!r}")
         return _CHUNKED, -1
     lengths = headers.get_all("content-length")
-    if lengths is None:
+    if not lengths:
         return _UNTIL_CLOSE, -1
     if len(lengths) == 1 and lengths[0].isdigit() and lengths[0].isascii() and len(lengths[0]) < 19:
         return _LENGTH, int(lengths[0])
@@ -238,9 +293,9 @@ def _framing(headers: HTTPMessage, status: int) -> tuple[int, int]:
     return _LENGTH, int(text) if len(text) < 19 else 1 << 62
 
 
-def _keep_alive(headers: HTTPMessage, http11: bool) -> bool:
+def _keep_alive(headers: ResponseHeaders, http11: bool) -> bool:
     tokens = headers.get_all("connection")
-    if tokens is None:
+    if not tokens:
         return http11
     words = ",".join(tokens).lower()
     if "close" in words:

@@ -24,11 +24,11 @@ from ._responses import BadShape, load_json
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     import threading
-    from http.client import HTTPMessage
     from typing import Callable, Optional, Union
 
     from ._backoff import RetryPolicy
     from ._call import CallState, RetryBudget
+    from ._diagnostics import ResponseHeaders
     from ._hooks import Hook
     from ._ratelimit import RateLimit
     from ._transport import TransportLike
@@ -285,7 +285,7 @@ class Sender:
             log.info("%s: %s", self.base_url, message)
 
     def _status_error(
-        self, status: int, headers: HTTPMessage, body: bytes, method: str, call: CallState
+        self, status: int, headers: ResponseHeaders, body: bytes, method: str, call: CallState
     ) -> QAError:
         # The whole body is redacted before anything shortens it (the message, Diagnostics' repr).
         text = self.redact(body.decode("utf-8", "replace"))
@@ -296,7 +296,7 @@ class Sender:
         return status_error_class(status)(message, status=status)
 
 
-def _pause_seconds(headers: HTTPMessage, delay_ms: Optional[float]) -> Optional[float]:
+def _pause_seconds(headers: ResponseHeaders, delay_ms: Optional[float]) -> Optional[float]:
     """How long a 429/529 pauses the whole client, in seconds; None for no pause.
 
     ``retry-after-ms: 0`` says the limit frees up at once: the client does not pause, though a
@@ -327,7 +327,7 @@ def _path(method: str) -> str:
     return "/v1/core" if method == "POST" else "/v1/models"
 
 
-def _detail(body: bytes, text: str, headers: HTTPMessage, redact: Redactor) -> str:
+def _detail(body: bytes, text: str, headers: ResponseHeaders, redact: Redactor) -> str:
     """A short, readable reason from an error body: JSON ``detail``, an HTML title, or the text.
 
     ``text`` is the body, decoded and redacted; a ``detail`` decoded from JSON is redacted again

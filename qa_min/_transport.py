@@ -2,7 +2,7 @@
 
 ``Transport.attempt`` checks a connection out of the pool (or opens one), writes the prepared
 request, reads the response, and gives the connection back only if it was read to the end.
-Every ``OSError``, ``ssl.SSLError``, ``http.client.HTTPException`` and deadline expiry that
+Every ``OSError``, ``ssl.SSLError``, ``_response.HTTPException`` and deadline expiry that
 the network can raise is caught in ``attempt`` and nowhere else, and leaves as:
 
 * ``Canceled``, when the call's token was cancelled, its deadline passed, or the client closed;
@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import _thread
 import socket
-from http.client import HTTPException
 
 from ._connection import (
     BadBody,
@@ -31,15 +30,16 @@ from ._connection import (
     start_tls,
 )
 from ._errors import Canceled, ConnectionFailed, InvalidResponse, ProxyError
+from ._response import HTTPException
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     import ssl
-    from http.client import HTTPMessage
     from typing import Optional
 
     from ._call import CallState
     from ._config import Origin
+    from ._diagnostics import ResponseHeaders
 
 if TYPE_CHECKING:
     from typing import Protocol
@@ -49,7 +49,9 @@ if TYPE_CHECKING:
 
         origin: Origin
 
-        def attempt(self, request: bytes, method: str, call: CallState) -> tuple[int, HTTPMessage, bytes]: ...
+        def attempt(
+            self, request: bytes, method: str, call: CallState
+        ) -> tuple[int, ResponseHeaders, bytes]: ...
         def close(self) -> None: ...
         def forget(self) -> None: ...
 
@@ -100,7 +102,7 @@ class Transport:
         """In a forked child: drop the parent's connections without touching its sockets."""
         self.pool.forget()
 
-    def attempt(self, request: bytes, method: str, call: CallState) -> tuple[int, HTTPMessage, bytes]:
+    def attempt(self, request: bytes, method: str, call: CallState) -> tuple[int, ResponseHeaders, bytes]:
         """One HTTP attempt: (status, headers, body). Raises ``Canceled`` or ``ConnectionFailed``."""
         try:
             conn = self.pool.checkout(self._key)
@@ -123,7 +125,7 @@ class Transport:
 
     def _exchange(
         self, conn: Optional[Connection], request: bytes, method: str, call: CallState
-    ) -> tuple[int, HTTPMessage, bytes]:
+    ) -> tuple[int, ResponseHeaders, bytes]:
         try:
             if conn is None:
                 conn = self._open(call)
@@ -155,7 +157,7 @@ class Transport:
 
     def _leased(
         self, conn: Connection, request: bytes, method: str, call: CallState
-    ) -> tuple[int, HTTPMessage, bytes, bool]:
+    ) -> tuple[int, ResponseHeaders, bytes, bool]:
         """``conn.exchange``, during which cancelling the call's token shuts the socket down."""
         token = call.token
         if token is None:
@@ -171,7 +173,7 @@ class Transport:
         # A cancel that lost the race with the answer still shut the socket: never pool it.
         return status, headers, body, reusable and untouched
 
-    def _check_plain_proxy(self, status: int, headers: HTTPMessage, body: bytes, method: str) -> None:
+    def _check_plain_proxy(self, status: int, headers: ResponseHeaders, body: bytes, method: str) -> None:
         """Raise ``ProxyError`` if a 401/407 to a plain-http request came from the proxy itself."""
         # 407 is the proxy's by definition. A 401 is the proxy's when it challenges for proxy
         # credentials, or when it lacks the Via header that RFC 9110 §7.6.3 makes a proxy add to

@@ -20,7 +20,6 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from http.client import HTTPException
 from typing import Any, Callable, Optional, Union
 
 import pytest
@@ -42,6 +41,7 @@ from support import SleepRecorder, make_recording_client
 
 import qa_min as qa
 from qa_min._connection import idle_clock
+from qa_min._response import HTTPException
 from qa_min.testing import FakeService, Step, delay, drop, hang, reply, reset, truncate
 
 

@@ -370,7 +370,7 @@ def test_status_line_echo_in_the_transport_error_and_cause(
 def test_status_line_without_the_key_keeps_the_original_transport_error(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    from http.client import BadStatusLine
+    from qa_min._response import BadStatusLine
 
     line = b"HTTP/1.1 nonsense\r\n\r\n"
     with RawServer(respond_sequence(line)) as server:

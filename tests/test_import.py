@@ -19,6 +19,8 @@ Spec line -> tests:
       test_cold_path_loads_only_what_http_client_and_json_load,
       test_cold_path_never_imports_the_heavy_modules (even where http.client loads them),
       test_cold_probe_catches_a_heavy_import (the probe itself can fail)
+  and loads neither http.client (qa_min reads HTTP/1.1 itself), email nor ssl
+      test_cold_path_loads_neither_http_client_nor_email_nor_ssl
 """
 
 from __future__ import annotations
@@ -299,6 +301,28 @@ def test_cold_path_loads_only_what_http_client_and_json_load(cold: dict[str, Any
 
 def test_cold_path_never_imports_the_heavy_modules(cold: dict[str, Any]) -> None:
     assert cold["failure"] is None, f"the cold path imports a heavy module: {cold['failure']}"
+
+
+LEFT_OUT = ("http.client", "email", "email.parser", "ssl", "datetime", "calendar", "base64")
+"""What raw ``http.client`` loads and qa_min's own HTTP/1.1 reader does without."""
+
+
+@pytest.mark.parametrize("url", ["http://h", "https://h"])
+def test_cold_path_loads_neither_http_client_nor_email_nor_ssl(url: str) -> None:
+    # ssl loads with the first TLS connection, not with a client for an https:// URL.
+    probe = (
+        f"import sys; sys.path.insert(0, sys.argv[1]); import qa_min; qa_min.Client(base_url={url!r});"
+        f" print([m for m in {LEFT_OUT!r} if m in sys.modules])"
+    )
+    result = subprocess.run(
+        [sys.executable, "-I", "-c", probe, str(ROOT)],
+        capture_output=True,
+        text=True,
+        timeout=20,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"
 
 
 @pytest.mark.parametrize("module", ["random", "logging"])
