@@ -63,7 +63,11 @@ class LineTooLong(HTTPException):
     """A line of the head is longer than ``MAX_LINE``."""
 
     def __init__(self, what: str) -> None:
-        super().__init__(f"got more than {MAX_LINE} bytes when reading {what}")
+        super().__init__(what)
+        self.what = what
+
+    def __str__(self) -> str:
+        return f"got more than {MAX_LINE} bytes when reading {self.what}"
 
 
 class RemoteDisconnected(ConnectionResetError, BadStatusLine):

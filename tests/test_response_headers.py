@@ -3,18 +3,21 @@
 ``_response`` replaced ``http.client`` (and the ``email`` parser behind it) so that a cold start
 loads neither. For every head the reader accepts, the (name, value) pairs, lookups and
 ``get_all`` agree with ``http.client.parse_headers``: folded lines, blanks around values,
-repeated names, any case, Latin-1 bytes; random heads checked by Hypothesis.
+repeated names, any case, Latin-1 bytes; random heads checked by Hypothesis. Its protocol
+errors carry http.client's names and words, and survive pickling.
 """
 
 from __future__ import annotations
 
 import http.client
 import io
+import pickle
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from qa_min import _response
 from qa_min._response import read_head
 
 pytestmark = pytest.mark.timeout(60)
@@ -73,3 +76,26 @@ LINE = st.one_of(
 def test_random_heads_agree_with_http_client(first: tuple[str, bytes], rest: list[bytes]) -> None:
     fields = first[0].encode() + b":" + first[1] + b"\r\n" + b"".join(rest)
     assert ours(fields) == theirs(fields)
+
+
+ERRORS = [
+    (_response.BadStatusLine("HELLO"), http.client.BadStatusLine("HELLO")),
+    (_response.BadStatusLine(""), http.client.BadStatusLine("")),
+    (_response.LineTooLong("header line"), http.client.LineTooLong("header line")),
+    (_response.RemoteDisconnected("closed"), http.client.RemoteDisconnected("closed")),
+    (_response.IncompleteRead(b"{", 10), http.client.IncompleteRead(b"{", 10)),
+    (_response.IncompleteRead(b"ab"), http.client.IncompleteRead(b"ab")),
+]
+
+
+@pytest.mark.parametrize(("mine", "stdlib"), ERRORS, ids=lambda e: type(e).__name__)
+def test_protocol_errors_read_as_http_clients_and_survive_pickling(
+    mine: Exception, stdlib: Exception
+) -> None:
+    assert type(mine).__name__ == type(stdlib).__name__
+    assert str(mine) == str(stdlib)
+    copy = pickle.loads(pickle.dumps(mine))
+    assert type(copy) is type(mine)
+    assert str(copy) == str(mine)
+    assert isinstance(mine, _response.HTTPException)
+    assert isinstance(_response.RemoteDisconnected(), ConnectionResetError)
