@@ -45,12 +45,8 @@ _SAMPLE, _SAMPLES = 0.05, 40  # the success count is sampled every 50 ms, for tw
 
 
 class Limiter(Schedule):
-    """The limiter of one client, shared by its threads; see the module docstring.
-
-    ``per_second``, ``burst`` and ``adaptive`` are a ``RateLimit``'s, checked. ``clock`` is a
-    monotonic clock in seconds; ``notify(message)`` is told, outside the lock, when the
-    ceiling drops or recovers.
-    """
+    """The limiter of one client, shared by its threads; see the module docstring. Its
+    arguments are ``Schedule``'s."""
 
     def __init__(
         self,
