@@ -61,7 +61,7 @@ class Sender:
             None
             if rate_limit is None
             else Limiter(
-                rate_limit.per_second, rate_limit.burst, rate_limit.adaptive, notify=self._note_rate_limit
+                rate_limit.per_second, rate_limit.burst, rate_limit.adaptive, notify=_noting(self.base_url)
             )
         )
 
@@ -279,11 +279,6 @@ class Sender:
         call.rate_limit_total += held
         call.wait(seconds, self._sleep)
 
-    def _note_rate_limit(self, message: str) -> None:
-        log = get_logger()
-        if log is not None:
-            log.info("%s: %s", self.base_url, message)
-
     def _status_error(
         self, status: int, headers: ResponseHeaders, body: bytes, method: str, call: CallState
     ) -> QAError:
@@ -294,6 +289,18 @@ class Sender:
         detail = _detail(body, text, headers, self.redact)
         message = f"HTTP {status} from {method} {self.base_url}{path}: {detail}"
         return status_error_class(status)(message, status=status)
+
+
+def _noting(base_url: str) -> Callable[[str], None]:
+    """The limiter's news, logged at INFO. Not a method: a limiter holding its sender would
+    make a cycle, and a dropped client's sockets would wait for the garbage collector."""
+
+    def note(message: str) -> None:
+        log = get_logger()
+        if log is not None:
+            log.info("%s: %s", base_url, message)
+
+    return note
 
 
 def _pause_seconds(headers: ResponseHeaders, delay_ms: Optional[float]) -> Optional[float]:

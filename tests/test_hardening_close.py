@@ -9,16 +9,25 @@ threads at once. Every wait is bounded by an Event, so a deadlock fails the test
   test_close_from_a_done_callback_while_another_call_runs,
   test_close_from_a_callback_that_close_itself_triggers, test_close_from_the_calls_own_thread,
   test_close_twice_concurrently
+
+A client dropped without ``close()`` closes its sockets as soon as the last reference goes,
+without waiting for the garbage collector:
+
+  test_a_dropped_client_closes_its_sockets_without_the_garbage_collector
 """
 
 from __future__ import annotations
 
+import gc
+import socket
 import threading
+import warnings
 from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
 
 import pytest
+from faultservers import RawServer, ok_response, read_request
 from support import BOUND, executor_threads, make_client, wait_until
 
 import qa_min as qa
@@ -175,3 +184,31 @@ def test_close_twice_concurrently(svc: FakeService, round_: int) -> None:
         submitted.result(timeout=BOUND)
     assert wait_until(lambda: not executor_threads())
     client.close()  # and once more, after the fact
+
+
+def test_a_dropped_client_closes_its_sockets_without_the_garbage_collector() -> None:
+    # Nothing of a client refers back to it or to its sender (the rate limiter's log line
+    # is a plain function), so dropping the last reference frees the pool and its sockets
+    # at once; the garbage collector is off to prove it is not needed.
+    closed = threading.Event()
+
+    def handler(conn: socket.socket, stop: threading.Event) -> None:
+        if read_request(conn):
+            conn.sendall(ok_response(b'{"answers": {"toxic": true}, "usage": {}}'))
+            if conn.recv(1) == b"":  # blocks while the client keeps the connection
+                closed.set()
+
+    was_enabled = gc.isenabled()
+    gc.collect()
+    gc.disable()
+    try:
+        with RawServer(handler) as server, warnings.catch_warnings():
+            warnings.simplefilter("ignore", ResourceWarning)  # "unclosed socket": close() was skipped
+            client = make_client(server.url, api_key="k-0123456789")
+            client.ask("some text", Review)
+            assert not closed.is_set()
+            del client
+            assert closed.wait(BOUND), "the dropped client's socket stayed open"
+    finally:
+        if was_enabled:
+            gc.enable()
