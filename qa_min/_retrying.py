@@ -17,7 +17,8 @@ from ._config import get_logger
 from ._diagnostics import _StandIn
 from ._errors import Canceled, ConnectionFailed, ProxyError, QAError, status_error_class
 from ._hooks import HookEvent
-from ._limiter import Limiter
+from ._limiter import ABSORBED, Limiter
+from ._pacer import Priority
 from ._redact import Redactor
 from ._responses import BadShape, load_json
 
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
     from ._call import CallState, RetryBudget
     from ._diagnostics import ResponseHeaders
     from ._hooks import Hook
+    from ._pacer import Waiter
     from ._ratelimit import RateLimit
     from ._transport import TransportLike
 
@@ -69,7 +71,7 @@ class Sender:
         """The retry loop: the 2xx body, or the error SPEC.md section 5 names."""
         call.redact = self.redact
         limiter = self.limiter
-        retries = 0
+        retries = absorbed = 0
         wait: Optional[float] = None  # seconds before the next attempt; None before the first
         throttled = False
         try:
@@ -78,8 +80,9 @@ class Sender:
                 ticket = None
                 if limiter is not None and limiter.engaged:
                     # One sleep covers both the call's own delay and its slot in the schedule.
-                    front = (2 if retries >= policy.max_retries else 1) if throttled else 0
-                    ticket = limiter.acquire(wait, front, lambda s, held: self._nap(s, call, held))
+                    last = retries >= policy.max_retries and absorbed >= ABSORBED
+                    priority = (Priority.LAST if last else Priority.RETRY) if throttled else Priority.NEW
+                    ticket = limiter.acquire(wait, priority, lambda s, held, w: self._nap(s, call, held, w))
                 elif wait is not None:
                     self._nap(wait, call)
                 outcome = self._attempt(request, method, policy, call, ticket)
@@ -89,15 +92,23 @@ class Sender:
                 # A 429/529 retried after the delay the server asked for is announced pacing,
                 # not the failure storm the budget guards against: it spends no budget.
                 exempt = throttled and delay is not None
-                if retries >= policy.max_retries or not (
-                    exempt or self._budget is None or self._budget.try_spend()
+                # -- limiter seam (issue 22): a 429/529 with a server delay, met while the limiter
+                # paces, is absorbed: up to ABSORBED of them beyond max_retries, so that a fleet
+                # converging on a shared limit loses no call, and a 429 forever still ends it.
+                absorb = exempt and limiter is not None and policy.max_retries > 0 and absorbed < ABSORBED
+                if not absorb and (
+                    retries >= policy.max_retries
+                    or not (exempt or self._budget is None or self._budget.try_spend())
                 ):
                     raise failure
                 if delay is None:
                     delay = backoff_ms(policy, retries, self._random())
                 wait = delay / 1000.0
                 self._log_retry(wait, call, failure)
-                retries += 1
+                if absorb:
+                    absorbed += 1
+                else:
+                    retries += 1
         except QAError as exc:
             exc.diagnostics = call.fill()
             suffix = "" if call.request_id is None else f" (request id {call.request_id})"
@@ -163,6 +174,8 @@ class Sender:
         call.status = status
         call.headers = headers
         limiter = self.limiter
+        if limiter is not None:
+            limiter.hear(headers.items())  # an announced limit paces before the first 429
         if 200 <= status < 300:
             if limiter is not None:
                 if ticket is None:
@@ -267,8 +280,11 @@ class Sender:
                 type(failure).__name__,
             )
 
-    def _nap(self, seconds: float, call: CallState, held: float = 0.0) -> None:
-        """One wait before an attempt; ends at once if the call is cancelled or the client closes.
+    def _nap(
+        self, seconds: float, call: CallState, held: float = 0.0, waiter: Optional[Waiter] = None
+    ) -> None:
+        """One wait before an attempt; ends at once if the call is cancelled or the client closes,
+        or, for a ``waiter`` of the limiter, when what it waits for has come.
 
         ``held`` seconds of it are the rate limiter's, the rest the backoff or the server's delay.
         """
@@ -277,7 +293,14 @@ class Sender:
         call.delay = max(0.0, seconds - held)
         call.rate_limit_wait = held
         call.rate_limit_total += held
-        call.wait(seconds, self._sleep)
+        sleep, limiter = self._sleep, self.limiter
+        if waiter is not None and limiter is not None:
+
+            def sleep(seconds: float, wake: threading.Event) -> object:
+                limiter.arm(waiter, wake.set)
+                return self._sleep(seconds, wake)
+
+        call.wait(seconds, sleep)
 
     def _status_error(
         self, status: int, headers: ResponseHeaders, body: bytes, method: str, call: CallState

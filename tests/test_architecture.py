@@ -24,8 +24,10 @@ LAYERS: tuple[str, ...] = (
     "_errors",
     "_typing",
     "_redact",
-    "_schedule",
+    "_pacer",
+    "_announced",
     # values and per-call primitives, on the leaves only
+    "_policy",
     "_limiter",
     "_ratelimit",
     "_call",

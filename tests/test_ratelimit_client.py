@@ -17,7 +17,9 @@ Spec line -> tests (SPEC.md 7a, 6; the rate-limit issue):
       test_wait_for_the_limiter_ends_at_once_on_cancel_timeout_and_close
   a throttled call retried after the server's delay spends no retry budget; max_retries holds
       test_throttled_retry_after_the_servers_delay_spends_no_budget,
-      test_throttled_call_still_obeys_max_retries
+      test_throttled_call_without_a_delay_or_retries_still_obeys_max_retries
+  a 429 with a delay is absorbed, ABSORBED of them at most beyond max_retries (fleets)
+      test_throttled_call_absorbs_a_bounded_number_of_429s_with_a_delay
   retry-after-ms: 0 asks for no client-wide pause
       test_zero_retry_after_ms_pauses_nobody_but_the_call_still_waits
   INFO log lines when the ceiling drops
@@ -36,6 +38,7 @@ import pytest
 from support import BOUND, SleepRecorder, make_recording_client, wait_until
 
 import qa_min as qa
+from qa_min._limiter import ABSORBED
 from qa_min.testing import FakeService, reply
 
 STATE = "Some text"
@@ -110,6 +113,10 @@ class Spy:
 
     def __init__(self) -> None:
         self.succeeded: list[float] = []
+        self.heard: list[object] = []
+
+    def hear(self, headers: object) -> None:
+        self.heard.append(headers)  # the headers, for an announced limit; none here
 
     def acquire(self, *args: object) -> float:
         raise AssertionError("acquire() on the fast path")
@@ -126,6 +133,7 @@ def test_never_throttled_client_only_reads_engaged_and_notes_successes(svc: Fake
             client.ask(STATE, Review)
         client.list_models()
     assert len(spy.succeeded) == 6
+    assert len(spy.heard) == 6
     assert spy.succeeded == sorted(spy.succeeded)
 
 
@@ -274,14 +282,34 @@ def ask_error(client: qa.Client, **options: Any) -> qa.QAError:
     return caught.value
 
 
-def test_throttled_call_still_obeys_max_retries(svc: FakeService) -> None:
-    svc.script(*[busy(("retry-after-ms", "2"))] * 5)
+@pytest.mark.parametrize(("throttles", "answered"), [(2 + ABSORBED, True), (3 + ABSORBED, False)])
+def test_throttled_call_absorbs_a_bounded_number_of_429s_with_a_delay(
+    svc: FakeService, throttles: int, answered: bool
+) -> None:
+    # max_retries (2) plus ABSORBED 429s that carried a delay: a fleet converging loses no call,
+    # and a service answering 429 forever still ends it.
+    svc.script(*[busy(("retry-after-ms", "2"))] * throttles)
     sleep = SleepRecorder()
     with make_recording_client(svc.url, sleep) as client:
+        diag = qa.Diagnostics()
+        if answered:
+            client.ask(STATE, Review, diagnostics=diag)
+        else:
+            diag = ask_error(client).diagnostics
+    assert diag.attempts == 3 + ABSORBED
+    assert [a.status for a in diag.history].count(429) == throttles if answered else 3 + ABSORBED
+    assert sleep.seconds == [pytest.approx(0.002)] * (2 + ABSORBED)
+
+
+def test_throttled_call_without_a_delay_or_retries_still_obeys_max_retries(svc: FakeService) -> None:
+    svc.script(*[busy()] * 5)
+    with make_recording_client(svc.url) as client:
         error = ask_error(client)
     assert isinstance(error, qa.RateLimited)
-    assert error.diagnostics.attempts == 3
-    assert sleep.seconds == [pytest.approx(0.002)] * 2
+    assert error.diagnostics.attempts == 3  # no delay: nothing absorbed
+    svc.script(busy(("retry-after-ms", "2")))
+    with make_recording_client(svc.url) as client:
+        assert ask_error(client, retry=qa.RetryPolicy.none).diagnostics.attempts == 1
 
 
 def test_zero_retry_after_ms_pauses_nobody_but_the_call_still_waits(svc: FakeService) -> None:

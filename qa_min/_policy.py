@@ -1,0 +1,316 @@
+"""The rate limiter's policy: what 429/529s, successes and announced limits teach. Pure: no
+lock, no clock of its own (``now`` is passed in), no I/O. The algorithm, written once:
+
+**Disengaged** until the first 429/529 or the first announced limit (an explicit ceiling
+engages it at once): nothing is paced, and the retry loop only notes each success's send time.
+
+**Announced limits** (``_announced`` parses them) pace before any 429. Each response tells the
+bucket's level (``remaining``) and, from the policy or the reset, its refill rate R. The slope
+of the level over the last ``SLOPE_SPAN`` gives the whole fleet's rate, F = R - slope, without
+knowing how many clients share the bucket. The fleet's target is R, raised or lowered by how
+full the bucket is (``LEVEL_GAIN`` around half full). Each client moves its own ceiling toward
+that target at every control step (``STEP``): up by the same absolute amount as every other
+client (a share ``ADD_SHARE`` of the gap), down by the same fraction (``CUT_SHARE`` of it): so
+unequal clients grow equal (additive increase, multiplicative decrease). A 429 meanwhile cuts
+by ``BETA``. An announcement older than ``STALE`` no longer paces.
+
+**Without announcements, 429s teach** ("measured", notes/rate-limiting.md):
+
+* The first ceiling is a guess: half the pace of the latest successes (or the last measured
+  ceiling, if higher). A guess is halved by a throttle within ``WINDOW`` and grows fast until
+  throttled (doubling each second after short pauses, 10% after long ones).
+* A **long pause** (>= ``LONG_PAUSE``) refilled the server's bucket: the rate is the slope
+  between two throttled stretches (extra successes over extra time), or the last second of a
+  long stretch if more; the ceiling is ``SHARE`` of it (half, if the bucket drained at once).
+* A **short pause**: ``SHARE`` of the successes per second of the last second, at most every
+  ``WINDOW``, by at most 1 - ``FLOOR`` (half, of a guess). A throttle while ``JITTER`` of the
+  ceiling gets through is jitter. Only attempts sent after the latest cut can cut again.
+* **Regrowth** of a measured ceiling is CUBIC-like: 0.5%/s (at least 1 call/s each second)
+  for ``PLATEAU`` seconds, then faster and faster (a cube of the time beyond), so that a client
+  whose peers stopped takes their share back in tens of seconds, while a lone client probes
+  above the service's rate only every ~``PLATEAU`` + a few seconds. An explicit ceiling is
+  regained in full; an adaptive one is lifted after ``QUIET`` s without a throttle.
+"""
+
+from __future__ import annotations
+
+from ._pacer import INF, Pace
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+    from typing import Optional
+
+    from ._announced import Announcement
+
+WINDOW = 0.3  # s: how long a fresh guess of the ceiling is unsettled
+LONG_PAUSE = 0.2  # s: a pause this long refills a server's bucket while the client waits
+COUNTED = 4  # successes needed before their pace means anything
+RECENT = 1.0  # s: successes per second are measured over at most the last second
+JITTER = 0.98  # a throttle while this share of the ceiling gets through cuts nothing
+SHARE = 0.95  # a cut sets the ceiling to this share of the measured rate
+FLOOR = 0.7  # a cut after a short pause keeps at least this share of the ceiling
+MIN_RATE = 0.5  # calls/s: the lowest adaptive ceiling
+GROW_SHORT, GROW_LONG = 2.0, 1.1  # a guess grows a second: fast, or slower where throttles cost 1 s
+REGROW, REGROW_MIN = 0.005, 1.0  # regrowth each second: this share, or at least 1 call/s
+PLATEAU = 6.0  # s after a cut when regrowth turns from linear to cubic
+CUBE = 0.05 / PLATEAU**3  # the cubic term: +5% of the ceiling PLATEAU seconds after the plateau
+QUIET = 60.0  # s without a throttle after which an adaptive ceiling is lifted
+SAMPLE, SAMPLES = 0.05, 40  # the success count is sampled every 50 ms, for two seconds
+# Announced limits.
+STEP = 0.1  # s between two control steps
+SLOPE_SPAN = 0.4  # s of levels the slope is measured over
+LEVEL_GAIN = 0.5  # the fleet's target: R * (1 + LEVEL_GAIN * (level / capacity - 1/2))
+ADD_SHARE, CUT_SHARE = 0.125, 0.5  # of the gap to the target, closed at each step
+BETA = 0.9  # a 429 while paced by announcements keeps this share of the ceiling
+STALE = 5.0  # s: an announcement older than this paces no more
+
+
+class Policy:
+    """The ceiling of one client; see the module docstring. Not thread-safe (the limiter locks)."""
+
+    def __init__(self, per_second: Optional[float], adaptive: bool) -> None:
+        self.cap = INF if per_second is None else float(per_second)
+        self.adaptive = adaptive
+        self.engaged = False
+        self.cuts = self.throttles = 0  # ceilings set; 429/529 responses seen
+        self._base = INF  # the adaptive ceiling at its last cut; inf: none below the cap
+        self._guess = 0.0  # for a ceiling that is a guess, not a measurement: its growth a second
+        self._grow_from = self._last_cut = self._since = self._last_throttle = -INF
+        self._known = 0.0  # the last ceiling measured, not guessed
+        self._longest = 0.0  # the longest short pause asked for since engaging
+        self._ok = self._ok_since = 0  # successes counted while engaged
+        self._samples: list[tuple[float, int]] = []  # (time, successes), one per SAMPLE
+        self._stretch_start = -INF  # the end of the last pause...
+        self._stretch_ok: Optional[int] = None  # ...and the successes counted by then
+        self._prev: Optional[tuple[float, int]] = None  # (length, successes) of stretches
+        self._ended: Optional[tuple[float, int]] = None
+        self._estimate: Optional[float] = None
+        self.announced: Optional[Announcement] = None  # the latest announcement...
+        self._heard = -INF  # ...and when
+        self._paced = INF  # the ceiling announcements set
+        self._levels: list[tuple[float, float]] = []  # (time, remaining) over SLOPE_SPAN
+        self._capacity = 0.0  # the fullest the bucket was seen
+        self._stepped = -INF
+        self._refill = 0.0  # the bucket's refill rate, told or estimated
+
+    def rate(self, now: float) -> float:
+        """The ceiling in force: attempts per second, inf for none."""
+        if now - self._heard < STALE:
+            return min(self._paced, self.cap)
+        base = self._base
+        if base == INF:
+            return self.cap
+        elapsed = max(0.0, now - self._grow_from)
+        if self._guess:  # a halving may have gone too far: grow fast until throttled again
+            grown = base * self._guess ** min(elapsed, 64.0)
+        else:
+            beyond = max(0.0, elapsed - PLATEAU)
+            grown = base + max(REGROW_MIN, base * REGROW) * elapsed + base * CUBE * beyond**3
+        return grown if grown < self.cap else self.cap
+
+    def pace(self, now: float) -> Pace:
+        settles = self._last_cut + WINDOW if self._guess else -INF
+        return Pace(self.rate(now), settles, self._longest)
+
+    def engage(self, now: float) -> None:
+        self.engaged = True
+        self._since = self._last_cut = now
+        self._ok_since = self._ok
+        self._samples = []
+        self._stretch_start = max(self._stretch_start, now)
+        self._ended = None
+        self._longest = 0.0
+
+    def tick(self, now: float, paused_until: float) -> Optional[str]:
+        """Regaining the cap, or disengaging after a quiet spell; the news, if any."""
+        if self._base < INF and self.rate(now) >= self.cap:
+            self._base = INF
+            return f"rate limit recovered: back to {self.cap:g} calls/s"
+        quiet = not self.adaptive or now - self._last_throttle >= QUIET
+        if self.cap == INF and quiet and now >= paused_until and now - self._heard >= STALE:
+            # Nothing to pace and no pause: back to the fast path until the next throttle.
+            cut = self._base < INF
+            self.engaged = False
+            self._base = INF
+            self._prev = self._ended = self._estimate = None
+            if cut:
+                return f"rate limit recovered: no 429/529 for {QUIET:g} s, no ceiling any more"
+        return None
+
+    def succeeded(self, now: float, ticket: float) -> None:
+        """A 2xx for an attempt sent at ``ticket`` while engaged."""
+        if ticket < self._since:
+            return  # only what was sent engaged tells the pace
+        self._ok += 1
+        if self._stretch_ok is None and now >= self._stretch_start:
+            self._stretch_ok = self._ok - 1
+        samples = self._samples
+        if not samples or now - samples[-1][0] >= SAMPLE:
+            samples.append((now, self._ok))
+            if len(samples) > SAMPLES:
+                del samples[0]
+
+    def paused(self, now: float, until: float) -> None:
+        """A server delay until ``until``: the stretch since the last pause ended with it."""
+        if now >= self._stretch_start:
+            ok = self._ok if self._stretch_ok is None else self._stretch_ok
+            self._ended = (now - self._stretch_start, self._ok - ok)
+        self._stretch_start = until
+        self._stretch_ok = None
+
+    def throttled(
+        self, now: float, ticket: Optional[float], pause: Optional[float], until: float, sent: Iterable[float]
+    ) -> Optional[str]:
+        """A 429/529 for an attempt sent at ``ticket`` (None: disengaged); ``pause`` its delay,
+        ``until`` the client's pause now, ``sent`` the latest successes' send times. The news."""
+        self.throttles += 1
+        if pause is not None and pause < LONG_PAUSE and now - self._since < WINDOW:
+            self._longest = max(self._longest, pause)
+        if not self.adaptive:
+            self.engaged = True
+            return None
+        self._last_throttle = now
+        if now - self._heard < STALE:
+            self.engaged = True
+            return self._cut(now, BETA * self.rate(now), until) if ticket is not None else None
+        if not self.engaged:
+            self.engage(now)
+            return self._first_ceiling(now, pause, until, sent)
+        if ticket is None or ticket < self._last_cut:
+            return None  # sent before the latest cut: it says nothing new
+        current = self.rate(now)
+        if pause is not None and pause >= LONG_PAUSE:
+            new = self._by_stretches(now, pause, current)
+        else:
+            new = self._by_recent(now, current)
+        return None if new is None else self._cut(now, new[0], until, new[1])
+
+    def _first_ceiling(
+        self, now: float, pause: Optional[float], until: float, sent: Iterable[float]
+    ) -> Optional[str]:
+        """Half the pace of the latest successes, or the last ceiling measured if higher."""
+        recent = [t for t in sent if t >= now - RECENT]
+        if len(recent) >= COUNTED and now > recent[0]:
+            half = 0.5 * len(recent) / (now - recent[0])
+            if half > self._known:
+                return self._cut(now, half, until, GROW_LONG if (pause or 0) >= LONG_PAUSE else GROW_SHORT)
+        return self._cut(now, self._known, until) if self._known else None
+
+    def _cut(self, now: float, new: float, until: float, guess: float = 0.0) -> Optional[str]:
+        current = self.rate(now)
+        if new >= current:
+            return None
+        if now - self._heard < STALE:
+            self._paced = max(new, MIN_RATE)
+        else:
+            self._base = max(new, MIN_RATE)
+            self._guess = guess
+            if not guess:
+                self._known = self._base
+            self._grow_from = max(now, until)
+        self._last_cut = now
+        self.cuts += 1
+        was = "no ceiling" if current == INF else f"{current:.1f}/s"
+        return f"rate limit lowered to {max(new, MIN_RATE):.1f} calls/s after 429/529 responses (was {was})"
+
+    def _by_recent(self, now: float, current: float) -> Optional[tuple[float, float]]:
+        """Short pauses: the successes per second seen over the last second, SHARE of it; or,
+        while the ceiling is still a guess, half of it again. (The new ceiling, a guess?)"""
+        if now - self._last_cut < WINDOW and (self._guess or current == INF):
+            # Still throttled soon after a guess: halve it (or, with none, guess twice what
+            # gets through), though never below what gets through since engaging.
+            count, span = self._ok - self._ok_since, now - self._since
+            through = count / span if count >= COUNTED and span > 0 else 0.0
+            if current == INF:
+                return (2 * through, GROW_SHORT) if through else None
+            return max(0.5 * current, SHARE * through), GROW_SHORT
+        # The guesses of the first WINDOW do not restart the measuring window.
+        start = self._since if self._last_cut < self._since + WINDOW else self._last_cut
+        if now - start < WINDOW:
+            return None
+        seen = self.seen(now, start)
+        if seen is None or seen >= JITTER * current:
+            return None
+        # A stalled client (a busy machine) sees less than the service allows.
+        floor = 0.0 if current == INF else current * (0.5 if self._guess else FLOOR)
+        return max(SHARE * seen, floor), 0.0
+
+    def seen(self, now: float, start: float) -> Optional[float]:
+        """Successes per second since ``start``, or over the last second if that is shorter;
+        None when too few to tell."""
+        # Samples are taken at successes, so before the first one the count was ``_ok_since``.
+        start = max(start, now - RECENT, self._since)
+        base_t, base_ok = start, self._ok_since
+        for t, ok in self._samples:
+            if t > start:
+                break
+            base_t, base_ok = t, ok
+        count = self._ok - base_ok
+        return count / (now - base_t) if count >= COUNTED and now > base_t else None
+
+    def _by_stretches(self, now: float, pause: float, current: float) -> Optional[tuple[float, float]]:
+        """Long pauses: the service's rate from the stretches between them. (The new ceiling,
+        and how fast it grows if it is a guess.)"""
+        ended, self._ended = self._ended, None
+        if ended is None or ended[0] <= 0 or ended[1] < COUNTED:
+            return None  # nothing got through: nothing measured (the pauses still hold)
+        length, successes = ended
+        prev, self._prev = self._prev, ended
+        pace, estimate = successes / length, 0.0
+        # Two stretches that differ enough, by enough successes that one more or less matters
+        # little: a stretch holds the bucket the pause refilled plus the rate times its length.
+        if (
+            prev is not None
+            and abs(length - prev[0]) >= 0.25 * max(length, prev[0])
+            and abs(successes - prev[1]) >= 16
+        ):
+            slope = (successes - prev[1]) / (length - prev[0])
+            estimate = slope if 0 < slope <= pace else 0.0
+        if length >= 2 * pause:
+            # Long enough that its last second shows what gets through once the bucket is
+            # empty; a client that was not always faster than the service makes the slope low.
+            estimate = max(estimate, self.seen(now, now - RECENT) or 0.0)
+        if estimate:
+            self._estimate = estimate
+            return SHARE * estimate, 0.0
+        if length < 2 * pause:
+            # Drained at once: half the ceiling, or less than the pace that got through (which
+            # holds the service's rate) when the client could not keep up with its ceiling.
+            return (0.5 * current, GROW_LONG) if 0.5 * current < SHARE * pace else (SHARE * pace, 0.0)
+        return None if self._estimate is None else (SHARE * self._estimate, 0.0)
+
+    def heard(self, now: float, news: Announcement) -> None:
+        """An announced limit: move the ceiling toward the fleet's share of it (module docstring)."""
+        if not self.engaged:
+            self.engage(now)
+        first = now - self._heard >= STALE
+        self.announced, self._heard = news, now
+        if news.refill > 0:  # an estimate from a reset is noisy: smoothed
+            self._refill = (
+                news.refill if first or not self._refill else 0.8 * self._refill + 0.2 * news.refill
+            )
+        levels = self._levels
+        levels.append((now, news.remaining))
+        while len(levels) > 2 and now - levels[1][0] >= SLOPE_SPAN:
+            del levels[0]
+        self._capacity = max(self._capacity, news.remaining)
+        if first:
+            self._paced, self._stepped = INF, now
+            return
+        # A fixed window without a policy: what is left, spread over what is left of it.
+        refill = self._refill or (news.remaining / news.reset if news.reset > 0 else 0.0)
+        if refill <= 0 or now - self._stepped < STEP or now - levels[0][0] < 0.5 * SLOPE_SPAN:
+            return
+        dt, self._stepped = now - self._stepped, now
+        slope = (news.remaining - levels[0][1]) / (now - levels[0][0])
+        fleet = max(refill - slope, 1e-9)
+        full = news.remaining / self._capacity if self._capacity else 0.5
+        target = refill * (1.0 + LEVEL_GAIN * (full - 0.5))
+        own = self._paced if self._paced < INF else (self.seen(now, now - RECENT) or fleet)
+        scale = min(1.0, dt / (4 * STEP))
+        if target >= fleet:
+            paced = own + ADD_SHARE * scale * (target - fleet)
+        else:
+            paced = own * (1.0 - CUT_SHARE * scale * (1.0 - target / fleet))
+        self._paced = max(paced, MIN_RATE)
