@@ -100,7 +100,9 @@ class Limiter:
                 self._tell(news)
                 if hold is None:
                     return waiter.slot
-                nap(min(hold, ALONE), min(hold, ALONE), waiter if wakeable else None)
+                if hold == INF:  # held for an answer: at most until a last chance out alone is given up
+                    hold = max(EPSILON, (pacer.alone_until if pacer.alone_until > now else now + ALONE) - now)
+                nap(hold, hold, waiter if wakeable else None)
         except BaseException:
             with self._lock:
                 pacer.waiters.discard(waiter)

@@ -170,7 +170,7 @@ class Pacer:
         """How long an attempt due now is held back for a last chance; None: it goes; inf:
         until an answer wakes it."""
         if now < self.alone_until:
-            return self.alone_until - now
+            return INF  # until its answer (ALONE at most)
         if priority is not Priority.LAST:
             return INF if self._solo else None
         if self.out:
@@ -187,6 +187,12 @@ class Pacer:
         # SPEC.md 7a: a server's delay holds every attempt of the client, from the first 429.
         earliest = max(now if delay is None else now + delay, self.paused_until)
         rate = pace.rate
+        if rate == INF and pace.settles == -INF and pace.spacing and priority:
+            # No ceiling yet, just throttled with exact delays: a delay is about the time to
+            # free one request, so throttled calls go that far apart, not all at once.
+            slot = max(earliest, self.front)
+            self.front = slot + pace.spacing
+            return slot, True
         if rate == INF:
             return earliest, True
         interval, tolerance = self.spacing(rate)

@@ -52,16 +52,20 @@ SHARE = 0.95  # a cut sets the ceiling to this share of the measured rate
 FLOOR = 0.7  # a cut after a short pause keeps at least this share of the ceiling
 MIN_RATE = 0.5  # calls/s: the lowest adaptive ceiling
 GROW_SHORT, GROW_LONG = 2.0, 1.1  # a guess grows a second: fast, or slower where throttles cost 1 s
+GUESS_SPAN = 8.0  # a guess grows to this multiple of itself at most (nor past the pace first throttled)
 REGROW, REGROW_MIN = 0.005, 1.0  # regrowth each second: this share, or at least 1 call/s
 PLATEAU = 6.0  # s after a cut when regrowth turns from linear to cubic
-CUBE = 0.05 / PLATEAU**3  # the cubic term: +5% of the ceiling PLATEAU seconds after the plateau
+CUBE = 0.25  # calls/s per s**3 beyond the plateau: the same for every client (so they grow equal)
 QUIET = 60.0  # s without a throttle after which an adaptive ceiling is lifted
 SAMPLE, SAMPLES = 0.05, 40  # the success count is sampled every 50 ms, for two seconds
 # Announced limits.
 STEP = 0.1  # s between two control steps
-SLOPE_SPAN = 0.4  # s of levels the slope is measured over
+SLOPE_SPAN = 0.3  # s of levels the slope is measured over
+FIRST_SLOPE = 0.05  # s of levels enough for a first slope
+HORIZON = 0.3  # s: the level is judged this far ahead, on its slope
 LEVEL_GAIN = 0.5  # the fleet's target: R * (1 + LEVEL_GAIN * (level / capacity - 1/2))
-ADD_SHARE, CUT_SHARE = 0.125, 0.5  # of the gap to the target, closed at each step
+HEADROOM = 1.25  # an announced ceiling stays within this multiple of the client's own pace
+ADD_SHARE, CUT_SHARE = 0.0625, 0.5  # of the gap to the target closed at each step
 BETA = 0.9  # a 429 while paced by announcements keeps this share of the ceiling
 STALE = 5.0  # s: an announcement older than this paces no more
 
@@ -78,6 +82,7 @@ class Policy:
         self._guess = 0.0  # for a ceiling that is a guess, not a measurement: its growth a second
         self._grow_from = self._last_cut = self._since = self._last_throttle = -INF
         self._known = 0.0  # the last ceiling measured, not guessed
+        self._first = INF  # the pace of the successes before the first throttle
         self._longest = 0.0  # the longest short pause asked for since engaging
         self._ok = self._ok_since = 0  # successes counted while engaged
         self._samples: list[tuple[float, int]] = []  # (time, successes), one per SAMPLE
@@ -102,11 +107,12 @@ class Policy:
         if base == INF:
             return self.cap
         elapsed = max(0.0, now - self._grow_from)
-        if self._guess:  # a halving may have gone too far: grow fast until throttled again
-            grown = base * self._guess ** min(elapsed, 64.0)
+        if self._guess:  # a halving may have gone too far: grow fast until throttled again,
+            # though never past the pace that was throttled first
+            grown = min(base * self._guess ** min(elapsed, 64.0), max(base, min(self._first, GUESS_SPAN * base)))
         else:
             beyond = max(0.0, elapsed - PLATEAU)
-            grown = base + max(REGROW_MIN, base * REGROW) * elapsed + base * CUBE * beyond**3
+            grown = base + max(REGROW_MIN, base * REGROW) * elapsed + CUBE * beyond**3
         return grown if grown < self.cap else self.cap
 
     def pace(self, now: float) -> Pace:
@@ -173,7 +179,10 @@ class Policy:
         self._last_throttle = now
         if now - self._heard < STALE:
             self.engaged = True
-            return self._cut(now, BETA * self.rate(now), until) if ticket is not None else None
+            current = self.rate(now)
+            if current == INF:  # not paced yet: start from what gets through
+                current = self.seen(now, now - RECENT) or INF
+            return self._cut(now, BETA * current, until) if ticket is not None else None
         if not self.engaged:
             self.engage(now)
             return self._first_ceiling(now, pause, until, sent)
@@ -194,6 +203,7 @@ class Policy:
         if len(recent) >= COUNTED and now > recent[0]:
             half = 0.5 * len(recent) / (now - recent[0])
             if half > self._known:
+                self._first = 2 * half
                 return self._cut(now, half, until, GROW_LONG if (pause or 0) >= LONG_PAUSE else GROW_SHORT)
         return self._cut(now, self._known, until) if self._known else None
 
@@ -300,15 +310,24 @@ class Policy:
             return
         # A fixed window without a policy: what is left, spread over what is left of it.
         refill = self._refill or (news.remaining / news.reset if news.reset > 0 else 0.0)
-        if refill <= 0 or now - self._stepped < STEP or now - levels[0][0] < 0.5 * SLOPE_SPAN:
+        if refill <= 0 or now - self._stepped < STEP or now - levels[0][0] < FIRST_SLOPE:
             return
         dt, self._stepped = now - self._stepped, now
         slope = (news.remaining - levels[0][1]) / (now - levels[0][0])
         fleet = max(refill - slope, 1e-9)
-        full = news.remaining / self._capacity if self._capacity else 0.5
+        # The level a little ahead (the slope lags by half its span): act before it is empty.
+        ahead = news.remaining + slope * HORIZON
+        full = min(1.0, max(0.0, ahead / self._capacity)) if self._capacity else 0.5
         target = refill * (1.0 + LEVEL_GAIN * (full - 0.5))
-        own = self._paced if self._paced < INF else (self.seen(now, now - RECENT) or fleet)
-        scale = min(1.0, dt / (4 * STEP))
+        # From what this client sends, not a ceiling it does not use: a ceiling far above its
+        # pace would let it jump when it has more to send.
+        sent = self.seen(now, now - RECENT)
+        own = self._paced if sent is None else min(self._paced, HEADROOM * sent)
+        if own == INF:
+            return  # no pace of its own yet to start from
+        scale = min(1.0, dt / STEP)
+        # Up by the same amount as every other client, down by the same fraction: unequal
+        # shares meet (additive increase, multiplicative decrease).
         if target >= fleet:
             paced = own + ADD_SHARE * scale * (target - fleet)
         else:

@@ -125,6 +125,7 @@ class Member:
     most_waited: float = 0.0  # the longest a call waited for the limiter, in virtual seconds
     ceilings: list[Optional[float]] = field(default_factory=list)
     failed_at: list[float] = field(default_factory=list)
+    throttled_at: list[float] = field(default_factory=list)
     limiter: Optional[Limiter] = None
 
     def rate(self, start: float, end: float) -> float:
@@ -242,6 +243,7 @@ def simulate_fleet(
                         limiter.report(ticket, 200, None)
                 return True
             member.throttled += 1
+            member.throttled_at.append(time.now)
             delay = float(max(1, math.ceil(free_in))) if whole_seconds else free_in
             if limiter is not None:
                 limiter.report(ticket, 429, delay)
