@@ -94,9 +94,9 @@ class Limiter:
                     # Held for an answer: it wakes the waiter, which need not poll.
                     wakeable = hold is not None and (hold == INF or waiter.held)
                     if wakeable:
-                        pacer.waiters.add(waiter)
+                        pacer.waiters[waiter] = None
                     else:
-                        pacer.waiters.discard(waiter)
+                        pacer.waiters.pop(waiter, None)
                 self._tell(news)
                 if hold is None:
                     return waiter.slot
@@ -105,7 +105,7 @@ class Limiter:
                 nap(hold, hold, waiter if wakeable else None)
         except BaseException:
             with self._lock:
-                pacer.waiters.discard(waiter)
+                pacer.waiters.pop(waiter, None)
                 if pacer.gave_up(self._clock(), waiter):
                     self._wake()
             raise

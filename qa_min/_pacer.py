@@ -44,12 +44,15 @@ class Priority(enum.IntEnum):
 
 class Pace:
     """The ceiling the policy has in force: ``rate`` attempts/s (inf: none), and until when a
-    fresh guess of it is unsettled (then throttled calls go no faster than ``spacing``)."""
+    fresh guess of it is unsettled (then throttled calls go no faster than ``spacing``);
+    ``follow``: the ceiling moves often (announced limits), and the slots promised follow it."""
 
-    __slots__ = ("rate", "settles", "spacing")
+    __slots__ = ("follow", "rate", "settles", "spacing")
 
-    def __init__(self, rate: float, settles: float = -INF, spacing: float = 0.0) -> None:
-        self.rate, self.settles, self.spacing = rate, settles, spacing
+    def __init__(
+        self, rate: float, settles: float = -INF, spacing: float = 0.0, follow: bool = False
+    ) -> None:
+        self.rate, self.settles, self.spacing, self.follow = rate, settles, spacing, follow
 
 
 class Waiter:
@@ -78,7 +81,8 @@ class Pacer:
 
     def __init__(self, burst: Optional[int], capped: bool) -> None:
         self._burst, self._capped = burst, capped
-        self.tat = -INF  # the schedule's theoretical arrival time
+        self.tat = -INF  # the schedule's theoretical arrival time...
+        self._rate = INF  # ...at this ceiling
         self.front = self.paused_until = -INF  # the throttled calls' next slot; a pause
         self.epoch = self.inflight = 0  # pauses and cuts; attempts waiting or out
         self.out = self._solo = 0  # attempts sent and not answered; last chances waiting
@@ -86,7 +90,7 @@ class Pacer:
         self.token = 0.0  # the longest short server delay asked for: about a request's worth
         self._jumped = 0  # throttled calls that took a slot ahead of the schedule...
         self._jumps: list[tuple[int, float]] = []  # ...and, for the latest, (number, slot)
-        self.waiters: set[Waiter] = set()  # those waiting to be woken by an answer
+        self.waiters: dict[Waiter, None] = {}  # those waiting to be woken by an answer, in order
 
     def spacing(self, rate: float) -> tuple[float, float]:
         """The interval between slots at ``rate``, and the burst tolerance."""
@@ -187,7 +191,7 @@ class Pacer:
         # SPEC.md 7a: a server's delay holds every attempt of the client, from the first 429.
         earliest = max(now if delay is None else now + delay, self.paused_until)
         rate = pace.rate
-        if rate == INF and pace.settles == -INF and pace.spacing and priority:
+        if rate == INF and pace.settles == -INF and pace.spacing and priority and self.inflight > 1:
             # No ceiling yet, just throttled with exact delays: a delay is about the time to
             # free one request, so throttled calls go that far apart, not all at once.
             slot = max(earliest, self.front)
@@ -196,6 +200,13 @@ class Pacer:
         if rate == INF:
             return earliest, True
         interval, tolerance = self.spacing(rate)
+        start = max(now, self.paused_until + tolerance + interval)
+        if pace.follow and rate != self._rate and self.tat > start and self._rate < INF:
+            # A new ceiling: the slots promised after now (and any pause) are stretched or
+            # shrunk to it, so that a client whose ceiling rose is not held back by slots spaced
+            # for the old one.
+            self.tat = start + (self.tat - start) * self._rate / rate
+        self._rate = rate
         if not self._capped and self.inflight <= 1:
             # Alone, a caller is not paced by a learned ceiling; it still uses up schedule,
             # but never more than a burst's worth ahead of itself.

@@ -55,17 +55,20 @@ GROW_SHORT, GROW_LONG = 2.0, 1.1  # a guess grows a second: fast, or slower wher
 GUESS_SPAN = 8.0  # a guess grows to this multiple of itself at most (nor past the pace first throttled)
 REGROW, REGROW_MIN = 0.005, 1.0  # regrowth each second: this share, or at least 1 call/s
 PLATEAU = 6.0  # s after a cut when regrowth turns from linear to cubic
-CUBE = 0.25  # calls/s per s**3 beyond the plateau: the same for every client (so they grow equal)
+CUBE = 0.05  # calls/s per s**3 beyond the plateau: the same for every client (so they grow equal)
 QUIET = 60.0  # s without a throttle after which an adaptive ceiling is lifted
 SAMPLE, SAMPLES = 0.05, 40  # the success count is sampled every 50 ms, for two seconds
 # Announced limits.
 STEP = 0.1  # s between two control steps
+MAX_SCALE = 2.0  # a step after a long silence counts for this many steps at most
 SLOPE_SPAN = 0.3  # s of levels the slope is measured over
 FIRST_SLOPE = 0.05  # s of levels enough for a first slope
 HORIZON = 0.3  # s: the level is judged this far ahead, on its slope
 LEVEL_GAIN = 0.5  # the fleet's target: R * (1 + LEVEL_GAIN * (level / capacity - 1/2))
 HEADROOM = 1.25  # an announced ceiling stays within this multiple of the client's own pace
-ADD_SHARE, CUT_SHARE = 0.0625, 0.5  # of the gap to the target closed at each step
+START_SHARE = 0.125  # of the refill rate: the most a client's first announced pace may be
+SLOW_START = 1.25  # a first announced pace grows this much a step, until its first step down
+ADD_SHARE, CUT_SHARE = 0.09, 0.5  # of the gap to the target closed at each step
 BETA = 0.9  # a 429 while paced by announcements keeps this share of the ceiling
 STALE = 5.0  # s: an announcement older than this paces no more
 
@@ -97,7 +100,8 @@ class Policy:
         self._levels: list[tuple[float, float]] = []  # (time, remaining) over SLOPE_SPAN
         self._capacity = 0.0  # the fullest the bucket was seen
         self._stepped = -INF
-        self._refill = 0.0  # the bucket's refill rate, told or estimated
+        self.refill = 0.0  # the bucket's refill rate, told or estimated
+        self._slow_start = True  # a first announced pace grows fast until a step down
 
     def rate(self, now: float) -> float:
         """The ceiling in force: attempts per second, inf for none."""
@@ -109,7 +113,9 @@ class Policy:
         elapsed = max(0.0, now - self._grow_from)
         if self._guess:  # a halving may have gone too far: grow fast until throttled again,
             # though never past the pace that was throttled first
-            grown = min(base * self._guess ** min(elapsed, 64.0), max(base, min(self._first, GUESS_SPAN * base)))
+            grown = min(
+                base * self._guess ** min(elapsed, 64.0), max(base, min(self._first, GUESS_SPAN * base))
+            )
         else:
             beyond = max(0.0, elapsed - PLATEAU)
             grown = base + max(REGROW_MIN, base * REGROW) * elapsed + CUBE * beyond**3
@@ -117,7 +123,7 @@ class Policy:
 
     def pace(self, now: float) -> Pace:
         settles = self._last_cut + WINDOW if self._guess else -INF
-        return Pace(self.rate(now), settles, self._longest)
+        return Pace(self.rate(now), settles, self._longest, now - self._heard < STALE)
 
     def engage(self, now: float) -> None:
         self.engaged = True
@@ -297,19 +303,21 @@ class Policy:
         first = now - self._heard >= STALE
         self.announced, self._heard = news, now
         if news.refill > 0:  # an estimate from a reset is noisy: smoothed
-            self._refill = (
-                news.refill if first or not self._refill else 0.8 * self._refill + 0.2 * news.refill
-            )
+            self.refill = news.refill if first or not self.refill else 0.8 * self.refill + 0.2 * news.refill
         levels = self._levels
         levels.append((now, news.remaining))
         while len(levels) > 2 and now - levels[1][0] >= SLOPE_SPAN:
             del levels[0]
         self._capacity = max(self._capacity, news.remaining)
         if first:
-            self._paced, self._stepped = INF, now
+            # A first pace: low, as for a newcomer to a bucket others share; the equal steps
+            # up then bring it to its share (a lone client's within a second or so).
+            self._paced = START_SHARE * self.refill if self.refill > 0 else INF
+            self._slow_start = True
+            self._stepped = now
             return
         # A fixed window without a policy: what is left, spread over what is left of it.
-        refill = self._refill or (news.remaining / news.reset if news.reset > 0 else 0.0)
+        refill = self.refill or (news.remaining / news.reset if news.reset > 0 else 0.0)
         if refill <= 0 or now - self._stepped < STEP or now - levels[0][0] < FIRST_SLOPE:
             return
         dt, self._stepped = now - self._stepped, now
@@ -324,12 +332,15 @@ class Policy:
         sent = self.seen(now, now - RECENT)
         own = self._paced if sent is None else min(self._paced, HEADROOM * sent)
         if own == INF:
-            return  # no pace of its own yet to start from
-        scale = min(1.0, dt / STEP)
+            own = START_SHARE * refill
+        scale = min(MAX_SCALE, dt / STEP)  # a slow client steps less often, by as much a second
         # Up by the same amount as every other client, down by the same fraction: unequal
         # shares meet (additive increase, multiplicative decrease).
-        if target >= fleet:
+        if target >= fleet and self._slow_start:  # until the first step down: grow fast
+            paced = own * SLOW_START**scale
+        elif target >= fleet:
             paced = own + ADD_SHARE * scale * (target - fleet)
         else:
-            paced = own * (1.0 - CUT_SHARE * scale * (1.0 - target / fleet))
+            self._slow_start = False
+            paced = own * (1.0 - CUT_SHARE * (1.0 - target / fleet)) ** scale
         self._paced = max(paced, MIN_RATE)
