@@ -206,7 +206,8 @@ def test_the_parser_never_raises(fields: list[tuple[str, str]], wall: float) -> 
     found = parse(fields, wall)
     if found is not None:
         for value in (found.limit, found.remaining, found.reset, found.refill):
-            assert math.isfinite(value) and value >= 0
+            assert math.isfinite(value)
+            assert value >= 0
         assert found.limit >= found.remaining
 
 
@@ -251,7 +252,8 @@ def test_client_shows_the_announced_limit_and_paces_by_it() -> None:
     # client paces before any 429 (it starts low and grows), and shows what it was told.
     with FakeService(rate_limit=(100, 10), announce="openai") as svc:
         with qa.Client(base_url=svc.url, trust_env=False, max_workers=8) as client:
-            assert client.rate_limit is not None and client.rate_limit.announced is None
+            assert client.rate_limit is not None
+            assert client.rate_limit.announced is None
             started = time.monotonic()
             calls = [client.submit(client.ask, f"text {i}", Review) for i in range(40)]
             for call in calls:
@@ -263,7 +265,8 @@ def test_client_shows_the_announced_limit_and_paces_by_it() -> None:
             assert state.announced["limit"] == 10.0
             assert 0 <= float(state.announced["remaining"]) <= 10  # type: ignore[arg-type]
             assert state.per_second is not None  # paced by the announcement
-            assert "announced" in repr(state) and "(openai)" in repr(state)
+            assert "announced" in repr(state)
+            assert "(openai)" in repr(state)
             assert time.monotonic() - started < 30
         assert svc.rate_limited_count <= 4  # paced before 429s: at most the first burst's
 
