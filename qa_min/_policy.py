@@ -54,6 +54,7 @@ MIN_RATE = 0.5  # calls/s: the lowest adaptive ceiling
 GROW_SHORT, GROW_LONG = 2.0, 1.1  # a guess grows a second: fast, or slower where throttles cost 1 s
 GUESS_SPAN = 8.0  # a guess grows to this multiple of itself at most (nor past the pace first throttled)
 REGROW, REGROW_MIN = 0.005, 1.0  # regrowth each second: this share, or at least 1 call/s
+REGROW_SHORT = 5.0  # calls/s each second at least, where a throttle costs a short pause only
 PLATEAU = 6.0  # s after a cut when regrowth turns from linear to cubic
 CUBE = 0.05  # calls/s per s**3 beyond the plateau: the same for every client (so they grow equal)
 QUIET = 60.0  # s without a throttle after which an adaptive ceiling is lifted
@@ -86,6 +87,7 @@ class Policy:
         self._grow_from = self._last_cut = self._since = self._last_throttle = -INF
         self._known = 0.0  # the last ceiling measured, not guessed
         self._first = INF  # the pace of the successes before the first throttle
+        self._short = False  # the latest throttle asked for a short pause
         self._longest = 0.0  # the longest short pause asked for since engaging
         self._ok = self._ok_since = 0  # successes counted while engaged
         self._samples: list[tuple[float, int]] = []  # (time, successes), one per SAMPLE
@@ -118,7 +120,8 @@ class Policy:
             )
         else:
             beyond = max(0.0, elapsed - PLATEAU)
-            grown = base + max(REGROW_MIN, base * REGROW) * elapsed + CUBE * beyond**3
+            least = REGROW_SHORT if self._short else REGROW_MIN
+            grown = base + max(least, base * REGROW) * elapsed + CUBE * beyond**3
         return grown if grown < self.cap else self.cap
 
     def pace(self, now: float) -> Pace:
@@ -183,6 +186,7 @@ class Policy:
             self.engaged = True
             return None
         self._last_throttle = now
+        self._short = pause is not None and pause < LONG_PAUSE
         if now - self._heard < STALE:
             self.engaged = True
             current = self.rate(now)

@@ -49,7 +49,7 @@ import pytest
 import qa_min as qa
 from qa_min._limiter import Limiter
 from qa_min._pacer import ALONE, Priority, Waiter
-from qa_min._policy import CUBE, PLATEAU
+from qa_min._policy import CUBE, PLATEAU, REGROW_MIN, REGROW_SHORT
 
 # -- RateLimit, the value ------------------------------------------------------------------
 
@@ -443,22 +443,30 @@ def test_long_pauses_estimate_the_rate_from_two_stretches() -> None:
 
 
 def test_measured_ceiling_regrows_slowly_then_cubically() -> None:
-    lim, clock = limiter(1000)
+    lim, clock = limiter(2000)
     clock.now += 0.5
-    measured(clock, lim, 100, 1.0)
-    lim.report(clock.now - 0.002, 429, 0.005)  # 700/s, then 0.5% a second for PLATEAU seconds
+    measured(clock, lim, 200, 1.0)
+    lim.report(clock.now - 0.002, 429, 0.005)  # 1400/s, then 0.5% a second for PLATEAU seconds
     clock.now += 0.005 + PLATEAU
-    assert ceiling(lim) == pytest.approx(700 * (1 + 0.005 * PLATEAU))
+    assert ceiling(lim) == pytest.approx(1400 * (1 + 0.005 * PLATEAU))
     clock.now += 4.0  # then a cube of the time beyond, the same in calls/s for every client
-    assert ceiling(lim) == pytest.approx(700 * (1 + 0.005 * (PLATEAU + 4)) + CUBE * 4**3)
-    clock.now += 16.0  # peers gone: their share is back within tens of seconds
-    assert ceiling(lim) == pytest.approx(1000)
+    assert ceiling(lim) == pytest.approx(1400 * (1 + 0.005 * (PLATEAU + 4)) + CUBE * 4**3)
+    clock.now += 20.0  # peers gone: their share is back within tens of seconds
+    assert ceiling(lim) == pytest.approx(2000)
+
+
+@pytest.mark.parametrize(("pause", "least"), [(0.005, REGROW_SHORT), (1.0, REGROW_MIN)])
+def test_a_low_ceiling_regrows_by_whole_calls_a_second(pause: float, least: float) -> None:
+    # The same number of calls/s for every client (fleets' shares meet); faster where a
+    # throttle costs only a short pause (exact delays), slower where it costs a second.
     lim, clock = limiter(10)
     clock.now += 0.5
     measured(clock, lim, 5, 1.0)
-    lim.report(clock.now - 0.002, 429, 0.005)  # 7/s, then at least 1 call/s each second
-    clock.now += 0.005 + 2.0
-    assert ceiling(lim) == pytest.approx(9.0)
+    lim.report(clock.now - 0.002, 429, pause)
+    low = ceiling(lim)
+    assert low is not None
+    clock.now += pause + 1.0
+    assert ceiling(lim) == pytest.approx(min(10.0, low + least))
 
 
 def test_explicit_ceiling_is_regained_and_told() -> None:
