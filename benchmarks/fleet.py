@@ -28,7 +28,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 ROOT = Path(__file__).resolve().parent.parent
 RATE, BURST, IN_FLIGHT = 200.0, 50, 8
@@ -150,14 +150,14 @@ def run_row(row: Row) -> Outcome:
     return _outcome(row, reports, counts)
 
 
-def _outcome(row: Row, reports: list[dict[str, object]], counts: dict[str, int]) -> Outcome:
-    times = [sorted(r["answered"]) for r in reports]  # type: ignore[type-var]
-    starts = [float(r["started"]) for r in reports]  # type: ignore[arg-type]
+def _outcome(row: Row, reports: list[dict[str, Any]], counts: dict[str, int]) -> Outcome:
+    times: list[list[float]] = [sorted(r["answered"]) for r in reports]
+    starts = [float(r["started"]) for r in reports]
     ends = [t[-1] if t else s for t, s in zip(times, starts)]
     seconds = max(ends) - min(starts)
     errors: dict[str, int] = {}
     for r in reports:
-        for name, n in r["errors"].items():  # type: ignore[attr-defined]
+        for name, n in r["errors"].items():
             errors[name] = errors.get(name, 0) + n
     fairness = None
     window = (max(starts), min(ends))
