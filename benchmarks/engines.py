@@ -1,4 +1,4 @@
-"""``python -m benchmarks.engines``: qa_min inside process pools, Dask, Ray and Spark.
+"""``python -m benchmarks engines``: qa_min inside process pools, Dask, Ray and Spark.
 
 Run it with an interpreter that has the engines (``pip install -e ".[engines]"``); a missing
 engine is left out and named. Two measurements, each against ``FakeService`` in a process of
@@ -33,13 +33,13 @@ from collections import Counter
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Callable, Optional
 
 import qa_min as qa
 from qa_min.testing import expected_answer
 
-ROOT = Path(__file__).resolve().parent.parent
+from .common import ROOT
+
 WORKERS = 2
 PARTITIONS = 8
 STATES = [
@@ -136,7 +136,7 @@ class Service:
 
 
 def _pythonpath() -> str:
-    return os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+    return os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH", "")) if p)
 
 
 @contextmanager
@@ -350,7 +350,7 @@ def paced_table(results: list[Paced]) -> list[str]:
 
 
 def parse_args(argv: Optional[list[str]]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.engines", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks engines", description=__doc__.split("\n")[0])
     parser.add_argument("--serve", type=float, help=argparse.SUPPRESS)
     parser.add_argument("--rounds", type=int, default=3, help="rounds of the calls/s measurement (3)")
     parser.add_argument("--engines", nargs="*", choices=ENGINES, default=list(ENGINES))
@@ -368,7 +368,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     args = parse_args(argv)
     if args.serve is not None:
         return serve(args.serve or None)
-    sys.path.insert(0, str(ROOT))
+    sys.path.insert(0, ROOT)
     started, load = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), _load()
     results, skipped = [], []
     service = Service(None)
@@ -388,7 +388,7 @@ def main(argv: Optional[list[str]] = None) -> int:
             paced.append(paced_job(mode, args.paced_calls))
             print(paced_table(paced[-1:])[-1], file=sys.stderr, flush=True)
     print(
-        f"Measured {started} with `python -m benchmarks.engines --rounds {args.rounds}`; Python "
+        f"Measured {started} with `python -m benchmarks engines --rounds {args.rounds}`; Python "
         f"{platform.python_version()}, {os.cpu_count()} cores; load averages at the start {load}, "
         f"at the end {_load()}. Skipped: {', '.join(skipped) or 'none'}."
     )

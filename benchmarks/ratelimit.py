@@ -1,4 +1,4 @@
-"""``python -m benchmarks.ratelimit``: qa_min against a rate-limited service, with and without its limiter.
+"""``python -m benchmarks ratelimit``: qa_min against a rate-limited service, with and without its limiter.
 
 The service is ``qa_min.testing.FakeService(rate_limit=(200, 50), ...)`` in a process of its
 own (so that the client's threads and the server's do not share a GIL), answering 429 with
@@ -10,8 +10,8 @@ of calls in flight (8 and 32, through ``client.submit``), it runs a job of N cal
 * the default ``RateLimit()``: no ceiling, adaptive after the first 429.
 
 and reports the share of the allowed rate achieved (successful calls per second over 200), the
-share of requests the service answered 429, and the calls that failed. Self-contained: it
-shares nothing with the other benchmark modules.
+share of requests the service answered 429, and the calls that failed. Self-contained: of the
+other benchmark modules it uses only ``benchmarks.common``.
 """
 
 from __future__ import annotations
@@ -25,10 +25,10 @@ import sys
 import time
 from collections import Counter
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Optional
 
-ROOT = Path(__file__).resolve().parent.parent
+from .common import ROOT
+
 RATE, BURST = 200.0, 50
 STYLES = {"Retry-After: 1": "seconds", "retry-after-ms": "ms"}
 
@@ -58,7 +58,7 @@ class Outcome:
 
 def serve(style: str) -> int:
     """The service process: print the URL, serve until stdin closes, print the counts."""
-    sys.path.insert(0, str(ROOT))
+    sys.path.insert(0, ROOT)
     from qa_min.testing import FakeService
 
     with FakeService(rate_limit=(RATE, BURST), retry_after=style) as svc:
@@ -152,7 +152,7 @@ def verdicts(outcomes: list[Outcome]) -> list[str]:
 
 def parse_args(argv: Optional[list[str]]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="python -m benchmarks.ratelimit", description=(__doc__ or "").split("\n")[0]
+        prog="python -m benchmarks ratelimit", description=(__doc__ or "").split("\n")[0]
     )
     parser.add_argument("--serve", metavar="STYLE", help=argparse.SUPPRESS)
     parser.add_argument("--calls", type=int, default=4000, help="calls per job (4,000)")
@@ -180,7 +180,7 @@ def main(argv: Optional[list[str]] = None) -> int:
                     outcomes.append(outcome)
                     print(table([outcome])[-1], file=sys.stderr, flush=True)
     end = os.getloadavg() if hasattr(os, "getloadavg") else None
-    print(f"Measured {started} with python -m benchmarks.ratelimit; Python {platform.python_version()}, ")
+    print(f"Measured {started} with python -m benchmarks ratelimit; Python {platform.python_version()}, ")
     print(f"{os.cpu_count()} cores; load averages at the start {_load(load)}, at the end {_load(end)}.")
     print(f"Service: FakeService(rate_limit=({RATE:g}, {BURST})) in its own process.")
     print("\n".join(table(outcomes)))

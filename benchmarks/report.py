@@ -10,6 +10,8 @@ from __future__ import annotations
 import statistics
 from typing import TYPE_CHECKING
 
+from .cold import PROFILE_RUNS
+
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
     from pathlib import Path
@@ -306,8 +308,6 @@ def render_cold(outcome: Outcome, machine: Mapping[str, str], command: str, note
         *rows,
     ]
     if outcome.profile:
-        from .cold import PROFILE_RUNS
-
         heading = "What the qa_min process imports beyond raw's"
         heading += f" (`-X importtime`, medians of {PROFILE_RUNS} runs, µs):"
         text += ["", heading, ""]
@@ -339,19 +339,3 @@ def _quartiles(values: Sequence[float]) -> str:
 
 def _count(number: int, one: str, many: str = "") -> str:
     return f"{number:,} {one if number == 1 else many or one + 's'}"
-
-
-def progress_line(values: Mapping[str, Mapping[str, float]]) -> str:
-    """One round's raw numbers, for stderr."""
-    parts = []
-    for name, metrics in values.items():
-        servers = [key.partition("@")[2] for key in metrics if key.startswith("cpu_us@")]
-        per_server = "  ".join(
-            f"{server}: cpu {metrics['cpu_us@' + server]:7.1f} µs {metrics['calls_per_s@' + server]:7,.0f}/s"
-            for server in servers
-        )
-        parts.append(
-            f"  {name:<8} {per_server}  import {metrics['importtime_ms']:6.2f} ms"
-            f" ({metrics['import_wall_ms']:6.1f} wall)  rss {metrics['rss_mib']:5.1f} MiB"
-        )
-    return "\n".join(parts)
