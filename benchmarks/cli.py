@@ -225,6 +225,18 @@ def _emit(text: str, output: str, section: str) -> None:
         print(f"written to {output} (section {section!r})", file=sys.stderr)
 
 
+def _servers(args: argparse.Namespace, python: str) -> Optional[tuple[list[servers.Starter], str]]:
+    """The servers ``--server`` asks for and a note for the report; None, said, without nginx."""
+    try:
+        starters, note = servers.choose(args.server, python, args.nginx)
+    except NginxNotFound as exc:
+        print(f"benchmarks: {exc}", file=sys.stderr)
+        return None
+    if note:
+        print(f"benchmarks: {note}", file=sys.stderr)
+    return starters, note
+
+
 def steady_main(argv: list[str]) -> int:
     args = parse_args(argv)
     settings = run.Settings(
@@ -238,13 +250,10 @@ def steady_main(argv: list[str]) -> int:
         wrong_answer=args.wrong_answer,
         thread_repeats=args.thread_repeats,
     )
-    try:
-        starters, note = servers.choose(args.server, settings.python, args.nginx)
-    except NginxNotFound as exc:
-        print(f"benchmarks: {exc}", file=sys.stderr)
+    chosen = _servers(args, settings.python)
+    if chosen is None:
         return 2
-    if note:
-        print(f"benchmarks: {note}", file=sys.stderr)
+    starters, note = chosen
     if args.profile:
         return profile(settings, args.profile, starters[0])
     command = shlex.join(["python", "-m", "benchmarks", *argv])
@@ -269,13 +278,10 @@ def steady_main(argv: list[str]) -> int:
 
 def cold_main(argv: list[str]) -> int:
     args = parse_cold_args(argv)
-    try:
-        starters, note = servers.choose(args.server, sys.executable, args.nginx)
-    except NginxNotFound as exc:
-        print(f"benchmarks: {exc}", file=sys.stderr)
+    chosen = _servers(args, sys.executable)
+    if chosen is None:
         return 2
-    if note:
-        print(f"benchmarks: {note}", file=sys.stderr)
+    starters, note = chosen
     command = shlex.join(["python", "-m", "benchmarks", "cold", *argv])
     started = run.machine()
     starter = starters[0]

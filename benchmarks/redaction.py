@@ -79,10 +79,10 @@ def main(argv: Optional[list[str]] = None) -> int:
         check = statistics.median(_seconds(lambda: _too_deep(data)) for _ in range(rounds))  # noqa: B023
         try:
             parse = statistics.median(_seconds(lambda: json.loads(data)) for _ in range(rounds))  # noqa: B023
-            ratio = f"{check / parse:6.2f}x"
+            versus = f"{check / parse:6.2f}x"
         except (ValueError, RecursionError):
-            ratio = "(json refuses)"
-        print(f"  {name:20} {check * 1000:8.1f} ms  {ratio}")
+            versus = "(json refuses)"
+        print(f"  {name:20} {check * 1000:8.1f} ms  {versus}")
     return 0
 
 

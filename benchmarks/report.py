@@ -11,6 +11,7 @@ import statistics
 from typing import TYPE_CHECKING
 
 from .cold import PROFILE_RUNS
+from .run import BY_NAME
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -50,7 +51,6 @@ TARGETS = (
     ("qa_core", "rss_mib", 1.5, "max", "core() peak RSS ≤ raw + 1.5 MiB"),
     ("qa_ask", "rss_mib", 1.5, "max", "ask() peak RSS ≤ raw + 1.5 MiB"),
 )
-LABELS = {"raw": "raw http.client + json", "qa_core": "qa_min core()", "qa_ask": "qa_min ask()"}
 COLD_WALL_LIMIT = 1.05
 COLD_RSS_LIMIT = 1.0
 SERVER_TEXT = {
@@ -256,7 +256,8 @@ def render_cold(outcome: Outcome, machine: Mapping[str, str], command: str, note
     lines = ["| " + " | ".join(heads) + " |", "|---" + "|--:" * (len(heads) - 1) + "|"]
     rows = []
     for name in results.names:
-        cells = [LABELS[name]]
+        label = BY_NAME[name].label
+        cells = [label]
         for scheme in results.schemes:
             ratios = results.wall_ratios(scheme, name)
             differences = results.rss_differences(scheme, name)
@@ -270,11 +271,9 @@ def render_cold(outcome: Outcome, machine: Mapping[str, str], command: str, note
                 f"{difference:+.2f}",
             ]
             if name != "raw":
-                wall_row = (
-                    f"| {LABELS[name]} over {scheme}:// wall ≤ {COLD_WALL_LIMIT:.2f}x raw | {ratio:.3f}x"
-                )
+                wall_row = f"| {label} over {scheme}:// wall ≤ {COLD_WALL_LIMIT:.2f}x raw | {ratio:.3f}x"
                 rows.append(f"{wall_row} | {_met(ratio, COLD_WALL_LIMIT, 'max')} |")
-                rss_row = f"| {LABELS[name]} over {scheme}:// peak RSS ≤ raw + {COLD_RSS_LIMIT:.1f} MiB"
+                rss_row = f"| {label} over {scheme}:// peak RSS ≤ raw + {COLD_RSS_LIMIT:.1f} MiB"
                 rows.append(f"{rss_row} | {difference:+.2f} | {_met(difference, COLD_RSS_LIMIT, 'max')} |")
         lines.append("| " + " | ".join(cells) + " |")
     text = [
