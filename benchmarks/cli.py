@@ -315,4 +315,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     arguments = list(sys.argv[1:] if argv is None else argv)
     if arguments[:1] and arguments[0] in MODES:
         return mode_main(arguments[0])(arguments[1:])
+    if arguments[:1] and not arguments[0].startswith("-"):  # the default mode takes options only
+        print(
+            f"python -m benchmarks: unknown mode {arguments[0]!r}; modes: {', '.join(MODES)}", file=sys.stderr
+        )
+        return 2
     return mode_main(DEFAULT_MODE)(arguments)

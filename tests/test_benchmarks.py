@@ -81,6 +81,12 @@ def test_help_lists_every_mode_with_one_line() -> None:
     assert "--rounds" in proc.stdout  # the default mode's options follow
 
 
+def test_an_unknown_mode_is_named_with_the_modes() -> None:
+    proc = _benchmarks("colt")
+    assert proc.returncode == 2
+    assert f"unknown mode 'colt'; modes: {', '.join(cli.MODES)}" in proc.stderr
+
+
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize(
     "mode", [pytest.param(name, marks=marks, id=name) for name, (_, _, marks) in SMOKE.items()]
