@@ -87,6 +87,16 @@ def test_a_marker_names_what_its_block_uses() -> None:
             assert f"qa.{block.needs}" in block.code or f"qa_min.{block.needs}" in block.code, block
 
 
+def test_each_python_block_can_be_pasted_into_the_interactive_interpreter() -> None:
+    # There, a blank line ends a compound statement: an indented line after one is an error.
+    for block in PYTHON_BLOCKS:
+        lines = block.code.splitlines()
+        for n, (line, following) in enumerate(zip(lines, lines[1:]), start=block.line + 1):
+            assert line.strip() or not following[:1].isspace(), (
+                f"README.md line {n}: blank line inside a block"
+            )
+
+
 def _run(code: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SERVICE_")}
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
