@@ -6,7 +6,7 @@ module with ``main(argv: list[str]) -> int`` that imports of this folder at most
 (and ``fake``, to measure against the fake service in a process of its own), then add one line
 to ``cli.MODES`` (alphabetical) and one quick run to ``SMOKE`` in ``tests/test_benchmarks.py``.
 
-Imports go one way, down this list (``tests/test_benchmarks.py`` fails on a cycle); each module
+Imports go one way, down this list (``tests/test_architecture.py`` fails on a cycle); each module
 imports only modules listed before it:
 
 1. ``common``: the request every client sends, the replies every server gives, ``ROOT`` and the

@@ -1,15 +1,15 @@
-"""``benchmarks/``: one quick run of every mode, the few checks its figures rest on, its imports.
+"""``benchmarks/``: one quick run of every mode and the few checks its figures rest on.
 
 Each mode in ``benchmarks.cli.MODES`` has one entry in ``SMOKE``: the arguments of a run small
 enough to take a few seconds (the own server, the standard-library clients, tiny sizes) and a
 line its output must hold. What the runs measure is the benchmark's business; these check that
 each runs to the end, checks its answers and prints its table. A new mode adds one line to
-``SMOKE`` (``test_every_mode_has_a_smoke_run`` says so).
+``SMOKE`` (``test_every_mode_has_a_smoke_run`` says so). The folder's imports (no cycle) are
+checked in ``test_architecture.py``.
 """
 
 from __future__ import annotations
 
-import ast
 import shutil
 import subprocess
 import sys
@@ -20,7 +20,6 @@ import pytest
 from benchmarks import cli, run
 from benchmarks.common import ROOT, child_env
 
-FOLDER = Path(ROOT, "benchmarks")
 STEADY_SMALL = ["--quick", "--clients", "raw,qa_core,qa_ask", "--server", "own", "--calls", "40"]
 STEADY_SMALL += ["--warmup", "5", "--thread-calls", "64", "--rss-calls", "20", "--import-runs", "1"]
 
@@ -166,51 +165,3 @@ def test_each_round_is_compared_with_raw_of_the_same_round() -> None:
     assert results.median_versus_raw("qa_core", "cpu_us@own") == pytest.approx(1.0)  # of 1.1, 0.9, 1.0
     assert results.range_versus_raw("qa_core", "cpu_us@own") == pytest.approx((0.9, 1.1))
     assert results.median_versus_raw("qa_core", "rss_mib") == pytest.approx(0.5)  # a difference
-
-
-# -- the folder's imports --------------------------------------------------------------------
-
-
-def imports() -> dict[str, set[str]]:
-    """Module -> the modules of ``benchmarks/`` it imports anywhere (type-checking imports too)."""
-    graph: dict[str, set[str]] = {}
-    for path in sorted(FOLDER.glob("*.py")):
-        found: set[str] = set()
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
-            if isinstance(node, ast.ImportFrom):
-                base = node.module or ""
-                if node.level == 1:  # from . import x / from .x import y
-                    found |= {a.name for a in node.names} if not base else {base.split(".")[0]}
-                elif base == "benchmarks":
-                    found |= {a.name for a in node.names}
-                elif base.startswith("benchmarks."):
-                    found.add(base.split(".")[1])
-            elif isinstance(node, ast.Import):
-                found |= {a.name.split(".")[1] for a in node.names if a.name.startswith("benchmarks.")}
-        graph[path.stem] = found - {path.stem}
-    return graph
-
-
-def test_benchmarks_has_no_import_cycle() -> None:
-    graph = imports()
-    done: set[str] = set()
-
-    def visit(module: str, path: list[str]) -> None:
-        if module in path:
-            cycle = [*path[path.index(module) :], module]
-            pytest.fail("import cycle in benchmarks/: " + " -> ".join(cycle))
-        if module not in done:
-            for imported in sorted(graph.get(module, ())):
-                visit(imported, [*path, module])
-            done.add(module)
-
-    for module in graph:
-        visit(module, [])
-
-
-def test_common_imports_nothing_of_the_folder_and_clients_only_common() -> None:
-    # clients.py runs in the measured process: what it imports counts for every client alike.
-    graph = imports()
-    assert graph["common"] == set()
-    assert graph["clients"] == {"common"}
-    assert graph["__init__"] == set()
