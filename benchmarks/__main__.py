@@ -1,14 +1,6 @@
-"""``python -m benchmarks``: see ``python -m benchmarks --help`` and ``python -m benchmarks cold --help``;
-``python -m benchmarks fleet`` runs fleets of processes sharing one rate limit (``benchmarks.fleet``)."""
+"""``python -m benchmarks [MODE] ...``: the modes are in ``benchmarks.cli.MODES``; see ``--help``."""
 
 from __future__ import annotations
-
-import sys
-
-if sys.argv[1:2] == ["fleet"]:
-    from .fleet import main as fleet_main
-
-    raise SystemExit(fleet_main(sys.argv[2:]))
 
 from .cli import main
 

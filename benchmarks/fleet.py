@@ -185,13 +185,15 @@ def _outcome(row: Row, reports: list[dict[str, Any]], counts: dict[str, int]) ->
     )
 
 
-def rows(quick: bool, calls: int) -> list[Row]:
+def rows(quick: bool, calls: Optional[int]) -> list[Row]:
     if quick:
+        small = calls or 600
         return [
-            Row("default", 2, "retry-after-ms", 600),
-            Row("announced", 2, "retry-after-ms", 600, announce="openai"),
-            Row("split", 2, "Retry-After: 1", 600),
+            Row("default", 2, "retry-after-ms", small),
+            Row("announced", 2, "retry-after-ms", small, announce="openai"),
+            Row("split", 2, "Retry-After: 1", small),
         ]
+    calls = calls or 8000
     table = []
     for header in STYLES:
         table += [Row("default", n, header, calls) for n in (1, 2, 4, 8)]
@@ -239,7 +241,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--limit", default="default", help=argparse.SUPPRESS)
     parser.add_argument("--stop-after", type=float, default=None, help=argparse.SUPPRESS)
     parser.add_argument(
-        "--calls", type=int, default=8000, help="calls per run, all processes together (8,000)"
+        "--calls", type=int, default=None, help="calls per run, all processes together (8,000; --quick: 600)"
     )
     parser.add_argument("--quick", action="store_true", help="three small runs, a few seconds (a smoke test)")
     parser.add_argument(
@@ -249,7 +251,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     if args.serve:
         return serve(*args.serve)
     if args.client:
-        return client(args.client, args.calls, args.limit, args.stop_after)
+        return client(args.client, args.calls or 0, args.limit, args.stop_after)
     load = os.getloadavg() if hasattr(os, "getloadavg") else None
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     outcomes = []

@@ -182,3 +182,23 @@ def test_fleet_survivors_take_a_leavers_share(whole: bool) -> None:
     assert survivors_done > 12.0
     assert result.served(11.0, survivors_done) / RATE >= 0.80
     assert not math.isnan(result.share_429)
+
+
+# -- the fleet benchmark's arithmetic (python -m benchmarks fleet), on made-up reports -----------
+
+
+def test_fleet_benchmark_figures_from_reports() -> None:
+    from benchmarks import fleet as bench
+
+    row = bench.Row("exiting", 2, "Retry-After: 1", 40, exit_after=1.0)
+    first = {"started": 0.0, "answered": [0.5 + 0.1 * i for i in range(10)], "errors": {}}
+    second = {"started": 0.0, "answered": [0.1 * i for i in range(1, 31)], "errors": {"RateLimited": 1}}
+    outcome = bench._outcome(row, [first, second], {"requests": 50, "throttled": 5})
+    assert outcome.seconds == pytest.approx(3.0)
+    assert outcome.answered == 40
+    assert outcome.lost == 1
+    assert outcome.share_429 == pytest.approx(0.1)
+    assert outcome.fairness is None  # all ran together for less than 2 s: no fairness to tell
+    # After the first one's last answer (1.4 s) plus 1 s, until the other's end (3.0 s): 6 answers.
+    assert outcome.after_exit == pytest.approx(6 / 0.6 / bench.RATE)
+    assert bench.line(outcome).startswith("| exiting | 2 | Retry-After: 1 | 40 | 3.0 | ")
