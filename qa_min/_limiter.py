@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     Notify = Callable[[str], object]
 
 SUCCEEDED = 32  # send times of the latest successes kept before engaging
-ABSORBED = 5  # 429/529s with a server delay a call may meet beyond its max_retries (fleets converging)
+ABSORBED = 5  # 429/529s with a delay, met while paced, a call may meet beyond its max_retries
 
 
 class Limiter:
@@ -162,6 +162,12 @@ class Limiter:
                 self.policy.heard(self._clock(), news)
                 self.engaged = True
         return news
+
+    def pacing(self) -> bool:
+        """Whether a ceiling learned from 429s or announced paces this client now: its 429s
+        with a delay are then the limiter's to absorb (``ABSORBED``)."""
+        with self._lock:
+            return self.policy.learned(self._clock())
 
     def snapshot(self) -> tuple[Optional[float], float, int, Optional[Announcement]]:
         """(the ceiling now or None, seconds left of the pause, 429/529s seen, the latest

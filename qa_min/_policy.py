@@ -124,6 +124,10 @@ class Policy:
             grown = base + max(least, base * REGROW) * elapsed + CUBE * beyond**3
         return grown if grown < self.cap else self.cap
 
+    def learned(self, now: float) -> bool:
+        """Whether a ceiling learned from 429s, or announced, is in force."""
+        return self.engaged and (self._base < INF or now - self._heard < STALE)
+
     def pace(self, now: float) -> Pace:
         settles = self._last_cut + WINDOW if self._guess else -INF
         return Pace(self.rate(now), settles, self._longest, now - self._heard < STALE)

@@ -95,7 +95,13 @@ class Sender:
                 # -- limiter seam (issue 22): a 429/529 with a server delay, met while the limiter
                 # paces, is absorbed: up to ABSORBED of them beyond max_retries, so that a fleet
                 # converging on a shared limit loses no call, and a 429 forever still ends it.
-                absorb = exempt and limiter is not None and policy.max_retries > 0 and absorbed < ABSORBED
+                absorb = (
+                    exempt
+                    and limiter is not None
+                    and policy.max_retries > 0
+                    and absorbed < ABSORBED
+                    and limiter.pacing()
+                )
                 if not absorb and (
                     retries >= policy.max_retries
                     or not (exempt or self._budget is None or self._budget.try_spend())

@@ -13,7 +13,7 @@ exact time until a token is free (``retry-after-ms``) or that time rounded up to
 
 Each worker follows the retry loop's rules (``Sender.send``): acquire a slot when the limiter is
 engaged, hand every response's headers to ``hear`` and report it, wait the server's delay before
-retrying a 429, at most ``max_retries`` retries plus ``ABSORBED`` 429s that carried a delay.
+retrying a 429, at most ``max_retries`` retries plus ``ABSORBED`` 429s that carried a delay while paced.
 """
 
 from __future__ import annotations
@@ -247,7 +247,7 @@ def simulate_fleet(
             delay = float(max(1, math.ceil(free_in))) if whole_seconds else free_in
             if limiter is not None:
                 limiter.report(ticket, 429, delay)
-            absorb = limiter is not None and max_retries > 0 and absorbed < ABSORBED
+            absorb = limiter is not None and max_retries > 0 and absorbed < ABSORBED and limiter.pacing()
             if not absorb and retries >= max_retries:
                 return False
             absorbed, retries = (absorbed + 1, retries) if absorb else (absorbed, retries + 1)

@@ -17,8 +17,8 @@ Spec line -> tests (SPEC.md 7a, 6; the rate-limit issue):
       test_wait_for_the_limiter_ends_at_once_on_cancel_timeout_and_close
   a throttled call retried after the server's delay spends no retry budget; max_retries holds
       test_throttled_retry_after_the_servers_delay_spends_no_budget,
-      test_throttled_call_without_a_delay_or_retries_still_obeys_max_retries
-  a 429 with a delay is absorbed, ABSORBED of them at most beyond max_retries (fleets)
+      test_throttled_call_without_a_delay_or_a_pace_or_retries_still_obeys_max_retries
+  a 429 with a delay met while paced is absorbed, ABSORBED of them at most beyond max_retries
       test_throttled_call_absorbs_a_bounded_number_of_429s_with_a_delay
   retry-after-ms: 0 asks for no client-wide pause
       test_zero_retry_after_ms_pauses_nobody_but_the_call_still_waits
@@ -288,9 +288,11 @@ def test_throttled_call_absorbs_a_bounded_number_of_429s_with_a_delay(
 ) -> None:
     # max_retries (2) plus ABSORBED 429s that carried a delay: a fleet converging loses no call,
     # and a service answering 429 forever still ends it.
-    svc.script(*[busy(("retry-after-ms", "2"))] * throttles)
     sleep = SleepRecorder()
     with make_recording_client(svc.url, sleep) as client:
+        for _ in range(8):  # successes to learn a pace from at the first 429
+            client.ask(STATE, Review)
+        svc.script(*[busy(("retry-after-ms", "2"))] * throttles)
         diag = qa.Diagnostics()
         if answered:
             client.ask(STATE, Review, diagnostics=diag)
@@ -301,12 +303,20 @@ def test_throttled_call_absorbs_a_bounded_number_of_429s_with_a_delay(
     assert sleep.seconds == [pytest.approx(0.002)] * (2 + ABSORBED)
 
 
-def test_throttled_call_without_a_delay_or_retries_still_obeys_max_retries(svc: FakeService) -> None:
-    svc.script(*[busy()] * 5)
+def test_throttled_call_without_a_delay_or_a_pace_or_retries_still_obeys_max_retries(
+    svc: FakeService,
+) -> None:
     with make_recording_client(svc.url) as client:
-        error = ask_error(client)
+        for _ in range(8):
+            client.ask(STATE, Review)
+        svc.script(busy(("retry-after-ms", "2")), *[busy()] * 5)
+        error = ask_error(client)  # one absorbed with its delay, then none without one
     assert isinstance(error, qa.RateLimited)
-    assert error.diagnostics.attempts == 3  # no delay: nothing absorbed
+    assert error.diagnostics.attempts == 4
+    for limit in (qa.RateLimit(), qa.RateLimit(1000)):
+        svc.script(*[busy(("retry-after-ms", "2"))] * 5)
+        with make_recording_client(svc.url, rate_limit=limit) as client:  # no pace learned: none absorbed
+            assert ask_error(client).diagnostics.attempts == 3
     svc.script(busy(("retry-after-ms", "2")))
     with make_recording_client(svc.url) as client:
         assert ask_error(client, retry=qa.RetryPolicy.none).diagnostics.attempts == 1
