@@ -22,6 +22,8 @@ Spec line -> tests (SPEC.md 7a, 6; the rate-limit issue):
       test_throttled_call_absorbs_a_bounded_number_of_429s_with_a_delay
   retry-after-ms: 0 asks for no client-wide pause
       test_zero_retry_after_ms_pauses_nobody_but_the_call_still_waits
+  the first 429 pauses the whole client, before any pace is learned (SPEC 7a)
+      test_the_first_429_pauses_the_whole_default_client
   INFO log lines when the ceiling drops
       test_lowered_ceiling_is_logged_at_info
 """
@@ -374,3 +376,31 @@ def test_threads_of_one_client_share_the_pause(svc: FakeService) -> None:
     # The first slot after the pause is kept for a throttled call; then one a millisecond.
     assert len(sleep.seconds) == 8
     assert all(29.0 < seconds <= 30.01 for seconds in sleep.seconds)
+
+
+def test_the_first_429_pauses_the_whole_default_client(svc: FakeService) -> None:
+    """SPEC 7a, from the first one: a default client that has learned nothing yet still holds
+    every other call until the delay the service asked for has passed (the injected sleep
+    returns at once; each call's sleep is the limiter's wait for the pause)."""
+    sleep = SleepRecorder()
+    with make_recording_client(svc.url, sleep) as client:
+        svc.script(busy(("Retry-After", "30")))
+        with pytest.raises(qa.RateLimited):
+            client.ask(STATE, Review, retry=qa.RetryPolicy.none)
+        state = client.rate_limit
+        assert state is not None
+        assert state.per_second is None  # no pace learned: nothing measured before the 429
+        assert 29.0 < state.paused_for <= 30.0
+        diags = [qa.Diagnostics() for _ in range(4)]
+        threads = [
+            threading.Thread(target=client.ask, args=(STATE, Review), kwargs={"diagnostics": d})
+            for d in diags
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(BOUND)
+    assert len(svc.requests) == 5
+    assert len(sleep.seconds) == 4
+    assert all(29.0 < seconds <= 30.0 for seconds in sleep.seconds)
+    assert all(29.0 < d.rate_limit_wait <= 30.0 for d in diags)
