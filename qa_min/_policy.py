@@ -5,31 +5,41 @@ lock, no clock of its own (``now`` is passed in), no I/O. The algorithm, written
 engages it at once): nothing is paced, and the retry loop only notes each success's send time.
 
 **Announced limits** (``_announced`` parses them) pace before any 429. Each response tells the
-bucket's level (``remaining``) and, from the policy or the reset, its refill rate R. The slope
-of the level over the last ``SLOPE_SPAN`` gives the whole fleet's rate, F = R - slope, without
-knowing how many clients share the bucket. The fleet's target is R, raised or lowered by how
-full the bucket is (``LEVEL_GAIN`` around half full). Each client moves its own ceiling toward
-that target at every control step (``STEP``): up by the same absolute amount as every other
-client (a share ``ADD_SHARE`` of the gap), down by the same fraction (``CUT_SHARE`` of it): so
-unequal clients grow equal (additive increase, multiplicative decrease). A 429 meanwhile cuts
-by ``BETA``. An announcement older than ``STALE`` no longer paces.
+bucket's level (``remaining``) and, from the policy or the reset, its refill rate R (smoothed).
+The slope of the level over the last ``SLOPE_SPAN`` gives the whole fleet's rate, F = R - slope,
+without knowing how many clients share the bucket. The fleet's target is R, raised or lowered by
+how full the bucket will be ``HORIZON`` ahead on that slope (``LEVEL_GAIN`` around half full).
+A client's first announced pace is low (``START_SHARE`` of R, as for a newcomer to a bucket
+others share) and grows by ``SLOW_START`` a step until its first step down. Then, at each
+control step (``STEP``, a late step counting for up to ``MAX_SCALE``), each client moves its
+ceiling toward the target from its own pace (at most ``HEADROOM`` times what it sends, so that an
+unused ceiling does not pile up): up by the same absolute amount as every other client
+(``ADD_SHARE`` of the gap), down by the same fraction (``CUT_SHARE`` of it), so that unequal
+shares meet (additive increase, multiplicative decrease). A 429 meanwhile cuts by ``BETA``. An
+announcement older than ``STALE`` no longer paces. With no refill told (a fixed window), the
+target is what is left over what is left of the window.
 
 **Without announcements, 429s teach** ("measured", notes/rate-limiting.md):
 
 * The first ceiling is a guess: half the pace of the latest successes (or the last measured
   ceiling, if higher). A guess is halved by a throttle within ``WINDOW`` and grows fast until
-  throttled (doubling each second after short pauses, 10% after long ones).
+  throttled (doubling each second after short pauses, 10% after long ones), though never past
+  the pace first throttled nor ``GUESS_SPAN`` times itself.
 * A **long pause** (>= ``LONG_PAUSE``) refilled the server's bucket: the rate is the slope
   between two throttled stretches (extra successes over extra time), or the last second of a
   long stretch if more; the ceiling is ``SHARE`` of it (half, if the bucket drained at once).
 * A **short pause**: ``SHARE`` of the successes per second of the last second, at most every
   ``WINDOW``, by at most 1 - ``FLOOR`` (half, of a guess). A throttle while ``JITTER`` of the
   ceiling gets through is jitter. Only attempts sent after the latest cut can cut again.
-* **Regrowth** of a measured ceiling is CUBIC-like: 0.5%/s (at least 1 call/s each second)
-  for ``PLATEAU`` seconds, then faster and faster (a cube of the time beyond), so that a client
-  whose peers stopped takes their share back in tens of seconds, while a lone client probes
-  above the service's rate only every ~``PLATEAU`` + a few seconds. An explicit ceiling is
-  regained in full; an adaptive one is lifted after ``QUIET`` s without a throttle.
+* **Regrowth** of a measured ceiling: 0.5%/s, or at least ``REGROW_MIN`` call/s each second
+  (``REGROW_SHORT`` where the latest throttle cost only a short pause, so probing is cheap), for
+  ``PLATEAU`` seconds, then faster and faster: ``CUBE`` times the cube of the time beyond, in
+  calls/s, the same for every client. A client whose peers stopped takes their share back in
+  tens of seconds, while a lone client probes above the service's rate only every ~``PLATEAU``
+  + a few seconds. An explicit ceiling is regained in full; an adaptive one is lifted after
+  ``QUIET`` s without a throttle.
+
+The pacer (``_pacer``) applies the ceiling; a 429/529's delay pauses the whole client there.
 """
 
 from __future__ import annotations
