@@ -6,11 +6,17 @@ success's send time in ``succeeded`` (an atomic append, no lock) and hands each 
 headers to ``hear``, which returns at once when no rate-limit field is there. Engaged, every
 attempt calls ``acquire`` and then ``report``.
 
-Waiting: ``acquire`` asks the pacer "when may this attempt go?" and sleeps through the retry
-loop's ``nap(seconds, held, waiter)``, which sleeps on the client's ``sleep`` (so cancel,
-timeout and close end it) and registers its wake-up with ``arm(waiter, wake)``, so that an
-answer the waiter is held for ends the wait early, instead of polling. An asyncio shell would do
-the same with ``arm(waiter, future.set_result)`` and ``await`` the future with a timeout.
+Waiting is a small shell over decisions that never block: ``begin(delay, priority)`` takes a
+slot and says how long to wait first, ``step(waiter)`` says after each wait whether to go or how
+long to wait again, ``abandon(waiter)`` gives the slot back, and ``arm(waiter, wake)`` registers
+what ends a wait early when an answer the waiter is held for comes (no polling). ``acquire`` is
+the threaded shell: it sleeps through the retry loop's ``nap(seconds, held, waiter)``, which
+sleeps on the client's ``sleep`` (so cancel, timeout and close end it) and arms its event. An
+asyncio shell runs the same loop with ``await``: sleep the first wait; then, while ``step``
+returns ``(seconds, wakeable)``, await ``asyncio.sleep(seconds)``, or, when wakeable, a future
+armed with ``arm(waiter, lambda: loop.call_soon_threadsafe(set_result_if_not_done, future))``
+under ``asyncio.wait_for(..., seconds)`` (a timeout is not an error); on cancellation call
+``abandon`` and re-raise. ``report`` and ``hear`` take the lock only briefly and never wait.
 """
 
 from __future__ import annotations
@@ -70,45 +76,66 @@ class Limiter:
 
         ``delay``: the call's own wait before a retry (None before a first attempt).
         ``nap(seconds, held, waiter)`` sleeps once (``held`` of it for the limiter; ``waiter``
-        given when an answer may end it early) and raises to stop, which gives the slot back.
+        given when an answer may end it early, see ``arm``) and raises to stop, which gives the
+        slot back. The threaded shell over ``begin``, ``step`` and ``abandon``.
         """
+        waiter, first = self.begin(delay, priority)
+        try:
+            if first is not None:
+                nap(first[0], first[1], None)
+            while True:
+                wait = self.step(waiter)
+                if wait is None:
+                    return waiter.slot
+                nap(wait[0], wait[0], waiter if wait[1] else None)
+        except BaseException:
+            self.abandon(waiter)
+            raise
+
+    def begin(
+        self, delay: Optional[float], priority: Priority
+    ) -> tuple[Waiter, Optional[tuple[float, float]]]:
+        """Take a slot: the attempt's ``Waiter``, and its first wait ``(seconds, held by the
+        limiter)`` or None for none. Then ``step`` after each wait, until it says go."""
         waiter = Waiter(priority)
-        pacer = self.pacer
         with self._lock:
             now = self._clock()
             news = self._tick(now)
-            slot = pacer.reserve(now, delay, waiter, self.policy.pace(now))
+            slot = self.pacer.reserve(now, delay, waiter, self.policy.pace(now))
         self._tell(news)
+        if delay is None and slot <= now + EPSILON:
+            return waiter, None
         own = 0.0 if delay is None else delay
-        try:
-            if delay is not None or slot > now + EPSILON:
-                # Exactly the server's number when nothing else holds the call back.
-                wait = own if slot <= now + own + EPSILON else slot - now
-                nap(wait, wait - own, None)
-            while True:
-                waiter.due = True  # a nap lasts until the slot it was for
-                with self._lock:
-                    now = self._clock()
-                    news = self._tick(now)
-                    hold = pacer.next(now, waiter, self.policy.pace(now))
-                    # Held for an answer: it wakes the waiter, which need not poll.
-                    wakeable = hold is not None and (hold == INF or waiter.held)
-                    if wakeable:
-                        pacer.waiters[waiter] = None
-                    else:
-                        pacer.waiters.pop(waiter, None)
-                self._tell(news)
-                if hold is None:
-                    return waiter.slot
-                if hold == INF:  # held for an answer: at most until a last chance out alone is given up
-                    hold = max(EPSILON, (pacer.alone_until if pacer.alone_until > now else now + ALONE) - now)
-                nap(hold, hold, waiter if wakeable else None)
-        except BaseException:
-            with self._lock:
+        # Exactly the server's number when nothing else holds the call back.
+        wait = own if slot <= now + own + EPSILON else slot - now
+        return waiter, (wait, wait - own)
+
+    def step(self, waiter: Waiter) -> Optional[tuple[float, bool]]:
+        """After a wait: None, the attempt goes now (its ticket is ``waiter.slot``); else how long
+        to wait again and whether an answer may end that wait early (then ``arm`` it)."""
+        pacer = self.pacer
+        waiter.due = True  # a wait lasts until the slot it was for
+        with self._lock:
+            now = self._clock()
+            news = self._tick(now)
+            hold = pacer.next(now, waiter, self.policy.pace(now))
+            # Held for an answer: the answer wakes the waiter, which need not poll.
+            wakeable = hold is not None and (hold == INF or waiter.held)
+            if wakeable:
+                pacer.waiters[waiter] = None
+            else:
                 pacer.waiters.pop(waiter, None)
-                if pacer.gave_up(self._clock(), waiter):
-                    self._wake()
-            raise
+            if hold == INF:  # at most until a last chance out alone is given up
+                hold = max(EPSILON, (pacer.alone_until if pacer.alone_until > now else now + ALONE) - now)
+        self._tell(news)
+        return None if hold is None else (hold, wakeable)
+
+    def abandon(self, waiter: Waiter) -> None:
+        """The attempt stopped waiting (cancelled, timed out, closed): its slot goes back."""
+        with self._lock:
+            self.pacer.waiters.pop(waiter, None)
+            if self.pacer.gave_up(self._clock(), waiter):
+                self._wake()
 
     def arm(self, waiter: Waiter, wake: Callable[[], object]) -> None:
         """``wake()`` ends ``waiter``'s current wait; at once if what it waits for came already."""

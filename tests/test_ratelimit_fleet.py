@@ -16,11 +16,14 @@ Spec line -> tests (SPEC.md 7a; the fleet issue):
       test_fleet_without_announcements_loses_no_call, test_fleet_survivors_take_a_leavers_share
   a lone client with announced limits keeps >= 95%
       test_lone_client_paced_by_announcements
+  the seam of the next issue's asyncio client: begin/step/arm/abandon, a future woken by an answer
+      test_an_asyncio_shell_waits_on_a_future_the_limiter_wakes
 """
 
 from __future__ import annotations
 
 import math
+from typing import Callable, Optional
 
 import pytest
 from ratelimit_sim import Member, Result, simulate_fleet
@@ -202,3 +205,56 @@ def test_fleet_benchmark_figures_from_reports() -> None:
     # After the first one's last answer (1.4 s) plus 1 s, until the other's end (3.0 s): 6 answers.
     assert outcome.after_exit == pytest.approx(6 / 0.6 / bench.RATE)
     assert bench.line(outcome).startswith("| exiting | 2 | Retry-After: 1 | 40 | 3.0 | ")
+
+
+# -- the seam an asyncio shell uses: begin / step / arm / abandon, no thread blocks -------------
+
+
+def test_an_asyncio_shell_waits_on_a_future_the_limiter_wakes() -> None:
+    import asyncio
+
+    from qa_min._limiter import Limiter
+
+    now = [100.0]
+    lim = Limiter(100, None, True, clock=lambda: now[0])
+
+    def waker(future: asyncio.Future[None]) -> Callable[[], object]:
+        """What ends the wait: may run on any thread (an answer reported by another one)."""
+        loop = future.get_loop()
+
+        def resolve() -> None:
+            if not future.done():
+                future.set_result(None)
+
+        return lambda: loop.call_soon_threadsafe(resolve)
+
+    async def acquire(delay: Optional[float], priority: Priority) -> float:
+        waiter, first = lim.begin(delay, priority)
+        try:
+            if first is not None:
+                now[0] += first[0]  # the injected clock stands for asyncio.sleep(first[0])
+            while (wait := lim.step(waiter)) is not None:
+                seconds, wakeable = wait
+                assert wakeable  # here: held for an answer, never a timed slot
+                woken = asyncio.get_running_loop().create_future()
+                lim.arm(waiter, waker(woken))
+                await asyncio.wait_for(woken, timeout=seconds)
+            return waiter.slot
+        except BaseException:
+            lim.abandon(waiter)
+            raise
+
+    async def scenario() -> list[float]:
+        first = await acquire(None, Priority.NEW)  # out, not answered yet
+        lim.report(first, 429, 0.005)  # paused until 100.005
+        second = await acquire(None, Priority.NEW)  # after the pause
+        last = asyncio.ensure_future(acquire(0.005, Priority.LAST))  # waits for every answer
+        await asyncio.sleep(0)
+        assert not last.done()
+        lim.report(second, 200, None)  # the answer wakes it through its future
+        return [first, second, await asyncio.wait_for(last, timeout=10)]
+
+    first, second, last = asyncio.run(scenario())
+    assert first == pytest.approx(100.0)
+    assert second == pytest.approx(100.015)  # no burst after a pause: the first slot is a retry's
+    assert last >= second
