@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     Notify = Callable[[str], object]
 
 SUCCEEDED = 32  # send times of the latest successes kept before engaging
-ABSORBED = 5  # 429/529s with a delay, met while paced, a call may meet beyond its max_retries
+ABSORBED = 5  # 429/529s with a delay a busy or paced call may meet beyond its max_retries
 
 
 class Limiter:
@@ -190,11 +190,13 @@ class Limiter:
                 self.engaged = True
         return news
 
-    def pacing(self) -> bool:
-        """Whether a ceiling learned from 429s or announced paces this client now: its 429s
-        with a delay are then the limiter's to absorb (``ABSORBED``)."""
+    def absorbs(self) -> bool:
+        """Whether this client's 429s with a delay are the limiter's to absorb (``ABSORBED``):
+        while a ceiling learned from 429s or announced paces it, or while other attempts of
+        the client wait or are out (a busy client finding its share), not for a lone call."""
         with self._lock:
-            return self.policy.learned(self._clock())
+            policy = self.policy
+            return policy.learned(self._clock()) or (policy.engaged and self.pacer.inflight > 0)
 
     def snapshot(self) -> tuple[Optional[float], float, int, Optional[Announcement]]:
         """(the ceiling now or None, seconds left of the pause, 429/529s seen, the latest

@@ -100,7 +100,7 @@ class Sender:
                     and limiter is not None
                     and policy.max_retries > 0
                     and absorbed < ABSORBED
-                    and limiter.pacing()
+                    and limiter.absorbs()
                 )
                 if not absorb and (
                     retries >= policy.max_retries

@@ -247,7 +247,7 @@ def simulate_fleet(
             delay = float(max(1, math.ceil(free_in))) if whole_seconds else free_in
             if limiter is not None:
                 limiter.report(ticket, 429, delay)
-            absorb = limiter is not None and max_retries > 0 and absorbed < ABSORBED and limiter.pacing()
+            absorb = limiter is not None and max_retries > 0 and absorbed < ABSORBED and limiter.absorbs()
             if not absorb and retries >= max_retries:
                 return False
             absorbed, retries = (absorbed + 1, retries) if absorb else (absorbed, retries + 1)

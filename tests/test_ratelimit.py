@@ -33,6 +33,8 @@ Spec line -> tests (SPEC.md 7a; the rate-limit issue):
       test_engaging_again_starts_from_the_last_ceiling_measured
   thread safety
       test_threads_sharing_a_limiter_get_distinct_evenly_spaced_slots
+  which 429s the limiter absorbs (beyond max_retries, ABSORBED at most)
+      test_the_limiter_absorbs_429s_only_for_a_busy_or_paced_client
 """
 
 from __future__ import annotations
@@ -678,3 +680,18 @@ def test_a_last_chance_that_never_answers_holds_the_others_ten_seconds_at_most()
     assert last == pytest.approx(100.005)
     other = lim.acquire(None, Priority.NEW, Naps(clock))
     assert 110.005 <= other <= 110.005 + 0.1
+
+
+def test_the_limiter_absorbs_429s_only_for_a_busy_or_paced_client() -> None:
+    lim, clock = limiter()
+    assert not lim.absorbs()  # a fresh client: its 429s count against max_retries
+    lim.report(None, 429, 0.005)  # nothing learned from one 429 without successes before
+    assert lim.engaged
+    assert not lim.absorbs()  # a lone call: still not
+    naps = Naps(clock)
+    ticket = lim.acquire(None, Priority.NEW, naps)  # another attempt of the client is out
+    assert lim.absorbs()  # a busy client finding its share
+    lim.report(ticket, 200, None)
+    assert not lim.absorbs()
+    paced = engaged_at(400, clock)  # a ceiling learned from the latest successes
+    assert paced.absorbs()
