@@ -300,7 +300,7 @@ def test_empty_hooks_are_no_hooks() -> None:
     with qa.Client(
         base_url="http://127.0.0.1:9", hooks={"before_attempt": [], "after_attempt": ()}
     ) as client:
-        assert client._sender._hooks is None
+        assert client._sender.messages.hooks is None
 
 
 def test_the_key_reaches_no_hook_and_no_diagnostics(svc: InProcessService, recorder: Recorder) -> None:
