@@ -80,11 +80,13 @@ class Sender:
                 decision = self._attempt(request, state, call, fresh)
                 if decision.action == RETURN:
                     return decision.body
+                error = decision.error
+                assert error is not None  # a RAISE or a RETRY names it
                 if decision.action != RETRY:
-                    raise decision.error  # type: ignore[misc]
+                    raise error
                 fresh = decision.fresh
                 if decision.wait is not None:
-                    self.messages.retrying(decision.wait, call, decision.error)  # type: ignore[arg-type]
+                    self.messages.retrying(decision.wait, call, error)
         except BaseException as exc:
             state.end(exc)
             raise
