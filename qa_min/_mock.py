@@ -137,9 +137,9 @@ class _Bound:
         self, request: Outgoing, call: CallState, fresh: bool = False
     ) -> tuple[int, ResponseHeaders, bytes]:
         """One attempt, answered by the mock: as ``Transport.attempt``, without a socket."""
-        recorded = RecordedRequest(
-            request.method, request.target, Headers(wire_fields(request)), request.body
-        )
+        # Values as a server reads them: without the SP/HTAB around them (RFC 9110 section 5.5).
+        fields = Headers((name, value.strip(" \t")) for name, value in wire_fields(request))
+        recorded = RecordedRequest(request.method, request.target, fields, request.body)
         try:
             status, body, headers = self.mock._serve(recorded, self.origin.path, call)
             # A cancel or close that came while the handler ran wins, as it would over a socket.
@@ -150,10 +150,10 @@ class _Bound:
             if isinstance(exc, BadBody):
                 raise error from None  # as the socket transport: the refusal's text is the message
             raise error from exc
-        fields = list(headers)  # spelled and ordered as the handler gave them
-        if not any(name.lower() == "content-length" for name, _ in fields):
-            fields.append(("Content-Length", str(len(body))))
-        return status, ResponseHeaders(fields), body
+        answer = list(headers)  # spelled and ordered as the handler gave them
+        if not any(name.lower() == "content-length" for name, _ in answer):
+            answer.append(("Content-Length", str(len(body))))
+        return status, ResponseHeaders(answer), body
 
     def close(self) -> None:
         """Nothing to release: no socket was opened."""
