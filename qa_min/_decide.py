@@ -90,7 +90,7 @@ class Decision:
 class Attempts:
     """The retry state of one call: how many retries were made, what the next attempt waits."""
 
-    __slots__ = ("call", "limited", "policy", "request", "retries", "rules", "throttled", "ticket", "wait")
+    __slots__ = ("call", "policy", "request", "resending", "retries", "rules", "throttled", "ticket", "wait")
 
     def __init__(self, rules: Rules, request: Outgoing, policy: RetryPolicy, call: CallState) -> None:
         self.rules = rules
@@ -101,7 +101,7 @@ class Attempts:
         self.wait: Optional[float] = None  # seconds before the next attempt; None: at once
         self.throttled = False  # the last attempt got a 429/529
         self.ticket: Optional[float] = None  # the limiter's, for the attempt in flight
-        self.limited = False  # the next send re-uses the ticket of a re-sent attempt
+        self.resending = False  # the next send repeats the last one, in its slot of the limiter
 
     def on_response(
         self, status: int, headers: ResponseHeaders, body: bytes, started: float, ended: float
@@ -144,7 +144,7 @@ class Attempts:
                 f"{self.rules.messages.base_url}: the reused connection failed before the response "
                 f"({type(exc.error).__name__}); sent again on a fresh one"
             )
-            self.limited = self.ticket is not None
+            self.resending = True
             self.wait = None
             return self._record(Decision(RETRY, noted, fresh=True), None, started, ended)
         self._tell(None, None, started)
@@ -203,9 +203,9 @@ class Attempts:
         """Whether the next attempt asks the limiter for a slot: (its own wait, its priority),
         or None (then it only waits ``wait``). The driver's ``acquire`` returns ``ticket``."""
         limiter = self.rules.limiter
-        if self.limited:
-            self.limited = False
-            return None  # a re-send keeps the slot (and the ticket) of the attempt it repeats
+        if self.resending:
+            self.resending = False
+            return None  # a re-send keeps the slot (and any ticket) of the attempt it repeats
         self.ticket = None
         if limiter is None or not limiter.engaged:
             return None

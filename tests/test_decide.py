@@ -351,3 +351,15 @@ def test_a_canceled_call_does_not_name_its_attempts() -> None:
     state.end(error)
     assert str(error) == "the call was cancelled"
     assert error.diagnostics.attempts == 1
+
+
+def test_a_resend_never_asks_the_limiter_even_if_it_engaged_meanwhile() -> None:
+    limiter = Limiter(engaged=False)
+    state = attempts(limiter=limiter)
+    assert state.slot() is None
+    state.on_failure(Resend(BrokenPipeError(32, "pipe")), 1.0, 1.01)
+    limiter.engaged = True  # another thread's 429
+    assert state.slot() is None
+    respond(state, 200, started=2.0)
+    assert limiter.succeeded == [2.0]
+    assert limiter.reports == []
