@@ -75,16 +75,20 @@ class Decision:
         body: bytes = b"",
         wait: Optional[float] = None,
         fresh: bool = False,
+        recorded: bool = False,
+        status: Optional[int] = None,
+        duration: float = 0.0,
+        request_id: Optional[str] = None,
     ) -> None:
         self.action = action
         self.error = error
         self.body = body
         self.wait = wait
         self.fresh = fresh
-        self.recorded = False
-        self.status: Optional[int] = None
-        self.duration = 0.0
-        self.request_id: Optional[str] = None
+        self.recorded = recorded
+        self.status = status
+        self.duration = duration
+        self.request_id = request_id
 
 
 class Attempts:
@@ -110,13 +114,13 @@ class Attempts:
         call = self.call
         call.status = status
         call.headers = headers
+        rules = self.rules
         if 200 <= status < 300:
-            self._tell(status, None, started)
-            decision = self._record(
-                Decision(RETURN, body=self.rules.messages.redact.data(body)), status, started, ended
-            )
-            if self.rules.budget is not None:
-                self.rules.budget.refund()
+            if rules.limiter is not None:
+                self._tell(status, None, started)
+            decision = self._record(RETURN, None, status, started, ended, rules.messages.redact.data(body))
+            if rules.budget is not None:
+                rules.budget.refund()
             return decision
         policy = self.policy
         throttled = status in (429, 529)
@@ -126,14 +130,13 @@ class Attempts:
                 headers.get("retry-after-ms"),
                 headers.get("retry-after"),
                 policy.max_retry_after_ms,
-                self.rules.wall_clock(),
+                rules.wall_clock(),
             )
         if throttled or self.ticket is not None:
             self._tell(status, _pause_seconds(headers, delay) if throttled else None, started)
-        failure = self.rules.messages.status_error(status, headers, body, self.request, call)
-        if not should_retry(policy, status, headers):
-            return self._record(Decision(RAISE, failure), status, started, ended)
-        return self._record(self._again(failure, delay, throttled), status, started, ended)
+        failure = rules.messages.status_error(status, headers, body, self.request, call)
+        wait = self._again(failure, delay, throttled) if should_retry(policy, status, headers) else None
+        return self._record(RAISE if wait is None else RETRY, failure, status, started, ended, wait=wait)
 
     def on_failure(self, exc: BaseException, started: float, ended: float) -> Decision:
         """The attempt ended without a response: ``exc`` is what the transport raised."""
@@ -146,7 +149,7 @@ class Attempts:
             )
             self.resending = True
             self.wait = None
-            return self._record(Decision(RETRY, noted, fresh=True), None, started, ended)
+            return self._record(RETRY, noted, None, started, ended, fresh=True)
         self._tell(None, None, started)
         if not isinstance(exc, QAError):
             return Decision(RAISE, exc)  # KeyboardInterrupt and the like: not an outcome to record
@@ -157,11 +160,10 @@ class Attempts:
             # The proxy answered: its status and page are what the caller can act on.
             call.status = exc.status
             call.body = self.rules.messages.redact(exc.diagnostics.body or "")
+        wait = None
         if isinstance(exc, ConnectionFailed) and exc.retryable and _retry_failure(self.policy, exc):
-            decision = self._again(exc, None, False)
-        else:
-            decision = Decision(RAISE, exc)
-        return self._record(decision, None, started, ended)
+            wait = self._again(exc, None, False)
+        return self._record(RAISE if wait is None else RETRY, exc, None, started, ended, wait=wait)
 
     def end(self, exc: BaseException) -> None:
         """``exc`` leaves the call: a slot still held goes back to the limiter; a qa_min error
@@ -170,32 +172,38 @@ class Attempts:
         if isinstance(exc, QAError):
             self.rules.messages.finish(exc, self.call)
 
-    def _again(self, failure: QAError, delay: Optional[float], throttled: bool) -> Decision:
-        """A retryable failure: retried after a wait, or raised when retries or budget ran out."""
+    def _again(self, failure: QAError, delay: Optional[float], throttled: bool) -> Optional[float]:
+        """A retryable failure: the seconds to wait before the retry, or None when retries or
+        the budget ran out (the failure is raised)."""
         self.throttled = throttled
         policy, budget = self.policy, self.rules.budget
         # A 429/529 retried after the delay the server asked for is announced pacing, not the
         # failure storm the budget guards against: it spends no budget.
         exempt = throttled and delay is not None
         if self.retries >= policy.max_retries or not (exempt or budget is None or budget.try_spend()):
-            return Decision(RAISE, failure)
+            return None
         if delay is None:
             delay = backoff_ms(policy, self.retries, self.rules.random())
         self.wait = delay / 1000.0
         self.retries += 1
-        return Decision(RETRY, failure, wait=self.wait)
+        return self.wait
 
-    def _record(self, decision: Decision, status: Optional[int], started: float, ended: float) -> Decision:
-        """The attempt's history record: one per attempt, the one count of attempts."""
-        error = decision.error if decision.action != RETURN else None
+    def _record(
+        self,
+        action: str,
+        error: Optional[QAError],
+        status: Optional[int],
+        started: float,
+        ended: float,
+        body: bytes = b"",
+        wait: Optional[float] = None,
+        fresh: bool = False,
+    ) -> Decision:
+        """The attempt's history record (one per attempt: the one count of attempts), and the
+        decision that carries it to the driver's log line and hooks."""
         duration = ended - started
-        decision.request_id = self.call.record(
-            status, None if error is None else type(error).__name__, duration
-        )
-        decision.recorded = True
-        decision.status = status
-        decision.duration = duration
-        return decision
+        request_id = self.call.record(status, None if error is None else type(error).__name__, duration)
+        return Decision(action, error, body, wait, fresh, True, status, duration, request_id)
 
     # -- the rate limiter: every exchange with it is here --------------------------------------
 
