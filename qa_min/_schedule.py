@@ -98,8 +98,7 @@ class Schedule:
         held = queued = False  # held back by a last chance; counted among the last chances
         try:
             if delay is not None or slot > now + EPSILON:
-                # A slot no later than the call's own delay naps that delay as given: the slot
-                # (the clock plus the delay) minus the clock is off in its last bits.
+                # No later than its own delay: that delay as given (slot - now rounds).
                 extra = 0.0 if slot <= now + own + EPSILON else slot - now - own
                 nap(own + extra, extra)
             due = True  # a nap lasts until the slot it was for
