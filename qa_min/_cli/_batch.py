@@ -7,11 +7,18 @@ How a run goes:
     ...)``, at most ``--concurrency`` at once, and writes, and flushes, each answer as soon as
     every earlier line is written. A line that is not valid is answered by its error, unsent.
 
+Duplicate ids:
+    The first line with an id is the one asked; each later line with the same id gets one error
+    line, without an ``id`` (its message names it), so a reader who takes the last line for a key
+    never loses the first line's answer. A resumed run does not report a duplicate again.
+
 Resuming (``--output FILE --resume``):
     Lines whose answer FILE already holds are skipped, matched by ``id`` when the input line has
-    one, else by line number (every output line keeps both). Lines that ended in an error are
-    asked again, unless ``--skip-failed``; the new line is appended, so a reader takes the last
-    line for a key. A torn last line (a hard kill mid-write) is cut off and asked again.
+    one, else by line number (every output line keeps both, but a duplicate's). Lines whose call
+    ended in an error are asked again, unless ``--skip-failed``; the new line is appended, so a
+    reader takes the last line for a key. A line that earned its error without a call (not JSON,
+    a bad state, a duplicate id) is written once: a resumed run with nothing left to ask appends
+    nothing. A torn last line (a hard kill mid-write) is cut off and asked again.
 
 Ctrl-C and SIGTERM:
     Reading stops, calls in flight are cancelled, the answers that can be written in input
@@ -33,7 +40,7 @@ import threading
 from collections import deque
 
 from .. import Client, Diagnostics, InvalidState, QAError
-from ._jsonl import DONE, SEEN, Done, InputLines, id_hash, open_output, parse_line
+from ._jsonl import DONE, SEEN, WRITTEN, Done, InputLines, id_hash, open_output, parse_line
 from ._output import FileError, UsageError, client_options, exit_code
 from ._progress import REDRAW_EVERY, Progress, Tally
 from ._questions import collect_questions
@@ -146,17 +153,18 @@ class _Batch:
             self.room.release()
             return
         key, job = parse_line(number, text, self.questions)
-        if key is not None:
-            flags = self.done.ids.mark(id_hash(key), SEEN)
-            if flags & SEEN:
+        flags = 0 if key is None else self.done.ids.mark(id_hash(key), SEEN)
+        if flags & SEEN:
+            # A duplicate's error line has no id: it never stands for the first line's answer.
+            job = InvalidState(f"line {number}: id {key!r} is already on an earlier line; ids must be unique")
+            if not self.done.wrote(number):
                 self.duplicates.append((number, key))
-                job = InvalidState(
-                    f"line {number}: id {key!r} is already on an earlier line; ids must be unique"
-                )
-            elif flags & DONE:
-                self._skip()
-                return
-        elif self.done.has_line(number):
+            key, flags = None, 0
+        # Answered already; or an input error (no call to retry) that the output already holds.
+        if flags & DONE or (key is None and self.done.has_line(number)):
+            self._skip()
+            return
+        if isinstance(job, QAError) and (flags & WRITTEN or (key is None and self.done.wrote(number))):
             self._skip()
             return
         line = _Line(number, key)

@@ -26,6 +26,9 @@ SEEN = 1
 """`KeyTable` flag: the id was on an input line of this run."""
 DONE = 2
 """`KeyTable` flag (and `Done.lines` value): the output already holds the line's final answer."""
+WRITTEN = 4
+"""`KeyTable` flag (and `Done.lines` value): the output holds an error line for it; a line that
+earns its error without a call (not JSON, a bad state, a duplicate id) is not written again."""
 
 
 class InputLines:
@@ -184,13 +187,18 @@ class Done:
         self.failed = 0  # kept, with --skip-failed
         self.torn = False
 
-    def mark_line(self, number: int) -> None:
+    def mark_line(self, number: int, flag: int = DONE) -> None:
         if number >= len(self.lines):
             self.lines.extend(bytes(max(number + 1 - len(self.lines), len(self.lines))))
-        self.lines[number] = DONE
+        self.lines[number] |= flag
 
     def has_line(self, number: int) -> bool:
-        return number < len(self.lines) and self.lines[number] == DONE
+        """Whether the output holds line ``number``'s final answer."""
+        return number < len(self.lines) and bool(self.lines[number] & DONE)
+
+    def wrote(self, number: int) -> bool:
+        """Whether the output holds any line for line ``number``, an error included."""
+        return number < len(self.lines) and self.lines[number] != 0
 
 
 def _check_record(path: str, count: int, raw: bytes) -> dict[str, Any]:
@@ -220,16 +228,17 @@ def scan_output(file: IO[bytes], path: str, skip_failed: bool, expected: int = 0
             break
         kept += len(raw)
         record = _check_record(path, count, raw)
+        flag = DONE
         if "answers" in record:
             done.answered += 1
         elif skip_failed:
             done.failed += 1
         else:
-            continue
+            flag = WRITTEN  # asked again if it was a call that failed
         if "id" in record:
-            done.ids.mark(id_hash(record["id"]), DONE)
+            done.ids.mark(id_hash(record["id"]), flag)
         else:
-            done.mark_line(record["line"])
+            done.mark_line(record["line"], flag)
     if done.torn:
         file.truncate(kept)
     file.seek(kept)

@@ -25,10 +25,14 @@ _BATCH_HELP = """\
 input: one state per line, a JSON string or {"state": ..., "id": ...} (id: a string or an
 integer, unique); blank lines are skipped. Output, one line per input line, in input order:
   {"line": N, "id": ..., "answers": {...}}
-  {"line": N, "id": ..., "error": {"type", "message", "status", "attempts", "body"}}
-("id" only when the input line has one). With --output FILE --resume, lines already answered in
-FILE (matched by id, else by line number) are skipped and the rest appended; Ctrl-C writes what
-was answered and prints the command that resumes.
+  {"line": N, "id": ..., "error": {"type", "message", "status", "attempts", "request_id", "body"}}
+("id" only when the input line has one). Ids must be unique: the first line with an id is
+asked; each later line with that id gets one error line without "id" (its message names it), so
+a reader taking the last line per key never loses the first line's answer. With --output FILE
+--resume, lines already answered in FILE (matched by id, else by line number) are skipped and
+the rest appended; failed calls are asked again, but an error that needed no call (not JSON, a
+bad state, a duplicate id) is not written twice. Ctrl-C writes what was answered and prints the
+command that resumes.
 
 """
 
