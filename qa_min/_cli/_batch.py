@@ -154,7 +154,7 @@ class _Batch:
             return
         key, job = parse_line(number, text, self.questions)
         flags = 0 if key is None else self.done.ids.mark(id_hash(key), SEEN)
-        if flags & SEEN:
+        if flags & SEEN and key is not None:
             # A duplicate's error line has no id: it never stands for the first line's answer.
             job = InvalidState(f"line {number}: id {key!r} is already on an earlier line; ids must be unique")
             if not self.done.wrote(number):
