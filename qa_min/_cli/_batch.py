@@ -40,7 +40,7 @@ import threading
 from collections import deque
 
 from .. import Client, Diagnostics, InvalidState, QAError
-from ._jsonl import DONE, SEEN, WRITTEN, Done, InputLines, id_hash, open_output, parse_line
+from ._jsonl import DONE, SEEN, WRITTEN, Done, InputLines, check_paths, id_hash, open_output, parse_line
 from ._output import FileError, UsageError, client_options, exit_code
 from ._progress import REDRAW_EVERY, Progress, Tally
 from ._questions import collect_questions
@@ -100,7 +100,7 @@ class _Batch:
         self.progress = progress
         self.tally = progress.tally
         self.concurrency = concurrency
-        self.failures: Optional[IO[str]] = None
+        self.failures: Optional[Callable[[str], None]] = None
         self.pending: deque[_Line] = deque()  # read, not yet written
         self.waiting: deque[tuple[int, Optional[str]]] = deque()  # read, not yet admitted
         self.in_flight = 0
@@ -225,8 +225,7 @@ class _Batch:
             self.worst = self.worst or exit_code(error)
         self.write(json.dumps(record, ensure_ascii=False))
         if error is not None and self.failures is not None:
-            self.failures.write(self.out.scrub(json.dumps(record, ensure_ascii=False)) + "\n")
-            self.failures.flush()
+            self.failures(json.dumps(record, ensure_ascii=False))
         if line.diagnostics is not None:
             self.tally.retries += max(line.diagnostics.attempts - 1, 0)
             self.tally.busy += sum(a.status in (429, 529) for a in line.diagnostics.history)
@@ -286,7 +285,10 @@ def _report_duplicates(out: Output, duplicates: list[tuple[int, Union[str, int]]
         out.note(f"duplicate ids, not asked: line {number} (id {key!r}){more}; see the output")
 
 
-def _writer(file: Optional[IO[bytes]], scrub: Callable[[str], str]) -> Callable[[str], None]:
+def _writer(
+    file: Optional[IO[bytes]], path: Optional[str], scrub: Callable[[str], str]
+) -> Callable[[str], None]:
+    """Writes a line, scrubbed, and flushes it: to ``file`` (``path``), else stdout."""
     if file is None:
 
         def write(text: str) -> None:
@@ -296,8 +298,11 @@ def _writer(file: Optional[IO[bytes]], scrub: Callable[[str], str]) -> Callable[
     else:
 
         def write(text: str) -> None:
-            file.write((scrub(text) + "\n").encode())
-            file.flush()
+            try:
+                file.write((scrub(text) + "\n").encode())
+                file.flush()
+            except OSError as exc:  # a full disk, /dev/full, a lost network share
+                raise FileError(f"cannot write {path!r}: {exc.strerror or exc}") from None
 
     return write
 
@@ -321,9 +326,10 @@ class _Signals:
 
 def _open_files(
     args: argparse.Namespace, expected: int
-) -> tuple[Optional[IO[bytes]], Done, Optional[IO[str]]]:
+) -> tuple[Optional[IO[bytes]], Done, Optional[IO[bytes]]]:
     if args.resume and not args.output:
         raise UsageError("--resume needs --output FILE: the file to continue")
+    check_paths(args.input, args.output, args.failures)
     if args.output:
         output, done = open_output(args.output, args.resume, args.skip_failed, expected)
     else:
@@ -331,7 +337,7 @@ def _open_files(
     failures = None
     if args.failures:
         try:
-            failures = open(args.failures, "w", encoding="utf-8")  # noqa: SIM115 - closed by the caller
+            failures = open(args.failures, "wb")  # noqa: SIM115 - closed by the caller
         except OSError as exc:
             if output is not None:
                 output.close()
@@ -344,16 +350,16 @@ def run_batch(args: argparse.Namespace, out: Output) -> int:
     questions = collect_questions(args)
     source = InputLines(args.input)
     output: Optional[IO[bytes]] = None
-    failures: Optional[IO[str]] = None
+    failures: Optional[IO[bytes]] = None
     try:
         output, done, failures = _open_files(args, source.estimate())
         if done.torn:
             out.note(f"{args.output!r}: its last line was cut short; that line is asked again")
         with Client(**client_options(args, max_workers=args.concurrency)) as client:
             progress = Progress(sys.stderr, Tally(), source.total, args.quiet, ceiling=_ceiling(client))
-            write = _writer(output, out.scrub)
+            write = _writer(output, args.output, out.scrub)
             batch = _Batch(client, out, questions, done, write, progress, args.concurrency)
-            batch.failures = failures
+            batch.failures = None if failures is None else _writer(failures, args.failures, out.scrub)
             with _Signals(batch.on_signal):
                 batch.run(source)
                 unwritten = batch.stop() if batch.signal is not None else 0
@@ -367,7 +373,10 @@ def run_batch(args: argparse.Namespace, out: Output) -> int:
         source.close()
         for file in (output, failures):
             if file is not None:
-                file.close()
+                try:
+                    file.close()
+                except OSError:  # nothing is left to flush: every line was flushed or reported
+                    pass
 
 
 def _ceiling(client: Client) -> Callable[[], Optional[float]]:

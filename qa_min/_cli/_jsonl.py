@@ -245,6 +245,28 @@ def scan_output(file: IO[bytes], path: str, skip_failed: bool, expected: int = 0
     return done
 
 
+def check_paths(source: Optional[str], output: Optional[str], failures: Optional[str]) -> None:
+    """The input, ``--output`` and ``--failures`` are different files: each would overwrite another.
+
+    Raises:
+        UsageError: two of them name the same file.
+    """
+    named = [("the input", source), ("--output", output), ("--failures", failures)]
+    given = [(name, path) for name, path in named if path is not None and path != "-"]
+    for i, (name, path) in enumerate(given):
+        for other, other_path in given[i + 1 :]:
+            if _same_file(path, other_path):
+                raise UsageError(f"{other} {other_path!r} is {name} ({path!r}): give another file")
+
+
+def _same_file(a: str, b: str) -> bool:
+    """Whether ``a`` and ``b`` are one regular file (``/dev/null`` twice is fine)."""
+    try:
+        return os.path.samefile(a, b) and stat.S_ISREG(os.stat(a).st_mode)
+    except OSError:  # one does not exist (yet): the same path names the same file
+        return os.path.realpath(a) == os.path.realpath(b)
+
+
 def open_output(path: str, resume: bool, skip_failed: bool, expected: int = 0) -> tuple[IO[bytes], Done]:
     """``--output`` opened for appending, with what it already answers (nothing if new).
 
@@ -259,6 +281,11 @@ def open_output(path: str, resume: bool, skip_failed: bool, expected: int = 0) -
     except OSError as exc:
         raise FileError(f"cannot write {path!r}: {exc.strerror or exc}") from None
     try:
+        if not stat.S_ISREG(os.fstat(file.fileno()).st_mode):
+            # A device or a pipe (/dev/stdout): written to, never read back (/dev/full never ends).
+            if resume:
+                raise UsageError(f"--resume needs a regular file to continue; {path!r} is not one")
+            return file, Done(expected)
         if not resume and file.tell() > 0:
             raise UsageError(f"{path!r} already holds answers: pass --resume to continue it")
         file.seek(0)
