@@ -15,10 +15,9 @@ import time
 
 from ._call import hooked
 from ._diagnostics import ResponseHeaders
-from ._errors import Canceled, ConnectionFailed, InvalidResponse
+from ._errors import Canceled, ConnectionFailed, IncompleteMessage, InvalidResponse, ProtocolError
 from ._fakehttp import Headers
 from ._fakerules import DEFAULT_MODELS, HeaderPairs, RecordedRequest, Step, apply_rules
-from ._response import HTTPException, IncompleteRead, RemoteDisconnected
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -31,14 +30,14 @@ if TYPE_CHECKING:
     Handler = Callable[[RecordedRequest], Optional[Step]]
 
 
-def _failure(kind: str) -> Optional[OSError | HTTPException]:
+def _failure(kind: str) -> Optional[OSError | ProtocolError]:
     """What a failing step looks like to the code above the transport, as over a real socket."""
     if kind == "drop":
-        return RemoteDisconnected("Remote end closed connection without response")
+        return IncompleteMessage("the server closed the connection without a response")
     if kind == "reset":
         return ConnectionResetError(104, "Connection reset by peer")
     if kind == "truncate":
-        return IncompleteRead(b"{", 10)
+        return IncompleteMessage("the connection closed with 10 bytes of the body missing", status=200)
     return None
 
 
@@ -135,7 +134,7 @@ class _Bound:
         recorded = _parse(request)
         try:
             status, body, headers = self.mock._serve(recorded, self.origin.path, call)
-        except (OSError, HTTPException) as exc:
+        except (OSError, ProtocolError) as exc:
             failure = ConnectionFailed(f"{self.origin.url()}: {type(exc).__name__}: {exc}")
             failure.diagnostics.transport_error = exc
             raise failure from exc

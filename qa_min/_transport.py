@@ -2,11 +2,13 @@
 
 ``Transport.attempt`` checks a connection out of the pool (or opens one), writes the prepared
 request, reads the response, and gives the connection back only if it was read to the end.
-Every ``OSError``, ``ssl.SSLError``, ``_response.HTTPException`` and deadline expiry that
-the network can raise is caught in ``attempt`` and nowhere else, and leaves as:
+Every ``OSError``, ``ssl.SSLError``, ``ProtocolError`` and deadline expiry that the network can
+raise is caught in ``attempt`` and nowhere else, and leaves as:
 
 * ``Canceled``, when the call's token was cancelled, its deadline passed, or the client closed;
-* ``ConnectionFailed``, with ``retryable`` telling the retry loop whether trying again can help.
+* ``InvalidResponse``, for a 2xx body refused for its size or its framing;
+* ``ConnectionFailed``, with ``retryable`` telling the retry loop whether trying again can help,
+  and the ``OSError`` or ``ProtocolError`` in ``diagnostics.transport_error``.
 
 A reused connection that fails before a single response byte arrived was most likely closed by
 the server while idle; the request goes out again once on a fresh connection, invisibly.
@@ -18,7 +20,6 @@ import _thread
 import socket
 
 from ._connection import (
-    BadBody,
     Connection,
     Expired,
     Pool,
@@ -29,8 +30,15 @@ from ._connection import (
     open_tunnel,
     start_tls,
 )
-from ._errors import Canceled, ConnectionFailed, InvalidResponse, ProxyError
-from ._response import HTTPException
+from ._errors import (
+    BadFraming,
+    Canceled,
+    ConnectionFailed,
+    InvalidResponse,
+    LimitExceeded,
+    ProtocolError,
+    ProxyError,
+)
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -56,7 +64,7 @@ if TYPE_CHECKING:
         def forget(self) -> None: ...
 
 
-_NETWORK_ERRORS = (OSError, HTTPException, Expired, Stopped)
+_NETWORK_ERRORS = (OSError, ProtocolError, Expired, Stopped)
 
 
 class Transport:
@@ -134,14 +142,17 @@ class Transport:
                 # A proxy that refused may leave the request body unread and the connection
                 # dead while calling it keep-alive (squid does): never reuse it.
                 reusable = False
+        except (BadFraming, LimitExceeded) as exc:
+            if conn is not None:
+                self.pool.discard(conn)
+            if exc.status is None:  # in the head: the connection, not the answer, is broken
+                raise self._translate(exc, conn, call) from exc
+            call.status = exc.status  # a 2xx whose body is refused
+            raise InvalidResponse(_refusal(exc)) from None
         except _NETWORK_ERRORS as exc:
             if conn is not None:
                 self.pool.discard(conn)
             raise self._translate(exc, conn, call) from exc
-        except BadBody as exc:
-            self.pool.discard(conn)  # type: ignore[arg-type]
-            call.status = exc.status
-            raise InvalidResponse(str(exc)) from None
         except TunnelRefused as exc:
             target = f"CONNECT to {self.origin.host}:{self.origin.port}"
             raise self._proxy_error(exc.status, exc.body, target) from None
@@ -306,6 +317,11 @@ def _is_certificate_error(exc: BaseException) -> bool:
     import ssl
 
     return isinstance(exc, ssl.SSLCertVerificationError)
+
+
+def _refusal(exc: ProtocolError) -> str:
+    text = str(exc)
+    return text if isinstance(exc, LimitExceeded) else f"the response body is malformed: {text}"
 
 
 def _describe(exc: BaseException) -> str:

@@ -25,6 +25,9 @@ LAYERS: tuple[str, ...] = (
     "_typing",
     "_redact",
     "_schedule",
+    # the HTTP/1.1 protocol, no I/O, on the leaves only: its grammar and events, then the reader
+    "_wire",
+    "_protocol",
     # values and per-call primitives, on the leaves only
     "_limiter",
     "_ratelimit",
@@ -37,7 +40,6 @@ LAYERS: tuple[str, ...] = (
     "_hooks",
     # configuration, then the wire, bottom up
     "_config",
-    "_response",
     "_connection",
     "_transport",
     "_retrying",

@@ -1,0 +1,146 @@
+"""HTTP/1.1 on the wire: the grammar of its lines, the events of a response, a request's bytes.
+
+The ABNF of RFC 9112 and RFC 9110 §5 as byte patterns, matched before any number is converted
+or any text decoded: a bytes pattern's ``[0-9]`` is ASCII, where ``int()`` and ``str.isdigit``
+would also take a sign, ``_``, blanks and other scripts' digits, and ``str.strip``/``split``
+would take VT, FF, NBSP and more for blanks. ``_protocol`` reads responses with them.
+"""
+
+from __future__ import annotations
+
+import re
+
+from ._errors import BadFraming, ProtocolError
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from ._diagnostics import ResponseHeaders
+
+TOKEN = rb"[-!#$%&'*+.^_`|~0-9A-Za-z]+"
+QUOTED = rb'"(?:[\t !#-\[\]-~\x80-\xff]|\\[\t -~\x80-\xff])*"'
+# One greedy class per free-text part, so that a failed match backtracks in linear time.
+STATUS_LINE = re.compile(rb"HTTP/1\.([0-9]) ([1-9][0-9][0-9])(?: ([\t\x20-\x7e\x80-\xff]*))?\r?\n\Z")
+FIELD_LINE = re.compile(rb"(" + TOKEN + rb"):([\t\x20-\x7e\x80-\xff]*)\r?\n\Z")
+FOLD_LINE = re.compile(rb"[ \t]([\t\x20-\x7e\x80-\xff]*)\r?\n\Z")
+EXT = rb"[ \t]*;[ \t]*" + TOKEN + rb"(?:[ \t]*=[ \t]*(?:" + TOKEN + rb"|" + QUOTED + rb"))?"
+SIZE_LINE = re.compile(rb"([0-9A-Fa-f]{1,16})(?:" + EXT + rb")*[ \t]*\r\n\Z")
+HEX_RUN = re.compile(rb"[0-9A-Fa-f]*")
+DIGITS = re.compile(rb"[0-9]+\Z")
+BLANK = b" \t"  # the only whitespace around a field value (RFC 9110 §5.5)
+
+
+class Head:
+    """The final response's status line and fields."""
+
+    __slots__ = ("headers", "http11", "reason", "status")
+
+    def __init__(self, status: int, reason: str, http11: bool, headers: ResponseHeaders) -> None:
+        self.status = status
+        self.reason = reason
+        self.http11 = http11  # HTTP/1.1 or a later 1.x minor version
+        self.headers = headers
+
+
+class Data:
+    """A piece of the body."""
+
+    __slots__ = ("data",)
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+
+class End:
+    """The end of the response; ``reusable`` says whether the connection may serve another."""
+
+    __slots__ = ("reusable",)
+
+    def __init__(self, reusable: bool) -> None:
+        self.reusable = reusable
+
+
+class _NeedData:
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "NEED_DATA"
+
+
+NEED_DATA = _NeedData()
+
+
+def parse_fields(lines: Sequence[bytes], error: type[ProtocolError]) -> list[tuple[bytes, bytes]]:
+    """The (name, value) pairs of field lines, each checked, obs-folds joined with one SP."""
+    fields: list[tuple[bytes, bytes]] = []
+    for line in lines:
+        match = FIELD_LINE.match(line)
+        if match is not None:
+            fields.append((match.group(1), match.group(2).strip(BLANK)))
+            continue
+        fold = FOLD_LINE.match(line)
+        if fold is None:
+            raise error(f"not a header field: {shown(line)}")
+        if not fields:
+            raise error("the first header line is a continuation")
+        name, value = fields[-1]
+        more = fold.group(1).strip(BLANK)
+        fields[-1] = (name, value + b" " + more if value and more else value or more)
+    return fields
+
+
+_UNPRINTABLE = {c: "?" for c in [*range(32), *range(127, 161)]}
+
+
+def shown(line: bytes) -> str:
+    """At most 40 bytes of a line, for a message: Latin-1 text, controls as ``?``.
+
+    Not ``repr()``: its escapes (a doubled backslash, ``\\xe9``) would hide an echoed key from
+    the redaction that the retry loop applies to every message.
+    """
+    return "'%s'" % line[:40].rstrip(b"\r\n").decode("iso-8859-1").translate(_UNPRINTABLE)
+
+
+def members(values: list[bytes]) -> list[bytes]:
+    """The members of comma-separated list fields, trimmed of SP/HTAB, ASCII-lowercased."""
+    return [m.strip(BLANK).lower() for value in values for m in value.split(b",") if m.strip(BLANK)]
+
+
+def content_length(values: list[bytes]) -> int:
+    members = {m.strip(BLANK) for value in values for m in value.split(b",")}
+    text = members.pop() if len(members) == 1 else b""
+    if DIGITS.match(text) is None:
+        shown = b", ".join(values)[:80].decode("iso-8859-1")
+        raise BadFraming(f"invalid Content-Length {shown!r}")
+    # Past 18 digits the value only matters as "more than any limit"; int() would also refuse
+    # a few thousand digits with a ValueError of its own.
+    return int(text) if len(text) < 19 else 1 << 62
+
+
+_BLOCKS: dict[tuple[tuple[str, str], ...], bytes] = {}
+
+
+def write_request(method: str, target: str, fields: Sequence[tuple[str, str]], body: bytes = b"") -> bytes:
+    """The bytes of a request; Content-Length is added for a body (or any POST/PUT/PATCH)."""
+    key = fields if type(fields) is tuple else tuple(fields)
+    block = _BLOCKS.get(key)
+    if block is None:
+        block = _field_block(key)
+        if len(_BLOCKS) >= 64:  # a cache for the few blocks a client reuses, not a leak
+            _BLOCKS.clear()
+        _BLOCKS[key] = block
+    start = f"{method} {target} HTTP/1.1\r\n".encode("ascii")
+    if body or method in ("POST", "PUT", "PATCH"):
+        return b"%s%sContent-Length: %d\r\n\r\n%s" % (start, block, len(body), body)
+    return b"%s%s\r\n" % (start, block)
+
+
+def _field_block(fields: tuple[tuple[str, str], ...]) -> bytes:
+    lines = []
+    for name, value in fields:
+        line = f"{name}: {value}\r\n".encode("latin-1")
+        if FIELD_LINE.match(line) is None or line.count(b"\n") != 1:
+            raise ProtocolError(f"the request field {name!r} is not a valid HTTP/1.1 field")
+        lines.append(line)
+    return b"".join(lines)
