@@ -11,7 +11,7 @@ with ``recv``; an asyncio one can drive the same object. States::
                                        └──no body (1xx, 204, 304, HEAD, 2xx to CONNECT)──> End
 
 Every cap is checked as the bytes arrive, not once a line or a body is whole: a line over
-``MAX_LINE``, more than ``MAX_HEADERS`` field lines, a chunk size line over ``MAXSIZE_LINE``
+``MAX_LINE``, more than ``MAX_HEADERS`` field lines, a chunk size line over ``MAX_SIZE_LINE``
 or with a 17th digit, chunk framing past ``FRAMING_ALLOWANCE``, a body past ``limit``.
 
 Refused (``MalformedHead``), per RFC 9112 and RFC 9110 §5:
@@ -75,7 +75,7 @@ if TYPE_CHECKING:
 MAX_LINE = 65536  # bytes in a status, field, or trailer line (as http.client)
 MAX_HEADERS = 100  # field lines in a head or a trailer section (as http.client)
 MAX_INTERIM = 32  # interim 1xx responses before the final one
-MAXSIZE_LINE = 4096  # a chunk size line with its extensions
+MAX_SIZE_LINE = 4096  # a chunk size line with its extensions
 MAX_SIZE_DIGITS = 16  # hex digits of a chunk size: 2**64 - 1 is already far past any limit
 FRAMING_ALLOWANCE = 65536  # chunk framing (size lines, CRLFs, trailers) allowed on top of the limit
 
@@ -229,8 +229,7 @@ class ResponseReader:
             if not http11:
                 raise BadFraming("Transfer-Encoding in an HTTP/1.0 response")
             if len(codings) != 1 or codings[0].lower() != b"chunked":
-                shown = b", ".join(codings)[:80].decode("iso-8859-1")
-                raise BadFraming(f"unsupported Transfer-Encoding {shown!r}")
+                raise BadFraming(f"unsupported Transfer-Encoding {shown(b', '.join(codings))}")
             self._kind = _CHUNKED
             self._reusable = self._reusable and not lengths
         elif length >= 0:
@@ -322,14 +321,14 @@ class ResponseReader:
 
     def _size_line(self) -> bool:
         buf, pos = self._buf, self._pos
-        end = buf.find(b"\n", pos, pos + MAXSIZE_LINE + 1)
+        end = buf.find(b"\n", pos, pos + MAX_SIZE_LINE + 1)
         digits = HEX_RUN.match(buf, pos, pos + MAX_SIZE_DIGITS + 1).end() - pos  # type: ignore[union-attr]
         after = buf[pos + digits : pos + digits + 1]
         if (digits == 0 and after) or digits > MAX_SIZE_DIGITS or after not in b" \t;\r":
-            raise BadFraming(f"bad chunk size line {shown(buf[pos : pos + 40])}")
-        if end < 0 or end - pos >= MAXSIZE_LINE:
-            if len(buf) - pos > MAXSIZE_LINE:
-                raise BadFraming(f"chunk size line over {MAXSIZE_LINE} bytes")
+            raise BadFraming(f"bad chunk size line {shown(buf[pos : pos + digits + 1])}")
+        if end < 0 or end - pos >= MAX_SIZE_LINE:
+            if len(buf) - pos > MAX_SIZE_LINE:
+                raise BadFraming(f"chunk size line over {MAX_SIZE_LINE} bytes")
             return False
         line = buf[pos : end + 1]
         match = SIZE_LINE.match(line)

@@ -72,12 +72,16 @@ NEED_DATA = _NeedData()
 
 
 def parse_fields(lines: Sequence[bytes], error: type[ProtocolError]) -> list[tuple[bytes, bytes]]:
-    """The (name, value) pairs of field lines, each checked, obs-folds joined with one SP."""
+    """The (name, value) pairs of field lines, each checked, every obs-fold replaced by one SP.
+
+    The fold is its line break and the blanks after it; blanks before it stay, to be trimmed
+    with the value's own (as h11 reads folds: RFC 9112 §5.2 allows one or more SP).
+    """
     fields: list[tuple[bytes, bytes]] = []
     for line in lines:
         match = FIELD_LINE.match(line)
         if match is not None:
-            fields.append((match.group(1), match.group(2).strip(BLANK)))
+            fields.append((match.group(1), match.group(2)))
             continue
         fold = FOLD_LINE.match(line)
         if fold is None:
@@ -85,12 +89,11 @@ def parse_fields(lines: Sequence[bytes], error: type[ProtocolError]) -> list[tup
         if not fields:
             raise error("the first header line is a continuation")
         name, value = fields[-1]
-        more = fold.group(1).strip(BLANK)
-        fields[-1] = (name, value + b" " + more if value and more else value or more)
-    return fields
+        fields[-1] = (name, value + b" " + fold.group(1).lstrip(BLANK))
+    return [(name, value.strip(BLANK)) for name, value in fields]
 
 
-_UNPRINTABLE = {c: "?" for c in [*range(32), *range(127, 161)]}
+_UNPRINTABLE = dict.fromkeys([*range(32), *range(127, 161)], "?")
 
 
 def shown(line: bytes) -> str:
@@ -99,7 +102,8 @@ def shown(line: bytes) -> str:
     Not ``repr()``: its escapes (a doubled backslash, ``\\xe9``) would hide an echoed key from
     the redaction that the retry loop applies to every message.
     """
-    return "'%s'" % line[:40].rstrip(b"\r\n").decode("iso-8859-1").translate(_UNPRINTABLE)
+    text = line[:40].rstrip(b"\r\n").decode("iso-8859-1").translate(_UNPRINTABLE)
+    return f"'{text}'"
 
 
 def members(values: list[bytes]) -> list[bytes]:
@@ -111,8 +115,7 @@ def content_length(values: list[bytes]) -> int:
     members = {m.strip(BLANK) for value in values for m in value.split(b",")}
     text = members.pop() if len(members) == 1 else b""
     if DIGITS.match(text) is None:
-        shown = b", ".join(values)[:80].decode("iso-8859-1")
-        raise BadFraming(f"invalid Content-Length {shown!r}")
+        raise BadFraming(f"invalid Content-Length {shown(b', '.join(values))}")
     # Past 18 digits the value only matters as "more than any limit"; int() would also refuse
     # a few thousand digits with a ValueError of its own.
     return int(text) if len(text) < 19 else 1 << 62
@@ -139,8 +142,13 @@ def write_request(method: str, target: str, fields: Sequence[tuple[str, str]], b
 def _field_block(fields: tuple[tuple[str, str], ...]) -> bytes:
     lines = []
     for name, value in fields:
-        line = f"{name}: {value}\r\n".encode("latin-1")
-        if FIELD_LINE.match(line) is None or line.count(b"\n") != 1:
+        try:
+            line = f"{name}: {value}\r\n".encode("latin-1")
+            match = FIELD_LINE.match(line)
+            valid = match is not None and match.group(1) == name.encode("ascii") and line.count(b"\n") == 1
+        except UnicodeEncodeError:
+            valid = False
+        if not valid:
             raise ProtocolError(f"the request field {name!r} is not a valid HTTP/1.1 field")
         lines.append(line)
     return b"".join(lines)
