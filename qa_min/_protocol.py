@@ -217,7 +217,12 @@ class ResponseReader:
             options = members(options)
         self._reusable = b"close" not in options and (http11 or b"keep-alive" in options) and status != 101
         self._kind, self._state = _UNTIL_CLOSE, _SIZE
+        # Checked whatever the status, so that no response with such fields is ever reused.
         length = content_length(lengths) if lengths else -1
+        if codings and not http11:
+            raise BadFraming("Transfer-Encoding in an HTTP/1.0 response")
+        if codings and (len(codings) != 1 or codings[0].lower() != b"chunked"):
+            raise BadFraming(f"unsupported Transfer-Encoding {shown(b', '.join(codings))}")
         if (
             status < 200
             or status in (204, 304)
@@ -226,10 +231,6 @@ class ResponseReader:
         ):
             self._kind, self._state = _NO_BODY, _DONE
         elif codings:
-            if not http11:
-                raise BadFraming("Transfer-Encoding in an HTTP/1.0 response")
-            if len(codings) != 1 or codings[0].lower() != b"chunked":
-                raise BadFraming(f"unsupported Transfer-Encoding {shown(b', '.join(codings))}")
             self._kind = _CHUNKED
             self._reusable = self._reusable and not lengths
         elif length >= 0:
