@@ -23,11 +23,12 @@ Refused (``MalformedHead``), per RFC 9112 and RFC 9110 §5:
 * a bare CR anywhere in the head; a continuation (obs-fold) line first in a block.
 
 Field values lose leading and trailing SP and HTAB and nothing else (``str.strip()`` would also
-take VT, FF, NBSP and the other characters Python calls blank); an obs-fold becomes one SP.
-Lines of the head and trailers may end in a bare LF (RFC 9112 §2.2 allows recipients that).
+take VT, FF, NBSP and the other characters Python calls blank). An obs-fold (a line break and
+the blanks after it) becomes one SP, as h11 reads it. Lines of the head and trailers may end in
+a bare LF (RFC 9112 §2.2 allows recipients that); chunk size lines and chunk data may not.
 
 Framing (RFC 9112 §6.3). A response whose framing is ambiguous is refused (``BadFraming``),
-never guessed: a Transfer-Encoding other than exactly ``chunked`` (case aside), any
+never guessed: a Transfer-Encoding other than one field saying ``chunked`` (case aside), any
 Transfer-Encoding in an HTTP/1.0 response (§6.1: its framing is faulty), a Content-Length that
 is not 1*DIGIT or whose list holds differing or empty members, a chunk size line that is not
 ``1*16HEXDIG [chunk-ext] [blanks] CRLF``, chunk data not followed by exactly CRLF (a bare LF,
@@ -38,19 +39,20 @@ connection is not reused (SPEC §7); neither is one whose body ends at the close
 ``Connection`` field says ``close`` (or, for HTTP/1.0, lacks ``keep-alive``), a ``101``, or
 one with bytes left over after the message.
 
-What a body that cannot be read whole becomes depends on the status. For a 2xx the body is
-the answer: over ``limit`` it is refused (``LimitExceeded``), badly framed refused
-(``BadFraming``), cut short by the close ``IncompleteMessage``. For any other status the status
-is the answer: whatever could be read, cut at ``limit``, ends the message, and the connection
-is not reused.
+Framing fields are checked whatever the status, and errors found with the head are raised
+after the ``Head`` event, carrying its ``status`` (as do all errors after it), so the caller
+has the status whatever follows. A 2xx body over ``limit`` is refused (``LimitExceeded``); the
+body of another status is cut at ``limit`` and ends the message, not reusable. (What the
+connection makes of an error after a non-2xx head, the status being the answer, is its call.)
 
 Stricter than h11 (0.16), on purpose: a status line other than HTTP/1.x; controls other than
 HTAB in field values and reasons (h11 takes all but NUL and ASCII blanks; RFC 9110 §5.5 makes
 them invalid); a chunk size of more than 16 hex digits (h11: 20; 16 already exceeds any cap);
-a chunk extension that breaks the chunk-ext grammar (h11 takes anything after ``;``); bare LF
-ending a chunk size line (h11 waits for a CRLF that may never come); Transfer-Encoding in
-HTTP/1.0 (h11 reads it); Content-Length members that differ in spelling (``5, 05``); a
-malformed Content-Length next to a Transfer-Encoding (h11 refuses it too).
+a chunk extension that breaks the chunk-ext grammar (h11 takes anything after ``;``); a bare
+LF ending a chunk size line (h11 waits for a CRLF); Transfer-Encoding in HTTP/1.0 (h11 reads
+it); more than ``MAX_INTERIM`` interim responses. More lenient, on purpose: a stream ending in
+the trailers, after the zero-size chunk, keeps its body (RFC 9112 §8 calls the body complete;
+not reusable); a head may exceed h11's default 16 KiB (up to the caps above).
 """
 
 from __future__ import annotations
