@@ -81,6 +81,7 @@ MAX_SIZE_LINE = 4096  # a chunk size line with its extensions
 MAX_SIZE_DIGITS = 16  # hex digits of a chunk size: 2**64 - 1 is already far past any limit
 FRAMING_ALLOWANCE = 65536  # chunk framing (size lines, CRLFs, trailers) allowed on top of the limit
 
+_PIECE = 65536  # consumed bytes a growing buffer may keep before it is compacted
 _NO_BODY, _LENGTH, _CHUNKED, _UNTIL_CLOSE = range(4)
 # Where a chunked body is: a size line, chunk data, the CRLF after it, the trailers, done.
 _SIZE, _DATA, _CRLF, _TRAILER, _DONE = range(5)
@@ -97,8 +98,9 @@ class ResponseReader:
         self.method = method
         self.limit = limit
         self.head: Optional[Head] = None
-        self._buf = b""
+        self._buf: bytes | bytearray = b""
         self._pos = 0  # bytes of _buf already read
+        self._scan = 0  # where the search for the next line end resumes
         self._eof = False
         self._interim = 0
         self._lines: list[bytes] = []  # the head's (or the trailers') lines so far
@@ -120,10 +122,14 @@ class ResponseReader:
         if not data:
             self._eof = True
         elif self._pos < len(self._buf):
-            self._buf = self._buf[self._pos :] + data
-            self._pos = 0
+            # A line or a chunk arriving in many pieces: appended in place, so that a server
+            # trickling a long line byte by byte costs linear time, not quadratic.
+            if type(self._buf) is bytes or self._pos > _PIECE:
+                self._scan -= self._pos
+                self._buf, self._pos = bytearray(self._buf[self._pos :]), 0
+            self._buf += data
         else:
-            self._buf, self._pos = data, 0
+            self._buf, self._pos, self._scan = data, 0, 0
 
     def next_event(self) -> Event:
         """The next event, or ``NEED_DATA``; raises ``ProtocolError``."""
@@ -146,32 +152,36 @@ class ResponseReader:
 
     def _line(self, what: str) -> Optional[bytes]:
         """The next whole line, or None; raises when MAX_LINE bytes came without a line end."""
-        end = self._buf.find(b"\n", self._pos)
-        if end < 0 or end - self._pos >= MAX_LINE:
-            if len(self._buf) - self._pos > MAX_LINE or end >= 0:
+        buf, pos = self._buf, self._pos
+        end = buf.find(b"\n", pos if pos >= self._scan else self._scan)
+        if end < 0 or end - pos >= MAX_LINE:
+            if end < 0:
+                self._scan = len(buf)
+            if len(buf) - pos > MAX_LINE or end >= 0:
                 raise LimitExceeded(f"got more than {MAX_LINE} bytes when reading {what}")
             return None
-        line = self._buf[self._pos : end + 1]
         self._pos = end + 1
-        return line
+        return buf[pos : end + 1] if type(buf) is bytes else bytes(buf[pos : end + 1])
 
     # -- the head ---------------------------------------------------------------------
 
     def _read_head(self) -> Event:
+        lines = self._lines
         while True:
-            line = self._line("a header line" if self._lines else "the status line")
+            line = self._line("a header line" if lines else "the status line")
             if line is None:
                 if self._eof:
                     raise self._closed_in_head()
                 return NEED_DATA
-            if line not in (b"\r\n", b"\n") or not self._lines:
-                self._lines.append(line)
-                if len(self._lines) > MAX_HEADERS + 1:
+            if len(line) > 2 or not lines or line not in (b"\r\n", b"\n"):
+                lines.append(line)
+                if len(lines) > MAX_HEADERS + 1:
                     raise LimitExceeded(f"got more than {MAX_HEADERS} headers")
                 continue
             head = self._parse_head()
             if head is not None:
                 return head
+            lines = self._lines
 
     def _closed_in_head(self) -> IncompleteMessage:
         if self._lines or self._pos < len(self._buf):
@@ -254,8 +264,8 @@ class ResponseReader:
         pos = self._pos
         if pos == 0 and len(self._buf) <= count:  # the common case: no copy
             data, self._buf = self._buf, b""
-            return data
-        data = self._buf[pos : pos + count]
+            return bytes(data)
+        data = bytes(self._buf[pos : pos + count])
         self._pos = pos + len(data)
         return data
 
@@ -328,12 +338,12 @@ class ResponseReader:
         digits = HEX_RUN.match(buf, pos, pos + MAX_SIZE_DIGITS + 1).end() - pos  # type: ignore[union-attr]
         after = buf[pos + digits : pos + digits + 1]
         if (digits == 0 and after) or digits > MAX_SIZE_DIGITS or after not in b" \t;\r":
-            raise BadFraming(f"bad chunk size line {shown(buf[pos : pos + digits + 1])}")
+            raise BadFraming(f"bad chunk size line {shown(bytes(buf[pos : pos + digits + 1]))}")
         if end < 0 or end - pos >= MAX_SIZE_LINE:
             if len(buf) - pos > MAX_SIZE_LINE:
                 raise BadFraming(f"chunk size line over {MAX_SIZE_LINE} bytes")
             return False
-        line = buf[pos : end + 1]
+        line = bytes(buf[pos : end + 1])
         match = SIZE_LINE.match(line)
         if match is None:
             raise BadFraming(f"bad chunk size line {shown(line)}")

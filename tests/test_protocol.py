@@ -28,6 +28,7 @@ import ast
 import copy
 import pickle
 import random
+import time
 from pathlib import Path
 from typing import Any, Optional
 
@@ -482,3 +483,16 @@ def test_the_protocol_modules_import_no_io() -> None:
             if isinstance(node, ast.ImportFrom) and node.module and not node.level
         }
         assert not names & {"socket", "ssl", "select", "asyncio", "selectors"}, (module, names)
+
+
+def test_a_line_trickled_byte_by_byte_costs_linear_time() -> None:
+    # Appended in place and searched from where the last search stopped: a server sending a
+    # 64 KiB line one byte per packet must not cost the client quadratic CPU.
+    data = ok(b"X: " + b"v" * (MAX_LINE - 6) + b"\r\nContent-Length: 0\r\n")
+    started = time.process_time()
+    assert feed([data[i : i + 1] for i in range(len(data))])[0] == 200
+    assert time.process_time() - started < 2.0  # about 0.05 s; quadratic, several times this
+
+
+def test_need_data_names_itself() -> None:
+    assert repr(NEED_DATA) == "NEED_DATA"
