@@ -57,9 +57,11 @@ not reusable); a head may exceed h11's default 16 KiB (up to the caps above).
 
 from __future__ import annotations
 
+import re
+
 from ._diagnostics import ResponseHeaders
 from ._errors import BadFraming, IncompleteMessage, LimitExceeded, MalformedHead, ProtocolError
-from ._wire import HEX_RUN, SIZE_LINE, STATUS_LINE, content_length, members, parse_fields, shown
+from ._wire import HEX, SIZE_LINE, content_length, members, parse_fields, shown, status_line
 from ._wire import NEED_DATA as NEED_DATA
 from ._wire import Data as Data
 from ._wire import End as End
@@ -192,20 +194,18 @@ class ResponseReader:
 
     def _parse_head(self) -> Optional[Head]:
         lines, self._lines = self._lines, []
-        match = STATUS_LINE.match(lines[0])
-        if match is None:
+        parsed = status_line(lines[0])
+        if parsed is None:
             raise MalformedHead(f"not an HTTP/1.x status line: {shown(lines[0])}")
-        status = int(match.group(2))
+        http11, status, reason = parsed
         fields = parse_fields(lines[1:], MalformedHead)
         if status < 200 and status != 101:  # qa_min never asks to switch: 101 is final
             self._interim += 1
             if self._interim > MAX_INTERIM:
                 raise LimitExceeded(f"more than {MAX_INTERIM} interim responses")
             return None
-        http11 = match.group(1) != b"0"
-        reason = (match.group(3) or b"").decode("iso-8859-1")
         headers = ResponseHeaders([(n.decode("ascii"), v.decode("iso-8859-1")) for n, v in fields])
-        self.head = Head(status, reason, http11, headers)
+        self.head = Head(status, reason.decode("iso-8859-1"), http11, headers)
         try:
             self._frame(status, http11, fields)
         except ProtocolError as exc:
@@ -335,7 +335,8 @@ class ResponseReader:
     def _size_line(self) -> bool:
         buf, pos = self._buf, self._pos
         end = buf.find(b"\n", pos, pos + MAX_SIZE_LINE + 1)
-        digits = HEX_RUN.match(buf, pos, pos + MAX_SIZE_DIGITS + 1).end() - pos  # type: ignore[union-attr]
+        lead = bytes(buf[pos : pos + MAX_SIZE_DIGITS + 1])
+        digits = len(lead) - len(lead.lstrip(HEX))
         after = buf[pos + digits : pos + digits + 1]
         if (digits == 0 and after) or digits > MAX_SIZE_DIGITS or after not in b" \t;\r":
             raise BadFraming(f"bad chunk size line {shown(bytes(buf[pos : pos + digits + 1]))}")
@@ -344,7 +345,7 @@ class ResponseReader:
                 raise BadFraming(f"chunk size line over {MAX_SIZE_LINE} bytes")
             return False
         line = bytes(buf[pos : end + 1])
-        match = SIZE_LINE.match(line)
+        match = re.match(SIZE_LINE, line)
         if match is None:
             raise BadFraming(f"bad chunk size line {shown(line)}")
         self._pos = end + 1

@@ -15,19 +15,43 @@ from ._errors import BadFraming, ProtocolError
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Sequence
+    from typing import Optional
 
     from ._diagnostics import ResponseHeaders
 
 TOKEN = rb"[-!#$%&'*+.^_`|~0-9A-Za-z]+"
 QUOTED = rb'"(?:[\t !#-\[\]-~\x80-\xff]|\\[\t -~\x80-\xff])*"'
 # One greedy class per free-text part, so that a failed match backtracks in linear time.
-STATUS_LINE = re.compile(rb"HTTP/1\.([0-9]) ([1-9][0-9][0-9])(?: ([\t\x20-\x7e\x80-\xff]*))?\r?\n\Z")
 FIELD_LINE = re.compile(rb"(" + TOKEN + rb"):([\t\x20-\x7e\x80-\xff]*)\r?\n\Z")
-FOLD_LINE = re.compile(rb"[ \t]([\t\x20-\x7e\x80-\xff]*)\r?\n\Z")
+FOLD_LINE = rb"[ \t]([\t\x20-\x7e\x80-\xff]*)\r?\n\Z"  # compiled on first use (re's cache), as is:
 EXT = rb"[ \t]*;[ \t]*" + TOKEN + rb"(?:[ \t]*=[ \t]*(?:" + TOKEN + rb"|" + QUOTED + rb"))?"
-SIZE_LINE = re.compile(rb"([0-9A-Fa-f]{1,16})(?:" + EXT + rb")*[ \t]*\r\n\Z")
-HEX_RUN = re.compile(rb"[0-9A-Fa-f]*")
-DIGITS = re.compile(rb"[0-9]+\Z")
+SIZE_LINE = rb"([0-9A-Fa-f]{1,16})(?:" + EXT + rb")*[ \t]*\r\n\Z"
+HEX = b"0123456789abcdefABCDEF"
+TEXT = bytes([9, *range(0x20, 0x7F), *range(0x80, 0x100)])  # HTAB, VCHAR, SP, obs-text
+
+
+def status_line(line: bytes) -> Optional[tuple[bool, int, bytes]]:
+    """(HTTP/1.1 or later, status, reason) of ``HTTP/1.<digit> SP 3DIGIT [SP reason] [CR]LF``.
+
+    By hand, not by pattern: this one runs on every response, and a pattern costs a cold
+    start its compilation. ``bytes.isdigit()`` is ASCII-only; ``translate`` deletes the octets
+    a reason may hold, so anything left over is a control.
+    """
+    text = line[:-2] if line[-2:] == b"\r\n" else line[:-1]
+    code, rest = text[9:12], text[12:]
+    if (
+        text[:7] != b"HTTP/1."
+        or not text[7:8].isdigit()
+        or text[8:9] != b" "
+        or len(code) != 3
+        or not code.isdigit()
+        or code[:1] == b"0"
+        or (rest and (rest[:1] != b" " or rest[1:].translate(None, TEXT)))
+    ):
+        return None
+    return text[7:8] != b"0", int(code), rest[1:]
+
+
 BLANK = b" \t"  # the only whitespace around a field value (RFC 9110 §5.5)
 
 
@@ -83,7 +107,7 @@ def parse_fields(lines: Sequence[bytes], error: type[ProtocolError]) -> list[tup
         if match is not None:
             fields.append((match.group(1), match.group(2)))
             continue
-        fold = FOLD_LINE.match(line)
+        fold = re.match(FOLD_LINE, line)
         if fold is None:
             raise error(f"not a header field: {shown(line)}")
         if not fields:
@@ -114,7 +138,7 @@ def members(values: list[bytes]) -> list[bytes]:
 def content_length(values: list[bytes]) -> int:
     members = {m.strip(BLANK) for value in values for m in value.split(b",")}
     text = members.pop() if len(members) == 1 else b""
-    if DIGITS.match(text) is None:
+    if not text.isdigit():  # bytes.isdigit() is ASCII-only, unlike str.isdigit()
         raise BadFraming(f"invalid Content-Length {shown(b', '.join(values))}")
     # Past 18 digits the value only matters as "more than any limit"; int() would also refuse
     # a few thousand digits with a ValueError of its own.
