@@ -17,10 +17,10 @@ import time
 
 from ._call import hooked
 from ._diagnostics import ResponseHeaders
+from ._errors import IncompleteMessage, InvalidResponse, ProtocolError
 from ._fakehttp import Headers
 from ._fakerules import DEFAULT_MODELS, HeaderPairs, RecordedRequest, Step, apply_rules
 from ._http import wire_fields
-from ._response import BadBody, HTTPException, IncompleteRead, RemoteDisconnected
 from ._transport import cap_body, failure
 
 TYPE_CHECKING = False
@@ -35,14 +35,14 @@ if TYPE_CHECKING:
     Handler = Callable[[RecordedRequest], Optional[Step]]
 
 
-def _failure(kind: str) -> Optional[OSError | HTTPException]:
+def _failure(kind: str) -> Optional[OSError | ProtocolError]:
     """What a failing step looks like to the code above the transport, as over a real socket."""
     if kind == "drop":
-        return RemoteDisconnected("Remote end closed connection without response")
+        return IncompleteMessage("the server closed the connection without a response")
     if kind == "reset":
         return ConnectionResetError(104, "Connection reset by peer")
     if kind == "truncate":
-        return IncompleteRead(b"{", 10)
+        return IncompleteMessage("the connection closed with 10 bytes of the body missing", status=200)
     return None
 
 
@@ -145,9 +145,9 @@ class _Bound:
             # A cancel or close that came while the handler ran wins, as it would over a socket.
             call.check()
             body = cap_body(status, body, self.max_body)
-        except (OSError, HTTPException, BadBody) as exc:
+        except (OSError, ProtocolError) as exc:
             error = failure(exc, self.origin, call)
-            if isinstance(exc, BadBody):
+            if isinstance(error, InvalidResponse):
                 raise error from None  # as the socket transport: the refusal's text is the message
             raise error from exc
         answer = list(headers)  # spelled and ordered as the handler gave them
