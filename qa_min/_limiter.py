@@ -10,7 +10,7 @@ Waiting is a small shell over decisions that never block: ``begin(delay, priorit
 slot and says how long to wait first, ``step(waiter)`` says after each wait whether to go or how
 long to wait again, ``abandon(waiter)`` gives the slot back, and ``arm(waiter, wake)`` registers
 what ends a wait early when an answer the waiter is held for comes (no polling). ``acquire`` is
-the threaded shell: it sleeps through the retry loop's ``nap(seconds, held, waiter)``, which
+the threaded shell: it sleeps through the retry loop's ``nap(seconds, held[, waiter])``, which
 sleeps on the client's ``sleep`` (so cancel, timeout and close end it) and arms its event. An
 asyncio shell runs the same loop with ``await``: sleep the first wait; then, while ``step``
 returns ``(seconds, wakeable)``, await ``asyncio.sleep(seconds)``, or, when wakeable, a future
@@ -26,7 +26,7 @@ import time
 from collections import deque
 
 from ._announced import parse
-from ._pacer import ALONE, EPSILON, INF, Pacer, Priority, Waiter
+from ._pacer import ALONE, EPSILON, INF, Pacer, Waiter
 from ._policy import Policy
 
 TYPE_CHECKING = False
@@ -36,7 +36,8 @@ if TYPE_CHECKING:
 
     from ._announced import Announcement
 
-    Nap = Callable[[float, float, Optional[Waiter]], object]
+    # nap(seconds, held), or nap(seconds, held, waiter) for a wait an answer may end early
+    Nap = Callable[..., object]
     Clock = Callable[[], float]
     Notify = Callable[[str], object]
 
@@ -71,30 +72,31 @@ class Limiter:
             self.policy.engage(clock())
         self.engaged = self.policy.engaged
 
-    def acquire(self, delay: Optional[float], priority: Priority, nap: Nap) -> float:
+    def acquire(self, delay: Optional[float], priority: int, nap: Nap) -> float:
         """Wait for this attempt's slot; return its ticket (the time it was let go).
 
         ``delay``: the call's own wait before a retry (None before a first attempt).
-        ``nap(seconds, held, waiter)`` sleeps once (``held`` of it for the limiter; ``waiter``
-        given when an answer may end it early, see ``arm``) and raises to stop, which gives the
-        slot back. The threaded shell over ``begin``, ``step`` and ``abandon``.
+        ``nap(seconds, held)`` sleeps once (``held`` of it for the limiter) and raises to stop,
+        which gives the slot back; ``nap(seconds, held, waiter)`` when an answer may end the
+        wait early (see ``arm``). The threaded shell over ``begin``, ``step`` and ``abandon``.
         """
         waiter, first = self.begin(delay, priority)
         try:
             if first is not None:
-                nap(first[0], first[1], None)
+                nap(first[0], first[1])
             while True:
                 wait = self.step(waiter)
                 if wait is None:
                     return waiter.slot
-                nap(wait[0], wait[0], waiter if wait[1] else None)
+                if wait[1]:
+                    nap(wait[0], wait[0], waiter)
+                else:
+                    nap(wait[0], wait[0])
         except BaseException:
             self.abandon(waiter)
             raise
 
-    def begin(
-        self, delay: Optional[float], priority: Priority
-    ) -> tuple[Waiter, Optional[tuple[float, float]]]:
+    def begin(self, delay: Optional[float], priority: int) -> tuple[Waiter, Optional[tuple[float, float]]]:
         """Take a slot: the attempt's ``Waiter``, and its first wait ``(seconds, held by the
         limiter)`` or None for none. Then ``step`` after each wait, until it says go."""
         waiter = Waiter(priority)

@@ -3,8 +3,10 @@
 ``Client(transport=MockTransport(handler))`` replaces the one class below the retry loop that
 touches the network. Everything above it runs as it does over a socket: the retry loop and its
 backoff, the retry budget, the rate limiter, error mapping and messages, ``Diagnostics``,
-hooks, cancellation of waits. The request the handler receives is the bytes qa_min would have
-written, parsed back; the response it returns becomes what a socket would have delivered.
+hooks, cancellation of waits. The handler receives the request qa_min would have written (its
+method, target, fields and body, as the socket transport encodes them); the response it returns
+becomes what a socket would have delivered, through the socket transport's size cap and error
+translation (``_transport.cap_body``, ``_transport.failure``).
 """
 
 from __future__ import annotations
@@ -15,10 +17,11 @@ import time
 
 from ._call import hooked
 from ._diagnostics import ResponseHeaders
-from ._errors import Canceled, ConnectionFailed, InvalidResponse
+from ._errors import IncompleteMessage, InvalidResponse, ProtocolError
 from ._fakehttp import Headers
 from ._fakerules import DEFAULT_MODELS, HeaderPairs, RecordedRequest, Step, apply_rules
-from ._response import HTTPException, IncompleteRead, RemoteDisconnected
+from ._http import wire_fields
+from ._transport import cap_body, failure
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -27,18 +30,19 @@ if TYPE_CHECKING:
 
     from ._call import CallState
     from ._config import Origin
+    from ._http import Outgoing
 
     Handler = Callable[[RecordedRequest], Optional[Step]]
 
 
-def _failure(kind: str) -> Optional[OSError | HTTPException]:
+def _failure(kind: str) -> Optional[OSError | ProtocolError]:
     """What a failing step looks like to the code above the transport, as over a real socket."""
     if kind == "drop":
-        return RemoteDisconnected("Remote end closed connection without response")
+        return IncompleteMessage("the server closed the connection without a response")
     if kind == "reset":
         return ConnectionResetError(104, "Connection reset by peer")
     if kind == "truncate":
-        return IncompleteRead(b"{", 10)
+        return IncompleteMessage("the connection closed with 10 bytes of the body missing", status=200)
     return None
 
 
@@ -129,43 +133,30 @@ class _Bound:
         self.origin = origin
         self.max_body = max_body
 
-    def attempt(self, request: bytes, method: str, call: CallState) -> tuple[int, ResponseHeaders, bytes]:
+    def attempt(
+        self, request: Outgoing, call: CallState, fresh: bool = False
+    ) -> tuple[int, ResponseHeaders, bytes]:
         """One attempt, answered by the mock: as ``Transport.attempt``, without a socket."""
-        call.attempts += 1
-        recorded = _parse(request)
+        # Values as a server reads them: without the SP/HTAB around them (RFC 9110 section 5.5).
+        fields = Headers((name, value.strip(" \t")) for name, value in wire_fields(request))
+        recorded = RecordedRequest(request.method, request.target, fields, request.body)
         try:
             status, body, headers = self.mock._serve(recorded, self.origin.path, call)
-        except (OSError, HTTPException) as exc:
-            failure = ConnectionFailed(f"{self.origin.url()}: {type(exc).__name__}: {exc}")
-            failure.diagnostics.transport_error = exc
-            raise failure from exc
-        # A cancel or close that came while the handler ran wins, as it would over a socket.
-        reason = call.stop_reason()
-        if reason is not None:
-            raise Canceled(reason)
-        fields = list(headers)  # spelled and ordered as the handler gave them
-        if not any(name.lower() == "content-length" for name, _ in fields):
-            fields.append(("Content-Length", str(len(body))))
-        message = ResponseHeaders(fields)
-        if len(body) > self.max_body:
-            if 200 <= status < 300:
-                call.status = status
-                raise InvalidResponse(
-                    f"the response body has {len(body)} bytes, over the {self.max_body}-byte limit"
-                )
-            body = body[: self.max_body]
-        return status, message, body
+            # A cancel or close that came while the handler ran wins, as it would over a socket.
+            call.check()
+            body = cap_body(status, body, self.max_body)
+        except (OSError, ProtocolError) as exc:
+            error = failure(exc, self.origin, call)
+            if isinstance(error, InvalidResponse):
+                raise error from None  # as the socket transport: the refusal's text is the message
+            raise error from exc
+        answer = list(headers)  # spelled and ordered as the handler gave them
+        if not any(name.lower() == "content-length" for name, _ in answer):
+            answer.append(("Content-Length", str(len(body))))
+        return status, ResponseHeaders(answer), body
 
     def close(self) -> None:
         """Nothing to release: no socket was opened."""
 
     def forget(self) -> None:
         """Nothing to forget after a fork."""
-
-
-def _parse(request: bytes) -> RecordedRequest:
-    head, _, body = request.partition(b"\r\n\r\n")
-    lines = head.decode("latin-1").split("\r\n")
-    method, path, _ = lines[0].split(" ", 2)
-    pairs = [line.split(":", 1) for line in lines[1:]]
-    return RecordedRequest(method, path, Headers((name, value.strip()) for name, value in pairs), body)

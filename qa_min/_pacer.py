@@ -64,7 +64,7 @@ class Waiter:
 
     __slots__ = ("due", "held", "loose", "priority", "queued", "seen", "slot", "wake", "woken")
 
-    def __init__(self, priority: Priority) -> None:
+    def __init__(self, priority: int) -> None:
         self.priority = Priority(priority)  # a plain 0, 1 or 2 names its priority too
         self.slot, self.loose = -INF, False
         self.seen = (0, 0)  # (pauses and cuts, throttled jumps) when the slot was last checked

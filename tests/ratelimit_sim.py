@@ -210,7 +210,7 @@ def simulate_fleet(
         retries = absorbed = 0
         held = [0.0]
 
-        def nap(seconds: float, limiter_part: float, waiter: Optional[Waiter]) -> None:
+        def nap(seconds: float, limiter_part: float, waiter: Optional[Waiter] = None) -> None:
             held[0] += limiter_part
             arm = None
             if waiter is not None and limiter is not None:
@@ -220,7 +220,9 @@ def simulate_fleet(
         while True:
             ticket = None
             if limiter is not None and limiter.engaged:
-                last = retries >= max_retries and absorbed >= ABSORBED
+                last = retries >= max_retries and not (
+                    max_retries > 0 and absorbed < ABSORBED and limiter.absorbs()
+                )
                 priority = (Priority.LAST if last else Priority.RETRY) if throttled else Priority.NEW
                 ticket = limiter.acquire(wait, priority, nap)
             elif wait is not None:

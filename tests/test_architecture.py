@@ -27,6 +27,11 @@ LAYERS: tuple[str, ...] = (
     "_redact",
     "_pacer",
     "_announced",
+    # the HTTP/1.1 protocol, no I/O, on the leaves only: its grammar and events, then the reader
+    "_wire",
+    "_protocol",
+    # the request value that travels down the stack, its head written by the protocol
+    "_http",
     # values and per-call primitives, on the leaves only
     "_policy",
     "_limiter",
@@ -40,7 +45,9 @@ LAYERS: tuple[str, ...] = (
     "_hooks",
     # configuration, then the wire, bottom up
     "_config",
-    "_response",
+    # what a call tells (messages, logs, hooks), then its retry decisions: no I/O
+    "_messages",
+    "_decide",
     "_connection",
     "_transport",
     "_retrying",

@@ -329,7 +329,7 @@ def test_a_stopped_wait_gives_the_slot_back_and_lifts_an_orphan_pause() -> None:
     lim, clock = limiter(10, burst=1)
     lim.report(None, 429, 30.0)
 
-    def stop(seconds: float, held: float, waiter: Optional[Waiter]) -> None:
+    def stop(seconds: float, held: float, waiter: Optional[Waiter] = None) -> None:
         raise qa.Canceled("the call was cancelled")
 
     with pytest.raises(qa.Canceled):
