@@ -8,7 +8,8 @@ engages it at once): nothing is paced, and the retry loop only notes each succes
 bucket's level (``remaining``) and, from the policy or the reset, its refill rate R (smoothed).
 The slope of the level over the last ``SLOPE_SPAN`` gives the whole fleet's rate, F = R - slope,
 without knowing how many clients share the bucket. The fleet's target is R, raised or lowered by
-how full the bucket will be ``HORIZON`` ahead on that slope (``LEVEL_GAIN`` around half full).
+how full the bucket will be ``HORIZON`` ahead on that slope (``LEVEL_GAIN`` around ``LEVEL``
+full: a fuller bucket absorbs the fleet's jitter).
 A client's first announced pace is low (``START_SHARE`` of R, as for a newcomer to a bucket
 others share) and grows by ``SLOW_START`` a step until its first step down. Then, at each
 control step (``STEP``, a late step counting for up to ``MAX_SCALE``), each client moves its
@@ -75,7 +76,7 @@ MAX_SCALE = 2.0  # a step after a long silence counts for this many steps at mos
 SLOPE_SPAN = 0.3  # s of levels the slope is measured over
 FIRST_SLOPE = 0.05  # s of levels enough for a first slope
 HORIZON = 0.3  # s: the level is judged this far ahead, on its slope
-LEVEL_GAIN = 0.5  # the fleet's target: R * (1 + LEVEL_GAIN * (level / capacity - 1/2))
+LEVEL, LEVEL_GAIN = 0.6, 0.5  # the fleet's target: R * (1 + LEVEL_GAIN * (level / capacity - LEVEL))
 HEADROOM = 1.25  # an announced ceiling stays within this multiple of the client's own pace
 START_SHARE = 0.125  # of the refill rate: the most a client's first announced pace may be
 SLOW_START = 1.25  # a first announced pace grows this much a step, until its first step down
@@ -344,7 +345,7 @@ class Policy:
         # The level a little ahead (the slope lags by half its span): act before it is empty.
         ahead = news.remaining + slope * HORIZON
         full = min(1.0, max(0.0, ahead / self._capacity)) if self._capacity else 0.5
-        target = refill * (1.0 + LEVEL_GAIN * (full - 0.5))
+        target = refill * (1.0 + LEVEL_GAIN * (full - LEVEL))
         # From what this client sends, not a ceiling it does not use: a ceiling far above its
         # pace would let it jump when it has more to send.
         sent = self.seen(now, now - RECENT)
