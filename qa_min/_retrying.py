@@ -99,13 +99,17 @@ class Sender:
                 self._log_retry(wait, call, failure)
                 retries += 1
         except QAError as exc:
-            exc.diagnostics = call.fill()
-            suffix = "" if call.request_id is None else f" (request id {call.request_id})"
-            if call.attempts > 1 and not isinstance(exc, Canceled):
-                suffix += f" (after {call.attempts} attempts)"
-            exc.message = f"{exc.message}{suffix}"
-            self.scrub(exc)
+            self.finish(exc, call)
             raise
+
+    def finish(self, exc: QAError, call: CallState) -> None:
+        """Make ``exc`` the call's final error: its diagnostics, request id, attempts, no key."""
+        exc.diagnostics = call.fill()
+        suffix = "" if call.request_id is None else f" (request id {call.request_id})"
+        if call.attempts > 1 and not isinstance(exc, Canceled):
+            suffix += f" (after {call.attempts} attempts)"
+        exc.message = f"{exc.message}{suffix}"
+        self.scrub(exc)
 
     def scrub(self, exc: QAError) -> None:
         """Hide the key in ``exc``'s message and in every exception chained to it."""
@@ -160,6 +164,23 @@ class Sender:
             if not isinstance(exc, QAError):
                 raise
             return self._failed(request, method, policy, call, exc, started)
+        return self.answered(request, method, policy, call, ticket, started, status, headers, body)
+
+    def answered(
+        self,
+        request: bytes,
+        method: str,
+        policy: RetryPolicy,
+        call: CallState,
+        ticket: Optional[float],
+        started: float,
+        status: int,
+        headers: ResponseHeaders,
+        body: bytes,
+    ) -> Union[bytes, tuple[QAError, Optional[float], bool]]:
+        """What a response means: the 2xx body, or (the error, the server's delay in ms, whether
+        it was a 429/529) when worth a retry; raises the errors that are not. The limiter, the
+        budget, the history and the hooks are told."""
         call.status = status
         call.headers = headers
         limiter = self.limiter

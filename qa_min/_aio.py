@@ -1,0 +1,318 @@
+"""The asyncio connection layer: one keep-alive connection as an ``asyncio.Protocol``, and its pool.
+
+The threaded client blocks a thread in ``recv``; here the event loop calls ``data_received``
+and the bytes go to a response reader that does no I/O. A call awaits one future per exchange,
+which the protocol resolves with the response or fails with what broke. No task is created per
+call and no thread is started: name resolution is the loop's (``loop.create_connection``), TLS
+and CONNECT tunnels go through ``loop.start_tls``.
+
+States of an ``AioConnection`` (as ``_connection``'s)::
+
+    open_connection() ──> busy ──exchange ok, reusable──> idle (in the pool) ──checkout──> busy
+                           │                                  │
+                           └─error, cancel, not reusable──────┴─peer closed / too old──> closed
+
+While idle, the loop keeps reading the socket: a server that closes an idle connection is seen
+at once (``lost``), and bytes it sends unasked make it unfit (``dirty``). That replaces the
+zero-timeout poll the threaded pool makes before reuse.
+
+Deadlines and cancellation are not handled here: the call's task is cancelled (see
+``_ascope``) and every ``except BaseException`` below aborts the connection, so an interrupted
+exchange never reaches the pool.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+
+from ._connection import PoolClosed, Stopped, TunnelRefused, _tune, idle_clock
+from ._response import MAX_HEADERS, MAX_LINE, MalformedHead, _framing, read_body, read_head
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import ssl
+    from collections.abc import Hashable
+    from typing import Optional
+
+    from ._diagnostics import ResponseHeaders
+
+    Result = tuple[int, ResponseHeaders, bytes, bool]
+
+_HEAD_LIMIT = MAX_LINE * (MAX_HEADERS + 2)  # bytes without a complete head before it is refused
+
+
+class _Feed:
+    """Bytes in, one response out: ``receive(data)`` gives None until the response is complete.
+
+    It frames the response (head, then Content-Length, chunked or until close) to know when it
+    is whole, then reads it with ``_response``'s reader, so that both clients refuse the same
+    responses for the same reasons. ``receive_eof()`` ends it: the response, or the reader's error.
+    """
+
+    __slots__ = ("_buf", "_limit", "_tunnel", "extra")
+
+    def __init__(self, limit: int, tunnel: bool = False) -> None:
+        self._buf = bytearray()
+        self._limit = limit
+        self._tunnel = tunnel  # a CONNECT: a 2xx head ends the response, whatever follows
+        self.extra = False  # bytes came after the response: the connection is not reused
+
+    def receive(self, data: bytes) -> Optional[Result]:
+        self._buf += data
+        return self._parse(False)
+
+    def receive_eof(self) -> Result:
+        result = self._parse(True)
+        assert result is not None
+        return result
+
+    def _parse(self, eof: bool) -> Optional[Result]:
+        buf = self._buf
+        if not eof and not self._head_complete(buf):
+            return None
+        fp = io.BufferedReader(io.BytesIO(bytes(buf)))
+        head = read_head(fp)
+        if self._tunnel and 200 <= head.status < 300:
+            self.extra = len(buf) > head.consumed
+            return head.status, head.headers, b"", True
+        if not eof and not self._body_complete(head.status, head.headers, len(buf) - head.consumed):
+            return None
+        body, reusable = read_body(fp, head, self._limit)
+        chunked = head.headers.get("transfer-encoding") is not None
+        if not eof and not reusable and chunked and len(buf) - head.consumed <= self._limit:
+            return None  # a chunked body cut short reads as "not reusable": the rest may come
+        self.extra = fp.tell() < len(buf)
+        return head.status, head.headers, body, reusable
+
+    @staticmethod
+    def _head_complete(buf: bytearray) -> bool:
+        """Whether the final head (after any interim 1xx) has arrived, or enough to refuse it."""
+        start = 0
+        while True:
+            end = min(
+                (i for i in (buf.find(b"\n\r\n", start), buf.find(b"\n\n", start)) if i >= 0), default=-1
+            )
+            if end < 0:
+                if len(buf) - start > _HEAD_LIMIT:
+                    raise MalformedHead(f"a response head over {_HEAD_LIMIT} bytes")
+                return False
+            code = bytes(buf[start + 9 : start + 12])
+            if not (code[:1] == b"1" and code != b"101"):
+                return True
+            start = end + (3 if buf[end + 1 : end + 2] == b"\r" else 2)
+
+    def _body_complete(self, status: int, headers: ResponseHeaders, have: int) -> bool:
+        if have > self._limit:
+            return True  # over the cap: the reader refuses or cuts it now
+        try:
+            kind, length = _framing(headers, status)
+        except Exception:
+            return True  # badly framed: the reader says why
+        if kind == 0:  # no body
+            return True
+        if kind == 1:  # Content-Length
+            return have >= min(length, self._limit + 1) or length > self._limit
+        if kind == 2:  # chunked: the last chunk ends in a line break
+            return self._buf.endswith(b"\n")
+        return False  # until the server closes
+
+
+class AioConnection(asyncio.Protocol):
+    """A connection to one origin (or proxy), serving one request at a time."""
+
+    def __init__(self, key: Hashable) -> None:
+        self.key = key
+        self.transport: Optional[asyncio.Transport] = None
+        self.idle_since = 0.0
+        self.received = 0  # response bytes received in the current exchange
+        self.sent = False  # the current exchange's request was handed to the socket
+        self.lost = False  # the connection is closed, by either side
+        self.dirty = False  # bytes arrived while no exchange wanted them
+        self.aborted = False
+        self._feed: Optional[_Feed] = None
+        self._waiter: Optional[asyncio.Future[Result]] = None
+        self._error: Optional[BaseException] = None
+
+    # -- asyncio.Protocol -------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        feed, waiter = self._feed, self._waiter
+        if feed is None or waiter is None or waiter.done():
+            self.dirty = True
+            return
+        self.received += len(data)
+        try:
+            result = feed.receive(data)
+        except Exception as exc:
+            waiter.set_exception(exc)
+            return
+        if result is not None:
+            waiter.set_result(result)
+
+    def eof_received(self) -> bool:
+        self._ended(None)
+        return False  # let the transport close itself
+
+    def connection_lost(self, exc: Optional[Exception]) -> None:
+        self.lost = True
+        self._ended(exc)
+
+    def _ended(self, exc: Optional[BaseException]) -> None:
+        feed, waiter = self._feed, self._waiter
+        if feed is None or waiter is None or waiter.done():
+            return
+        if self.aborted:
+            waiter.set_exception(Stopped())
+        elif exc is not None and self.received == 0:
+            waiter.set_exception(exc)  # a reset before any byte says more than "no response"
+        else:
+            try:
+                waiter.set_result(feed.receive_eof())
+            except Exception as error:
+                waiter.set_exception(error)
+
+    # -- used by the transport --------------------------------------------------------------
+
+    async def exchange(self, request: bytes, max_body: int, tunnel: bool = False) -> Result:
+        """Send ``request`` and read one response: (status, headers, body, reusable).
+
+        Raises what the reader raises, the ``OSError`` that closed the connection, or
+        ``Stopped`` after ``abort()``. A response that arrived before the connection broke
+        (an early 401 or 413) is returned, not reusable.
+        """
+        transport = self.transport
+        assert transport is not None
+        self._waiter = waiter = asyncio.get_running_loop().create_future()
+        self._feed = feed = _Feed(max_body, tunnel)
+        self.received = 0
+        self.sent = not self.lost
+        if self.lost:
+            waiter.set_exception(ConnectionResetError("the connection was closed"))
+        else:
+            transport.write(request)
+        try:
+            status, headers, body, reusable = await waiter
+        finally:
+            self._waiter = self._feed = None
+        return status, headers, body, reusable and not (feed.extra or self.dirty or self.lost)
+
+    def abort(self) -> None:
+        """Close at once, without waiting for buffered writes; a waiting exchange gets ``Stopped``."""
+        self.aborted = True
+        if self.transport is not None:
+            self.transport.abort()
+
+    def close(self) -> None:
+        if self.transport is not None:
+            self.transport.close()
+
+
+async def open_connection(host: str, port: int, key: Hashable) -> AioConnection:
+    """A connected, tuned connection; the loop resolves the name (``loop.getaddrinfo``)."""
+    conn = AioConnection(key)
+    loop = asyncio.get_running_loop()
+    try:
+        await loop.create_connection(lambda: conn, host, port)
+    except BaseException:
+        conn.abort()
+        raise
+    sock = conn.transport.get_extra_info("socket") if conn.transport is not None else None
+    if sock is not None:
+        _tune(sock)
+    return conn
+
+
+async def start_tls(conn: AioConnection, context: ssl.SSLContext, host: str) -> None:
+    """TLS over ``conn``, the certificate checked against ``host``."""
+    assert conn.transport is not None
+    loop = asyncio.get_running_loop()
+    secured = await loop.start_tls(conn.transport, conn, context, server_hostname=host)
+    if secured is None:  # pragma: no cover - the loop closed the connection under us
+        raise ConnectionResetError("the connection closed during the TLS handshake")
+    conn.transport = secured
+
+
+async def open_tunnel(conn: AioConnection, target: str, headers: bytes, max_body: int) -> None:
+    """Ask the HTTP proxy behind ``conn`` for a CONNECT tunnel to ``target`` ("host:port")."""
+    host = target.encode("ascii")
+    request = b"CONNECT %s HTTP/1.1\r\nHost: %s\r\n%s\r\n" % (host, host, headers)
+    conn.idle_since = 0.0  # a fresh connection: its failures are never "stale"
+    status, _, body, clean = await conn.exchange(request, max_body, tunnel=True)
+    if 200 <= status < 300:
+        # A 2xx to CONNECT has no body (RFC 9110 §9.3.6) and the origin speaks only after our
+        # TLS hello: bytes already here would be lost.
+        if not clean:
+            raise MalformedHead("the proxy sent data before the TLS handshake")
+        return
+    raise TunnelRefused(status, body)
+
+
+class AioPool:
+    """Idle connections by key, bounded to ``max_idle`` per key; the busy ones, for ``close()``.
+
+    Only the loop's thread touches it, so it needs no lock.
+    """
+
+    def __init__(self, max_idle: int, idle_timeout: float) -> None:
+        self.max_idle = max_idle
+        self.idle_timeout = idle_timeout
+        self.closed = False
+        self._idle: dict[Hashable, list[AioConnection]] = {}
+        self._busy: set[AioConnection] = set()
+
+    def checkout(self, key: Hashable) -> Optional[AioConnection]:
+        """A live idle connection for ``key``, now busy (the most recent first); None if none."""
+        if self.closed:
+            raise PoolClosed
+        stack = self._idle.get(key)
+        while stack:
+            conn = stack.pop()
+            age = idle_clock() - conn.idle_since
+            if 0 <= age <= self.idle_timeout and not (conn.lost or conn.dirty):
+                self._busy.add(conn)
+                return conn
+            conn.close()
+        return None
+
+    def track(self, conn: AioConnection) -> None:
+        """Mark a new connection busy, so that ``close()`` can abort it."""
+        if self.closed:
+            conn.abort()
+            raise PoolClosed
+        self._busy.add(conn)
+
+    def release(self, conn: AioConnection) -> None:
+        """Keep a connection whose response was read whole, if there is room."""
+        self._busy.discard(conn)
+        stack = self._idle.setdefault(conn.key, [])
+        if self.closed or conn.lost or len(stack) >= self.max_idle:
+            conn.close()
+            return
+        conn.idle_since = idle_clock()
+        stack.append(conn)
+
+    def discard(self, conn: AioConnection) -> None:
+        """Close a connection that failed, was interrupted or must not be reused."""
+        self._busy.discard(conn)
+        conn.abort()
+
+    def idle_count(self) -> int:
+        return sum(len(stack) for stack in self._idle.values())
+
+    def busy_count(self) -> int:
+        return len(self._busy)
+
+    def close(self) -> None:
+        """Close the idle connections and abort the busy ones. Idempotent."""
+        self.closed = True
+        idle = [conn for stack in self._idle.values() for conn in stack]
+        self._idle.clear()
+        busy, self._busy = self._busy, set()
+        for conn in idle:
+            conn.close()
+        for conn in busy:
+            conn.abort()
