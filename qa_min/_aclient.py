@@ -15,10 +15,9 @@ from __future__ import annotations
 import asyncio
 
 from ._aio import AioPool
-from ._ascope import Scope, WrongLoop
+from ._ascope import WrongLoop
 from ._asender import AioSender
 from ._atransport import AioMock, AioTransport
-from ._call import hooked
 from ._client import Client
 from ._constants import MAX_RESPONSE_BYTES
 from ._errors import InvalidOption
@@ -33,7 +32,7 @@ if TYPE_CHECKING:
     from typing import Any, Callable, Optional, TypeVar, Union
 
     from ._backoff import RetryPolicy
-    from ._call import CallState, CancelToken, RetryBudget
+    from ._call import CancelToken, RetryBudget
     from ._errors import Diagnostics
     from ._hooks import HookEvent
     from ._mock import MockTransport
@@ -111,7 +110,6 @@ class AsyncClient:
             self._transport = AioMock(sync)  # type: ignore[arg-type]
         self._sender = AioSender(core._sender, self._transport, sleep)
         self._loop: Optional[asyncio.AbstractEventLoop] = None
-        self._scopes: set[Scope] = set()
         self.base_url = core.base_url
         self._options = {**core._options, "sleep": sleep}
         del self._options["max_workers"]
@@ -152,7 +150,7 @@ class AsyncClient:
         core = self._core
         spec, body = core._ask_body(state, questions, model)
         call = core._call(cancel, timeout, diagnostics)
-        data = await self._send(loop, core._post(body), "POST", core._policy(retry), call)
+        data = await self._sender.send(loop, core._post(body), "POST", core._policy(retry), call)
         answers, usage = core._decode(data, spec, call)
         return AskResponse(questions._qa_from(answers), usage, call.fill())
 
@@ -171,7 +169,7 @@ class AsyncClient:
         core = self._core
         body = core._core_body(request, model)
         call = core._call(cancel, timeout, diagnostics)
-        data = await self._send(loop, core._post(body), "POST", core._policy(retry), call)
+        data = await self._sender.send(loop, core._post(body), "POST", core._policy(retry), call)
         answers, usage = core._decode(data, request._spec, call)
         return CoreResponse(readonly(answers), usage, call.fill())
 
@@ -187,7 +185,7 @@ class AsyncClient:
         loop = self._bind()
         core = self._core
         call = core._call(cancel, timeout, diagnostics)
-        data = await self._send(loop, core._heads.get, "GET", core._policy(retry), call)
+        data = await self._sender.send(loop, core._heads.get, "GET", core._policy(retry), call)
         return core._models(data, call)
 
     async def aclose(self) -> None:
@@ -198,7 +196,7 @@ class AsyncClient:
         if self._loop is not None:
             self._bind()
         self._core.close()  # the closing token: every call and wait stops; no call starts
-        for scope in list(self._scopes):
+        for scope in list(self._sender.scopes):
             scope.stop("the client was closed")
         self._transport.close()
 
@@ -230,20 +228,3 @@ class AsyncClient:
                 "running now; create one client per event loop"
             )
         return loop
-
-    async def _send(
-        self,
-        loop: asyncio.AbstractEventLoop,
-        request: bytes,
-        method: str,
-        policy: RetryPolicy,
-        call: CallState,
-    ) -> bytes:
-        scope = Scope(loop, call)
-        self._scopes.add(scope)
-        try:
-            with hooked(call.token, scope.stop_soon):
-                return await self._sender.send(request, method, policy, call, scope)
-        finally:
-            scope.close()
-            self._scopes.discard(scope)

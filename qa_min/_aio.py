@@ -26,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import io
 
-from ._connection import PoolClosed, Stopped, TunnelRefused, _tune, idle_clock
+from ._connection import PoolClosed, Stopped, TunnelRefused, idle_clock
 from ._response import MAX_HEADERS, MAX_LINE, MalformedHead, _framing, read_body, read_head
 
 TYPE_CHECKING = False
@@ -121,6 +121,19 @@ class _Feed:
 class AioConnection(asyncio.Protocol):
     """A connection to one origin (or proxy), serving one request at a time."""
 
+    __slots__ = (
+        "_feed",
+        "_waiter",
+        "aborted",
+        "dirty",
+        "idle_since",
+        "key",
+        "lost",
+        "received",
+        "sent",
+        "transport",
+    )
+
     def __init__(self, key: Hashable) -> None:
         self.key = key
         self.transport: Optional[asyncio.Transport] = None
@@ -132,7 +145,10 @@ class AioConnection(asyncio.Protocol):
         self.aborted = False
         self._feed: Optional[_Feed] = None
         self._waiter: Optional[asyncio.Future[Result]] = None
-        self._error: Optional[BaseException] = None
+
+    def itself(self) -> AioConnection:
+        """The protocol factory of ``loop.create_connection``: this connection."""
+        return self
 
     # -- asyncio.Protocol -------------------------------------------------------------------
 
@@ -151,7 +167,7 @@ class AioConnection(asyncio.Protocol):
             waiter.set_exception(exc)
             return
         if result is not None:
-            waiter.set_result(result)
+            self._resolve(waiter, feed, result)
 
     def eof_received(self) -> bool:
         self._ended(None)
@@ -171,34 +187,38 @@ class AioConnection(asyncio.Protocol):
             waiter.set_exception(exc)  # a reset before any byte says more than "no response"
         else:
             try:
-                waiter.set_result(feed.receive_eof())
+                result = feed.receive_eof()
             except Exception as error:
                 waiter.set_exception(error)
+            else:
+                self._resolve(waiter, feed, result)
+
+    def _resolve(self, waiter: asyncio.Future[Result], feed: _Feed, result: Result) -> None:
+        status, headers, body, reusable = result
+        self._waiter = self._feed = None  # bytes from now on are unasked for
+        waiter.set_result((status, headers, body, reusable and not (feed.extra or self.dirty or self.lost)))
 
     # -- used by the transport --------------------------------------------------------------
 
-    async def exchange(self, request: bytes, max_body: int, tunnel: bool = False) -> Result:
-        """Send ``request`` and read one response: (status, headers, body, reusable).
+    def send(self, request: bytes, max_body: int, tunnel: bool = False) -> asyncio.Future[Result]:
+        """Send ``request``; the future is the response: (status, headers, body, reusable).
 
-        Raises what the reader raises, the ``OSError`` that closed the connection, or
-        ``Stopped`` after ``abort()``. A response that arrived before the connection broke
-        (an early 401 or 413) is returned, not reusable.
+        It fails with what the reader raises, the ``OSError`` that closed the connection, or
+        ``Stopped`` after ``abort()``. A response that arrived before the connection broke (an
+        early 401 or 413) is the result, not reusable. A plain method, not a coroutine: the
+        caller's frame is the only one a call in flight keeps.
         """
         transport = self.transport
         assert transport is not None
         self._waiter = waiter = asyncio.get_running_loop().create_future()
-        self._feed = feed = _Feed(max_body, tunnel)
+        self._feed = _Feed(max_body, tunnel)
         self.received = 0
         self.sent = not self.lost
         if self.lost:
             waiter.set_exception(ConnectionResetError("the connection was closed"))
         else:
             transport.write(request)
-        try:
-            status, headers, body, reusable = await waiter
-        finally:
-            self._waiter = self._feed = None
-        return status, headers, body, reusable and not (feed.extra or self.dirty or self.lost)
+        return waiter
 
     def abort(self) -> None:
         """Close at once, without waiting for buffered writes; a waiting exchange gets ``Stopped``."""
@@ -209,21 +229,6 @@ class AioConnection(asyncio.Protocol):
     def close(self) -> None:
         if self.transport is not None:
             self.transport.close()
-
-
-async def open_connection(host: str, port: int, key: Hashable) -> AioConnection:
-    """A connected, tuned connection; the loop resolves the name (``loop.getaddrinfo``)."""
-    conn = AioConnection(key)
-    loop = asyncio.get_running_loop()
-    try:
-        await loop.create_connection(lambda: conn, host, port)
-    except BaseException:
-        conn.abort()
-        raise
-    sock = conn.transport.get_extra_info("socket") if conn.transport is not None else None
-    if sock is not None:
-        _tune(sock)
-    return conn
 
 
 async def start_tls(conn: AioConnection, context: ssl.SSLContext, host: str) -> None:
@@ -241,7 +246,7 @@ async def open_tunnel(conn: AioConnection, target: str, headers: bytes, max_body
     host = target.encode("ascii")
     request = b"CONNECT %s HTTP/1.1\r\nHost: %s\r\n%s\r\n" % (host, host, headers)
     conn.idle_since = 0.0  # a fresh connection: its failures are never "stale"
-    status, _, body, clean = await conn.exchange(request, max_body, tunnel=True)
+    status, _, body, clean = await conn.send(request, max_body, tunnel=True)
     if 200 <= status < 300:
         # A 2xx to CONNECT has no body (RFC 9110 §9.3.6) and the origin speaks only after our
         # TLS hello: bytes already here would be lost.
@@ -289,7 +294,7 @@ class AioPool:
         """Keep a connection whose response was read whole, if there is room."""
         self._busy.discard(conn)
         stack = self._idle.setdefault(conn.key, [])
-        if self.closed or conn.lost or len(stack) >= self.max_idle:
+        if self.closed or conn.lost or conn.dirty or len(stack) >= self.max_idle:
             conn.close()
             return
         conn.idle_since = idle_clock()

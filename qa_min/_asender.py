@@ -13,7 +13,9 @@ from __future__ import annotations
 import asyncio
 import time
 
+from ._ascope import Scope
 from ._backoff import backoff_ms
+from ._call import hooked
 from ._errors import QAError
 
 TYPE_CHECKING = False
@@ -21,7 +23,6 @@ if TYPE_CHECKING:
     from collections.abc import Awaitable
     from typing import Callable, Optional, Protocol, Union
 
-    from ._ascope import Scope
     from ._backoff import RetryPolicy
     from ._call import CallState
     from ._config import Origin
@@ -48,14 +49,37 @@ class AioSender:
         self.sender = sender
         self.transport = transport
         self._sleep: Sleep = asyncio.sleep if sleep is None else sleep
+        self.scopes: set[Scope] = set()  # of the calls in flight
 
     async def send(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        request: bytes,
+        method: str,
+        policy: RetryPolicy,
+        call: CallState,
+    ) -> bytes:
+        """As ``Sender.send``: the 2xx body, or the error SPEC.md section 5 names.
+
+        The call runs in a ``Scope``, which its timeout, its ``CancelToken`` and ``aclose()``
+        (through ``scopes``) stop.
+        """
+        scope = Scope(loop, call)
+        scopes = self.scopes
+        scopes.add(scope)
+        try:
+            with hooked(call.token, scope.stop_soon):
+                return await self._send(request, method, policy, call, scope)
+        finally:
+            scope.close()
+            scopes.discard(scope)
+
+    async def _send(
         self, request: bytes, method: str, policy: RetryPolicy, call: CallState, scope: Scope
     ) -> bytes:
-        """As ``Sender.send``: the 2xx body, or the error SPEC.md section 5 names."""
         sender = self.sender
         call.redact = sender.redact
-        budget = sender._budget
+        budget, attempt = sender._budget, self.transport.attempt
         retries = 0
         wait: Optional[float] = None  # seconds before the next attempt; None before the first
         try:
@@ -63,7 +87,19 @@ class AioSender:
                 call.check()
                 if wait is not None:
                     await self._nap(wait, call, scope)
-                outcome = await self._attempt(request, method, policy, call, scope)
+                started = time.monotonic()
+                try:
+                    if sender._hooks is not None:
+                        sender._emit("before_attempt", request, method, call, None, None, None)
+                        started = time.monotonic()
+                    status, headers, body = await attempt(request, method, call, scope)
+                except QAError as exc:
+                    outcome: Union[bytes, tuple[QAError, Optional[float], bool]]
+                    outcome = sender._failed(request, method, policy, call, exc, started)
+                else:
+                    outcome = sender.answered(
+                        request, method, policy, call, None, started, status, headers, body
+                    )
                 if isinstance(outcome, bytes):
                     return outcome
                 failure, delay, throttled = outcome
@@ -78,20 +114,6 @@ class AioSender:
         except QAError as exc:
             sender.finish(exc, call)
             raise
-
-    async def _attempt(
-        self, request: bytes, method: str, policy: RetryPolicy, call: CallState, scope: Scope
-    ) -> Union[bytes, tuple[QAError, Optional[float], bool]]:
-        sender = self.sender
-        started = time.monotonic()
-        try:
-            if sender._hooks is not None:
-                sender._emit("before_attempt", request, method, call, None, None, None)
-                started = time.monotonic()
-            status, headers, body = await self.transport.attempt(request, method, call, scope)
-        except QAError as exc:
-            return sender._failed(request, method, policy, call, exc, started)
-        return sender.answered(request, method, policy, call, None, started, status, headers, body)
 
     async def _nap(self, seconds: float, call: CallState, scope: Scope) -> None:
         """The wait before a retry, cut short by the deadline; the scope interrupts it."""

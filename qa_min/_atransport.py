@@ -16,8 +16,8 @@ from __future__ import annotations
 import asyncio
 import json
 
-from ._aio import AioConnection, AioPool, open_connection, open_tunnel, start_tls
-from ._connection import BadBody, PoolClosed, Stopped, TunnelRefused
+from ._aio import AioConnection, AioPool, open_tunnel, start_tls
+from ._connection import BadBody, PoolClosed, Stopped, TunnelRefused, _tune
 from ._diagnostics import ResponseHeaders
 from ._errors import Canceled, ConnectionFailed, InvalidResponse
 from ._response import HTTPException
@@ -75,8 +75,15 @@ class AioTransport:
         sync, pool = self.sync, self.pool
         try:
             if conn is None:
-                conn = await self._open()
-            status, headers, body, reusable = await conn.exchange(request, sync.max_body)
+                # Opened here, not in a coroutine of its own: one frame less per call in flight.
+                conn = AioConnection(sync._key)
+                peer = sync.proxy or sync.origin
+                # The loop resolves the name (loop.getaddrinfo) unless it is an IP address.
+                await asyncio.get_running_loop().create_connection(conn.itself, peer.host, peer.port)
+                self._opened(conn)
+                if sync.origin.scheme == "https":
+                    await self._secure(conn)
+            status, headers, body, reusable = await conn.send(request, sync.max_body)
             if status in (401, 407) and sync._plain_proxy:
                 reusable = False  # a refusing proxy may leave the body unread: never reuse
         except asyncio.CancelledError as exc:
@@ -104,24 +111,22 @@ class AioTransport:
             pool.discard(conn)
         return status, headers, body
 
-    async def _open(self) -> AioConnection:
-        sync = self.sync
-        target = sync.proxy or sync.origin
-        conn = await open_connection(target.host, target.port, sync._key)
+    def _opened(self, conn: AioConnection) -> None:
+        sock = conn.transport.get_extra_info("socket") if conn.transport is not None else None
+        if sock is not None:
+            _tune(sock)
         try:
             self.pool.track(conn)
         except PoolClosed:
             raise Stopped from None
-        if sync.origin.scheme == "https":
-            try:
-                if sync.proxy is not None:
-                    where = f"{sync.origin.host}:{sync.origin.port}"
-                    await open_tunnel(conn, where, sync.proxy_headers, sync.max_body)
-                await start_tls(conn, sync.ssl_context(), sync.origin.host)
-            except BaseException:
-                self.pool.discard(conn)
-                raise
-        return conn
+
+    async def _secure(self, conn: AioConnection) -> None:
+        """TLS over ``conn``, through the proxy's CONNECT tunnel if any."""
+        sync = self.sync
+        if sync.proxy is not None:
+            where = f"{sync.origin.host}:{sync.origin.port}"
+            await open_tunnel(conn, where, sync.proxy_headers, sync.max_body)
+        await start_tls(conn, sync.ssl_context(), sync.origin.host)
 
 
 def _as_connection(conn: Optional[AioConnection]) -> Optional[Connection]:
