@@ -254,7 +254,11 @@ def child(argv: list[str]) -> int:
 
 
 def _env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.lower().endswith("_proxy") and not k.startswith("SERVICE_")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.lower().endswith("_proxy") and not k.startswith("SERVICE_")
+    }
     env["PYTHONPATH"] = str(ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     return env
 
@@ -269,7 +273,9 @@ def _available(name: str) -> bool:
 def _run_one(name: str, port: int, k: int, limit: float) -> Optional[dict[str, float]]:
     command = [sys.executable, "-m", "benchmarks.aio", "client", name, "127.0.0.1", str(port), str(k)]
     try:
-        done = subprocess.run(command, env=_env(), cwd=ROOT, capture_output=True, text=True, timeout=limit)
+        done = subprocess.run(
+            command, env=_env(), cwd=ROOT, capture_output=True, text=True, timeout=limit, check=False
+        )
     except subprocess.TimeoutExpired:
         return None
     if done.returncode != 0:
@@ -288,7 +294,9 @@ def measure(clients: list[str], ks: list[int], rounds: int, limit: float) -> dic
         stdout=subprocess.PIPE,
         text=True,
     )
-    samples: dict[int, dict[str, list[Optional[dict[str, float]]]]] = {k: {c: [] for c in clients} for k in ks}
+    samples: dict[int, dict[str, list[Optional[dict[str, float]]]]] = {
+        k: {c: [] for c in clients} for k in ks
+    }
     try:
         assert server.stdout is not None
         port = int(server.stdout.readline())
@@ -314,7 +322,8 @@ def render(samples: dict[int, dict[str, list[Optional[dict[str, float]]]]], comm
         "## asyncio: K concurrent calls to a server answering after 200 ms",
         "",
         f"`{command}`; {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.2f} at the end; Python "
-        f"{sys.version.split()[0]}; medians of {rounds}; each client in a fresh process, the server in its own.",
+        f"{sys.version.split()[0]}; medians of {rounds}; each client in a fresh process, the server in"
+        " its own.",
         "Wall: the K calls started at once with `asyncio.gather`; CPU: the client process's over them;"
         " RSS: its peak (VmHWM); threads: the process's, after the calls; lag: the worst lateness of a 10 ms"
         " ticker task. Ratios are to the floor of the same round (median of the per-round ratios).",
@@ -330,7 +339,9 @@ def render(samples: dict[int, dict[str, list[Optional[dict[str, float]]]]], comm
                 lines.append(f"| {k:,} | {name} | timed out | | | | | | |")
                 continue
             ratio = {
-                key: _median([r[key] / f[key] for r, f in zip(runs, floor) if r is not None and f is not None])
+                key: _median(
+                    [r[key] / f[key] for r, f in zip(runs, floor) if r is not None and f is not None]
+                )
                 for key in ("wall", "cpu")
             }
             row = [_median([r[key] for r in done]) for key in ("wall", "cpu", "rss", "threads", "lag")]

@@ -199,6 +199,7 @@ class AsyncClient:
         for scope in list(self._sender.scopes):
             scope.stop("the client was closed")
         self._transport.close()
+        await asyncio.sleep(0)  # the loop closes the sockets on its next turn: let it
 
     async def __aenter__(self) -> AsyncClient:
         return self

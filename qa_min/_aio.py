@@ -227,8 +227,10 @@ class AioConnection(asyncio.Protocol):
             self.transport.abort()
 
     def close(self) -> None:
+        """Close without ceremony: over TLS, waiting for the peer's close_notify could outlive
+        the loop (and leave the socket open); the HTTP framing already told where data ended."""
         if self.transport is not None:
-            self.transport.close()
+            self.transport.abort()
 
 
 async def start_tls(conn: AioConnection, context: ssl.SSLContext, host: str) -> None:

@@ -99,6 +99,7 @@ class AioTransport:
             call.status = exc.status
             raise InvalidResponse(str(exc)) from None
         except TunnelRefused as exc:
+            pool.discard(conn)  # type: ignore[arg-type]
             target = f"CONNECT to {self.origin.host}:{self.origin.port}"
             raise sync._proxy_error(exc.status, exc.body, target) from None
         except BaseException:
