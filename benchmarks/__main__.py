@@ -1,4 +1,4 @@
-"""``python -m benchmarks``: see ``python -m benchmarks --help`` and ``python -m benchmarks cold --help``."""
+"""``python -m benchmarks [MODE] ...``: the modes are in ``benchmarks.cli.MODES``; see ``--help``."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """``qa-min batch`` at scale: memory, first answer, order, and resuming after Ctrl-C or ``kill -9``.
 
-    python -m benchmarks.batch [--lines 1000000] [--concurrency 8] [--max-rate R]
+    python -m benchmarks batch [--lines 1000000] [--concurrency 8] [--max-rate R]
                                [--base-url URL] [--scenarios full,sigint,kill]
 
 It writes a JSONL input of ``--lines`` states (``{"id": "t<n>", "state": ...}``, each state
@@ -21,7 +21,7 @@ Scenarios:
 
 It prints one markdown section (the figures and whether each target is met) and exits 1 if a
 check fails. With ``--base-url`` the service's counts are not available and are reported as such.
-The fake also serves on its own: ``python -m benchmarks.batch serve``.
+The fake service runs in ``benchmarks.fake``.
 """
 
 from __future__ import annotations
@@ -36,22 +36,18 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections import Counter
 from pathlib import Path
 from typing import Any, Optional
 
-ROOT = Path(__file__).resolve().parent.parent
-QUESTIONS: dict[str, Any] = {
-    "toxic": {"true": "The text insults someone", "false": "The text insults no one"},
-    "tone": {"formal": "Written in a formal register", "casual": "Written casually"},
-    "quality": ["poor", "fair", "good"],
-}
+from .common import LEVELS, MODEL, ROOT, TONES, YES_NO, child_env
+from .fake import FakeProcess
+
+QUESTIONS: dict[str, Any] = {"toxic": YES_NO, "tone": TONES, "quality": LEVELS}
 FLAGS = [
     "--yes-no", "toxic", *QUESTIONS["toxic"].values(),
     "--choice", "tone", *(f"{k}={v}" for k, v in QUESTIONS["tone"].items()),
     "--score", "quality", *QUESTIONS["quality"],
 ]  # fmt: skip
-MODEL = "judge-latest"
 RSS_TARGET_MIB = 60.0
 FIRST_LINE_TARGET_S = 1.0
 POLL = 0.002
@@ -81,68 +77,19 @@ def generate(path: Path, lines: int) -> None:
 # -- the service, in its own process ---------------------------------------------------------------
 
 
-def serve() -> int:
-    """The fake service until stdin closes; ``stats`` on stdin prints how often states were asked."""
-    from qa_min.testing import FakeService
-
-    with FakeService() as service:
-        print(f"READY {service.url}", flush=True)
-        for command in sys.stdin:
-            if command.strip() == "stats":
-                counts = Counter(r.json()["state"] for r in service.requests if r.path.endswith("/v1/core"))
-                twice = sum(1 for n in counts.values() if n > 1)
-                print(json.dumps({"requests": sum(counts.values()), "states": len(counts), "twice": twice}))
-                sys.stdout.flush()
-    return 0
-
-
 class Service:
     """A fresh fake service process, or the service at ``--base-url`` (no counts then)."""
 
     def __init__(self, base_url: Optional[str]) -> None:
-        self.proc: Optional[subprocess.Popen[str]] = None
-        if base_url is not None:
-            self.url = base_url
-            return
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "benchmarks.batch", "serve"],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-            cwd=ROOT,
-            env=child_env(),
-        )
-        assert self.proc.stdout is not None
-        ready = self.proc.stdout.readline().split()
-        if ready[:1] != ["READY"]:
-            raise RuntimeError(f"the fake service did not start: {ready!r}")
-        self.url = ready[1]
+        self.fake = FakeProcess() if base_url is None else None
+        self.url = self.fake.url if self.fake is not None else str(base_url)
 
     def stats(self) -> Optional[dict[str, int]]:
-        if self.proc is None:
-            return None
-        assert self.proc.stdin is not None
-        assert self.proc.stdout is not None
-        self.proc.stdin.write("stats\n")
-        self.proc.stdin.flush()
-        stats: dict[str, int] = json.loads(self.proc.stdout.readline())
-        return stats
+        return self.fake.stats() if self.fake is not None else None
 
     def close(self) -> None:
-        if self.proc is not None:
-            assert self.proc.stdin is not None
-            self.proc.stdin.close()
-            self.proc.wait(60)
-
-
-def child_env() -> dict[str, str]:
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith("SERVICE_") and not k.lower().endswith("_proxy")
-    }
-    env["PYTHONPATH"] = str(ROOT)
-    return env
+        if self.fake is not None:
+            self.fake.close()
 
 
 # -- one batch process ------------------------------------------------------------------------------
@@ -302,8 +249,8 @@ def run_stopped(args: argparse.Namespace, inp: Path, work: Path, how: str) -> di
 # -- the report -----------------------------------------------------------------------------------------
 
 
-def report(args: argparse.Namespace, results: list[dict[str, Any]], started: str) -> str:
-    command = "python -m benchmarks.batch " + shlex.join(sys.argv[1:])
+def report(args: argparse.Namespace, results: list[dict[str, Any]], started: str, argv: list[str]) -> str:
+    command = "python -m benchmarks batch " + shlex.join(argv)
     lines = [
         "## Batch: a million lines, streamed and resumed",
         "",
@@ -355,9 +302,7 @@ def met(results: list[dict[str, Any]]) -> bool:
 
 def main(argv: Optional[list[str]] = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["serve"]:
-        return serve()
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.batch", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks batch", description=__doc__.split("\n\n")[0])
     parser.add_argument("--lines", type=int, default=1_000_000)
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--max-rate", type=float, default=None)
@@ -374,7 +319,7 @@ def main(argv: Optional[list[str]] = None) -> int:
             run = run_full(args, inp, work) if name == "full" else run_stopped(args, inp, work, name)
             print(json.dumps(run), file=sys.stderr, flush=True)
             results.append(run)
-    sys.stdout.write(report(args, results, started))
+    sys.stdout.write(report(args, results, started, argv))
     return 0 if met(results) else 1
 
 

@@ -1,14 +1,20 @@
-"""``python -m benchmarks [cold] ...``: the command line of both modes.
+"""``python -m benchmarks [MODE] ...``: the modes (``MODES``), and the command line of two of them.
 
-``python -m benchmarks`` measures the steady state (``benchmarks.run``); ``python -m benchmarks
-cold`` measures cold starts (``benchmarks.cold``). Each writes its markdown to stdout and into
-its own section of ``benchmarks/RESULTS.md`` (``report.write_section``), so that running one
-mode keeps the other's figures.
+``python -m benchmarks MODE ARGS`` runs ``MODES[MODE]``; without a mode it runs ``steady``, so
+``python -m benchmarks --rounds 5`` is the steady state. ``steady`` (``benchmarks.run``) and
+``cold`` (``benchmarks.cold``) have their command line here: each writes its markdown to stdout
+and into its own section of ``benchmarks/RESULTS.md`` (``report.write_section``), so that running
+one mode keeps the other's figures. The other modes are self-contained modules.
+
+Adding a mode is one line in ``MODES`` (keep it in alphabetical order): its name, the function
+that runs it as ``"module:function"`` (it takes the arguments after the mode's name, a list of
+strings, and returns the exit status), and what it measures in one line for ``--help``.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import shlex
 import subprocess
@@ -17,11 +23,21 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
 from . import cold, report, run, servers
+from .common import ROOT, child_env
 from .nginx import NginxNotFound
-from .process import ROOT, child_env
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
+
+MODES: dict[str, tuple[str, str]] = {
+    "batch": ("benchmarks.batch:main", "`qa-min batch` on a million lines: memory, first line, resuming"),
+    "cold": ("benchmarks.cli:cold_main", "cold starts: whole processes up to the first answer, vs raw"),
+    "engines": ("benchmarks.engines:main", "process pools, Dask, Ray, Spark (needs the extra 'engines')"),
+    "ratelimit": ("benchmarks.ratelimit:main", "a rate-limited service, with and without the limiter"),
+    "redaction": ("benchmarks.redaction:main", "hiding the key in an 8 MiB body; the nesting check"),
+    "steady": ("benchmarks.cli:steady_main", "CPU per call, calls/s, import time, RSS vs raw (the default)"),
+}
+DEFAULT_MODE = "steady"
 
 RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
 QUICK = {
@@ -64,11 +80,13 @@ def _common(parser: argparse.ArgumentParser) -> None:
 def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     names = ", ".join(spec.name for spec in run.CLIENTS)
     parser = argparse.ArgumentParser(
-        prog="python -m benchmarks",
+        prog="python -m benchmarks [steady]",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description=f"""\
 Benchmark qa_min against raw http.client, urllib3, requests and httpx (steady state).
-`python -m benchmarks cold --help`: the cold-start mode (whole processes, first call).
+
+Modes (`python -m benchmarks MODE --help` for each; without a MODE: steady):
+{modes_help()}
 
 The server answers POST /v1/core instantly with a fixed JSON body: nginx (`return 200`,
 started by the benchmark with its own configuration in a temporary directory) when it is
@@ -207,7 +225,19 @@ def _emit(text: str, output: str, section: str) -> None:
         print(f"written to {output} (section {section!r})", file=sys.stderr)
 
 
-def steady_main(argv: Sequence[str]) -> int:
+def _servers(args: argparse.Namespace, python: str) -> Optional[tuple[list[servers.Starter], str]]:
+    """The servers ``--server`` asks for and a note for the report; None, said, without nginx."""
+    try:
+        starters, note = servers.choose(args.server, python, args.nginx)
+    except NginxNotFound as exc:
+        print(f"benchmarks: {exc}", file=sys.stderr)
+        return None
+    if note:
+        print(f"benchmarks: {note}", file=sys.stderr)
+    return starters, note
+
+
+def steady_main(argv: list[str]) -> int:
     args = parse_args(argv)
     settings = run.Settings(
         rounds=args.rounds,
@@ -220,13 +250,10 @@ def steady_main(argv: Sequence[str]) -> int:
         wrong_answer=args.wrong_answer,
         thread_repeats=args.thread_repeats,
     )
-    try:
-        starters, note = servers.choose(args.server, settings.python, args.nginx)
-    except NginxNotFound as exc:
-        print(f"benchmarks: {exc}", file=sys.stderr)
+    chosen = _servers(args, settings.python)
+    if chosen is None:
         return 2
-    if note:
-        print(f"benchmarks: {note}", file=sys.stderr)
+    starters, note = chosen
     if args.profile:
         return profile(settings, args.profile, starters[0])
     command = shlex.join(["python", "-m", "benchmarks", *argv])
@@ -249,15 +276,12 @@ def steady_main(argv: Sequence[str]) -> int:
     return 0
 
 
-def cold_main(argv: Sequence[str]) -> int:
+def cold_main(argv: list[str]) -> int:
     args = parse_cold_args(argv)
-    try:
-        starters, note = servers.choose(args.server, sys.executable, args.nginx)
-    except NginxNotFound as exc:
-        print(f"benchmarks: {exc}", file=sys.stderr)
+    chosen = _servers(args, sys.executable)
+    if chosen is None:
         return 2
-    if note:
-        print(f"benchmarks: {note}", file=sys.stderr)
+    starters, note = chosen
     command = shlex.join(["python", "-m", "benchmarks", "cold", *argv])
     started = run.machine()
     starter = starters[0]
@@ -274,8 +298,26 @@ def cold_main(argv: Sequence[str]) -> int:
     return 0
 
 
+def modes_help() -> str:
+    """One line per mode, for ``--help``."""
+    width = max(map(len, MODES))
+    return "\n".join(f"  {name:<{width}}  {summary}" for name, (_, summary) in MODES.items())
+
+
+def mode_main(name: str) -> Callable[[list[str]], int]:
+    """The function that runs mode ``name``, imported only now: a mode loads only what it uses."""
+    module, _, function = MODES[name][0].partition(":")
+    found: Callable[[list[str]], int] = getattr(importlib.import_module(module), function)
+    return found
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     arguments = list(sys.argv[1:] if argv is None else argv)
-    if arguments[:1] == ["cold"]:
-        return cold_main(arguments[1:])
-    return steady_main(arguments)
+    if arguments[:1] and arguments[0] in MODES:
+        return mode_main(arguments[0])(arguments[1:])
+    if arguments[:1] and not arguments[0].startswith("-"):  # the default mode takes options only
+        print(
+            f"python -m benchmarks: unknown mode {arguments[0]!r}; modes: {', '.join(MODES)}", file=sys.stderr
+        )
+        return 2
+    return mode_main(DEFAULT_MODE)(arguments)

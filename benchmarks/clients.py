@@ -15,8 +15,9 @@ Prints one line, ``RESULT {json}``. Every call checks every answer (toxic is Tru
 "formal" or ``Tone.formal``, quality is 2); a wrong one ends the process with exit status 2
 and a message on stderr, any other error with a traceback and status 1.
 
-This module is the baseline every client's import time and memory are measured on top of, so
-it imports only what each mode needs, and nothing at run time from ``typing``.
+This module is the baseline every client's memory is measured on top of, so it imports only
+what each mode needs (``benchmarks.common`` loads nothing new), and nothing at run time from
+``typing``.
 """
 
 from __future__ import annotations
@@ -24,33 +25,13 @@ from __future__ import annotations
 import sys
 import time
 
+from .common import HEADERS, LEVELS, PATH, PAYLOAD, STATE, TONES, YES_NO
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, Callable
 
     CallFn = Callable[[], None]
-
-STATE = "The meeting moves to Thursday at 10:00; please confirm that you can attend."
-MODEL = "judge-latest"
-YES_NO = {"true": "The text insults someone", "false": "The text insults no one"}
-TONES = {"formal": "Written in a formal register", "casual": "Written casually"}
-LEVELS = ["poor", "fair", "good"]
-PAYLOAD = {
-    "state": STATE,
-    "questions": {
-        "toxic": {"criteria": YES_NO},
-        "tone": {"criteria": TONES},
-        "quality": {"criteria": LEVELS},
-    },
-    "model": MODEL,
-}
-"""The body every client sends: what qa_min's ``core()`` and ``ask()`` send for these questions."""
-HEADERS = {
-    "Content-Type": "application/json",
-    "Accept": "application/json",
-    "User-Agent": "qa-benchmarks/1.0",
-}
-PATH = "/v1/core"
 
 
 class WrongAnswer(Exception):

@@ -8,7 +8,7 @@ POST (with a TLS handshake over ``https://``). Each measured run is exactly that
 * ``qa_core``: ``import qa_min``, ``Client(base_url=...)``, ``core()`` with a ``Request``;
 * ``qa_ask``: ``import qa_min``, a ``Questions`` class, ``Client(base_url=...)``, ``ask()``.
 
-All three send the same body (``clients.PAYLOAD``) and check the same three answers. Over
+All three send the same body (``common.PAYLOAD``) and check the same three answers. Over
 ``https://`` every process trusts a throwaway CA through ``SSL_CERT_FILE`` (``benchmarks.tls``),
 so raw and qa_min build the same default context and make the same handshake. Each round runs
 every client once per scheme, the order rotated round by round, and each qa_min run is
@@ -30,8 +30,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple, Optional
 
-from . import clients
-from .process import ROOT, child_env
+from . import common
+from .common import ROOT, child_env
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -68,7 +68,7 @@ def child_code(name: str, url: str) -> str:
         body = f"""\
 import http.client, json
 conn = http.client.{kind}({host!r}, {int(port)})
-conn.request("POST", {clients.PATH!r}, json.dumps({clients.PAYLOAD!r}).encode(), {clients.HEADERS!r})
+conn.request("POST", {common.PATH!r}, json.dumps({common.PAYLOAD!r}).encode(), {common.HEADERS!r})
 response = conn.getresponse()
 data = response.read()
 if response.status != 200:
@@ -80,11 +80,11 @@ answers = json.loads(data)["answers"]
 import qa_min as qa
 client = qa.Client(base_url={url!r})
 request = qa.Request(
-    {clients.STATE!r},
+    {common.STATE!r},
     [
-        qa.NamedQuestion("toxic", qa.YesNo({clients.YES_NO["true"]!r}, {clients.YES_NO["false"]!r})),
-        qa.NamedQuestion("tone", qa.Choice({clients.TONES!r})),
-        qa.NamedQuestion("quality", qa.Score({clients.LEVELS!r})),
+        qa.NamedQuestion("toxic", qa.YesNo({common.YES_NO["true"]!r}, {common.YES_NO["false"]!r})),
+        qa.NamedQuestion("tone", qa.Choice({common.TONES!r})),
+        qa.NamedQuestion("quality", qa.Score({common.LEVELS!r})),
     ],
 )
 answers = client.core(request).answers
@@ -94,12 +94,12 @@ answers = client.core(request).answers
 import qa_min as qa
 
 class Review(qa.Questions):
-    toxic = qa.YesNo({clients.YES_NO["true"]!r}, {clients.YES_NO["false"]!r})
-    tone = qa.Choice({clients.TONES!r})
-    quality = qa.Score({clients.LEVELS!r})
+    toxic = qa.YesNo({common.YES_NO["true"]!r}, {common.YES_NO["false"]!r})
+    tone = qa.Choice({common.TONES!r})
+    quality = qa.Score({common.LEVELS!r})
 
 client = qa.Client(base_url={url!r})
-answers = client.ask({clients.STATE!r}, Review).answers
+answers = client.ask({common.STATE!r}, Review).answers
 """ + _CHECK.format(toxic="answers.toxic", tone="answers.tone", quality="answers.quality")
     else:
         raise ValueError(f"unknown cold-start client {name!r}")

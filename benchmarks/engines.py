@@ -1,4 +1,4 @@
-"""``python -m benchmarks.engines``: qa_min inside process pools, Dask, Ray and Spark.
+"""``python -m benchmarks engines``: qa_min inside process pools, Dask, Ray and Spark.
 
 Run it with an interpreter that has the engines (``pip install -e ".[engines]"``); a missing
 engine is left out and named. Two measurements, each against ``FakeService`` in a process of
@@ -19,13 +19,11 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import itertools
-import json
 import logging
 import os
 import platform
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -33,19 +31,20 @@ from collections import Counter
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Callable, Optional
 
 import qa_min as qa
 from qa_min.testing import expected_answer
 
-ROOT = Path(__file__).resolve().parent.parent
+from .common import ROOT
+from .fake import FakeProcess
+
 WORKERS = 2
 PARTITIONS = 8
 STATES = [
     f"State {i}: the parcel came {('late', 'early', 'on time')[i % 3]} and {i % 7} items" for i in range(2000)
 ]
-RATE, BURST = 200.0, 50
+RATE, BURST = 200.0, 50.0
 IN_FLIGHT = 8
 ENGINES = ("processes (fork)", "processes (spawn)", "Dask", "Ray", "Spark")
 
@@ -101,42 +100,11 @@ def expected(states: Iterable[str]) -> list[tuple[object, object]]:
     ]
 
 
-# -- the service, in its own process ---------------------------------------------------------
-
-
-def serve(rate: Optional[float]) -> int:
-    """The service process: print the URL, serve until stdin closes, print the counts."""
-    from qa_min.testing import FakeService
-
-    with FakeService(rate_limit=None if rate is None else (rate, BURST), retry_after="ms") as svc:
-        print(svc.url, flush=True)
-        sys.stdin.read()
-        counts = {"requests": svc.request_count, "throttled": svc.rate_limited_count}
-    print(json.dumps(counts), flush=True)
-    return 0
-
-
-class Service:
-    """``FakeService`` in a child process; ``counts`` once it is closed."""
-
-    def __init__(self, rate: Optional[float]) -> None:
-        command = [sys.executable, "-m", "benchmarks.engines", "--serve", "0" if rate is None else str(rate)]
-        pipe = subprocess.PIPE
-        self.process = subprocess.Popen(command, cwd=ROOT, stdin=pipe, stdout=pipe, text=True)
-        assert self.process.stdout is not None
-        self.url = self.process.stdout.readline().strip()
-        self.counts: dict[str, int] = {}
-
-    def close(self) -> None:
-        out, _ = self.process.communicate("", timeout=60)
-        self.counts = json.loads(out.strip().splitlines()[-1])
-
-
 # -- the engines -----------------------------------------------------------------------------
 
 
 def _pythonpath() -> str:
-    return os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+    return os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH", "")) if p)
 
 
 @contextmanager
@@ -293,7 +261,7 @@ def paced_job(mode: str, calls: int) -> Paced:
     limit = qa.RateLimit(RATE).split(WORKERS) if mode == "RateLimit(200).split(2)" else qa.RateLimit()
     states = [f"{STATES[i % len(STATES)]} #{i}" for i in range(calls)]
     parts = [states[i::WORKERS] for i in range(WORKERS)]
-    service = Service(RATE)
+    service = FakeProcess((RATE, BURST), "ms")
     try:
         client = qa.Client(base_url=service.url, trust_env=False, rate_limit=limit, max_workers=IN_FLIGHT)
         with engine("Dask") as run:
@@ -304,14 +272,13 @@ def paced_job(mode: str, calls: int) -> Paced:
             seconds = time.perf_counter() - started
         client.close()
     finally:
-        service.close()
+        counts = service.close()
     answered = sum(
         got == want
         for part, (got_all, _) in zip(parts, results)
         for got, want in zip(got_all, expected(part))
     )
     failed = sum((Counter(part_failed) for _, part_failed in results), Counter())
-    counts = service.counts
     return Paced(
         mode, seconds, answered, calls - answered, dict(failed), counts["requests"], counts["throttled"]
     )
@@ -350,8 +317,7 @@ def paced_table(results: list[Paced]) -> list[str]:
 
 
 def parse_args(argv: Optional[list[str]]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.engines", description=__doc__.split("\n")[0])
-    parser.add_argument("--serve", type=float, help=argparse.SUPPRESS)
+    parser = argparse.ArgumentParser(prog="python -m benchmarks engines", description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=3, help="rounds of the calls/s measurement (3)")
     parser.add_argument("--engines", nargs="*", choices=ENGINES, default=list(ENGINES))
     parser.add_argument("--paced-calls", type=int, default=2000, help="calls of each rate-limited job")
@@ -366,12 +332,10 @@ def _load() -> str:
 
 def main(argv: Optional[list[str]] = None) -> int:
     args = parse_args(argv)
-    if args.serve is not None:
-        return serve(args.serve or None)
-    sys.path.insert(0, str(ROOT))
+    sys.path.insert(0, ROOT)
     started, load = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), _load()
     results, skipped = [], []
-    service = Service(None)
+    service = FakeProcess(retry_after="ms")
     try:
         for name in args.engines:
             reason = missing(name)
@@ -388,7 +352,7 @@ def main(argv: Optional[list[str]] = None) -> int:
             paced.append(paced_job(mode, args.paced_calls))
             print(paced_table(paced[-1:])[-1], file=sys.stderr, flush=True)
     print(
-        f"Measured {started} with `python -m benchmarks.engines --rounds {args.rounds}`; Python "
+        f"Measured {started} with `python -m benchmarks engines --rounds {args.rounds}`; Python "
         f"{platform.python_version()}, {os.cpu_count()} cores; load averages at the start {load}, "
         f"at the end {_load()}. Skipped: {', '.join(skipped) or 'none'}."
     )

@@ -6,7 +6,8 @@ one process's, as the own server's is. Nothing outside the temporary directory i
 written: no system configuration, no log or temp directory of the installation. nginx cannot
 listen on port 0 and say which port it got, so a free port is found first by binding port 0.
 
-It answers exactly what ``benchmarks.server`` answers, with ``return`` and fixed bodies.
+It answers exactly what ``benchmarks.server`` answers (the bodies of ``benchmarks.common``),
+with ``return``.
 """
 
 from __future__ import annotations
@@ -21,8 +22,8 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
+from .common import CORE_BODY, MODELS_BODY, NOT_ALLOWED_BODY, NOT_FOUND_BODY, WRONG_BODY
 from .process import ServerProcess, free_port, wait_listening
-from .server import CORE_BODY, MODELS_BODY, NOT_ALLOWED_BODY, NOT_FOUND_BODY, WRONG_BODY
 
 if TYPE_CHECKING:
     from collections.abc import Iterator

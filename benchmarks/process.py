@@ -17,36 +17,12 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
-if TYPE_CHECKING:
-    from collections.abc import Iterator, Mapping, Sequence
+from .common import ROOT, child_env
 
-ROOT = Path(__file__).resolve().parent.parent
-"""The directory holding ``benchmarks/`` and ``qa_min/``: on every child process's path."""
+if TYPE_CHECKING:
+    from collections.abc import Iterator, Sequence
 
 READY_TIMEOUT = 30.0
-
-
-def child_env(extra: Optional[Mapping[str, str]] = None) -> dict[str, str]:
-    """The environment of every benchmark process: ``ROOT`` on the path, no proxies, no ``SERVICE_*``.
-
-    A proxy variable would send requests and httpx (and qa_min) through a proxy instead of to
-    the local server, ``SERVICE_DEFAULT_MODEL`` would change qa_min's request body, and
-    ``SSL_CERT_FILE``/``SSL_CERT_DIR`` are the cold-start mode's to set.
-    """
-    env = {
-        key: value
-        for key, value in os.environ.items()
-        if not key.lower().endswith("_proxy")
-        and not key.startswith("SERVICE_")
-        and key not in ("SSL_CERT_FILE", "SSL_CERT_DIR")
-    }
-    # Byte-code caches on: without them every import of a changed module would pay for
-    # compiling it, and the import times would measure the compiler.
-    env.pop("PYTHONDONTWRITEBYTECODE", None)
-    path = env.get("PYTHONPATH")
-    env["PYTHONPATH"] = str(ROOT) if not path else f"{ROOT}{os.pathsep}{path}"
-    env.update(extra or {})
-    return env
 
 
 class ServerProcess:
@@ -71,27 +47,18 @@ class ServerProcess:
         self.tls_url: Optional[str] = urls[1] if len(urls) > 1 else None
         self.name = name
         self.pid = process.pid
-        self.requests: Optional[int] = None
-        self.cpu_s: Optional[float] = None
-        self.output = ""
         self._stop_signal = stop_signal
 
     def stop(self) -> None:
-        """Stop the server, wait for it, and read its ``STATS`` line if it prints one."""
+        """Stop the server and wait for it."""
         if self.process.poll() is None and self._stop_signal is not None:
             self.process.send_signal(self._stop_signal)
         # communicate() also when it has exited: it reads what is left and closes the pipes.
         try:
-            out, _ = self.process.communicate(timeout=10)
+            self.process.communicate(timeout=10)
         except subprocess.TimeoutExpired:
             self.process.kill()
-            out, _ = self.process.communicate()
-        self.output = out or ""
-        for line in self.output.splitlines():
-            if line.startswith("STATS "):
-                fields = dict(item.split("=", 1) for item in line.split()[1:])
-                self.requests = int(fields["requests"])
-                self.cpu_s = float(fields["cpu_s"])
+            self.process.communicate()
 
     def cpu_seconds(self) -> Optional[float]:
         """CPU time the server used so far, from ``/proc`` (None where there is no ``/proc``).

@@ -1,7 +1,7 @@
-"""``python -m benchmarks.ratelimit``: qa_min against a rate-limited service, with and without its limiter.
+"""``python -m benchmarks ratelimit``: qa_min against a rate-limited service, with and without its limiter.
 
 The service is ``qa_min.testing.FakeService(rate_limit=(200, 50), ...)`` in a process of its
-own (so that the client's threads and the server's do not share a GIL), answering 429 with
+own (``benchmarks.fake``), answering 429 with
 ``Retry-After: 1`` or with an exact ``retry-after-ms``. For each header style and each number
 of calls in flight (8 and 32, through ``client.submit``), it runs a job of N calls with:
 
@@ -10,26 +10,24 @@ of calls in flight (8 and 32, through ``client.submit``), it runs a job of N cal
 * the default ``RateLimit()``: no ceiling, adaptive after the first 429.
 
 and reports the share of the allowed rate achieved (successful calls per second over 200), the
-share of requests the service answered 429, and the calls that failed. Self-contained: it
-shares nothing with the other benchmark modules.
+share of requests the service answered 429, and the calls that failed. Self-contained: of the
+other benchmark modules it uses only ``benchmarks.fake``.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
-import subprocess
 import sys
 import time
 from collections import Counter
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Optional
 
-ROOT = Path(__file__).resolve().parent.parent
-RATE, BURST = 200.0, 50
+from .fake import FakeProcess
+
+RATE, BURST = 200.0, 50.0
 STYLES = {"Retry-After: 1": "seconds", "retry-after-ms": "ms"}
 
 
@@ -56,31 +54,6 @@ class Outcome:
         return self.throttled / self.requests if self.requests else 0.0
 
 
-def serve(style: str) -> int:
-    """The service process: print the URL, serve until stdin closes, print the counts."""
-    sys.path.insert(0, str(ROOT))
-    from qa_min.testing import FakeService
-
-    with FakeService(rate_limit=(RATE, BURST), retry_after=style) as svc:
-        print(svc.url, flush=True)
-        sys.stdin.read()
-        counts = {"requests": svc.request_count, "throttled": svc.rate_limited_count}
-    print(json.dumps(counts), flush=True)
-    return 0
-
-
-def _start_service(style: str) -> tuple[subprocess.Popen[str], str]:
-    process = subprocess.Popen(
-        [sys.executable, "-m", "benchmarks.ratelimit", "--serve", style],
-        cwd=ROOT,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    assert process.stdout is not None
-    return process, process.stdout.readline().strip()
-
-
 def run_job(header: str, in_flight: int, mode: str, calls: int) -> Outcome:
     """One job of ``calls`` calls against a fresh service process."""
     import qa_min as qa
@@ -89,10 +62,12 @@ def run_job(header: str, in_flight: int, mode: str, calls: int) -> Outcome:
         toxic = qa.YesNo("The text insults someone", "The text insults no one")
 
     limits = {"none": None, "RateLimit(190)": qa.RateLimit(190), "RateLimit()": qa.RateLimit()}
-    process, url = _start_service(STYLES[header])
+    service = FakeProcess((RATE, BURST), STYLES[header])
     failed: Counter[str] = Counter()
     try:
-        client = qa.Client(base_url=url, trust_env=False, max_workers=in_flight, rate_limit=limits[mode])
+        client = qa.Client(
+            base_url=service.url, trust_env=False, max_workers=in_flight, rate_limit=limits[mode]
+        )
         with client:
             started = time.monotonic()
             futures = [client.submit(client.ask, f"text {i}", Review) for i in range(calls)]
@@ -103,8 +78,7 @@ def run_job(header: str, in_flight: int, mode: str, calls: int) -> Outcome:
                     failed[type(exc).__name__] += 1
             seconds = time.monotonic() - started
     finally:
-        out, _ = process.communicate("", timeout=60)
-    counts = json.loads(out.strip().splitlines()[-1])
+        counts = service.close()
     answered = calls - sum(failed.values())
     requests, throttled = counts["requests"], counts["throttled"]
     return Outcome(header, in_flight, mode, calls, seconds, answered, dict(failed), requests, throttled)
@@ -152,9 +126,8 @@ def verdicts(outcomes: list[Outcome]) -> list[str]:
 
 def parse_args(argv: Optional[list[str]]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="python -m benchmarks.ratelimit", description=(__doc__ or "").split("\n")[0]
+        prog="python -m benchmarks ratelimit", description=(__doc__ or "").split("\n")[0]
     )
-    parser.add_argument("--serve", metavar="STYLE", help=argparse.SUPPRESS)
     parser.add_argument("--calls", type=int, default=4000, help="calls per job (4,000)")
     parser.add_argument("--long-calls", type=int, default=20_000, help="calls of the long job (20,000)")
     parser.add_argument("--rounds", type=int, default=1, help="times to run every job (1)")
@@ -166,8 +139,6 @@ def parse_args(argv: Optional[list[str]]) -> argparse.Namespace:
 
 def main(argv: Optional[list[str]] = None) -> int:
     args = parse_args(argv)
-    if args.serve:
-        return serve(args.serve)
     load = os.getloadavg() if hasattr(os, "getloadavg") else None
     outcomes = []
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
@@ -180,9 +151,9 @@ def main(argv: Optional[list[str]] = None) -> int:
                     outcomes.append(outcome)
                     print(table([outcome])[-1], file=sys.stderr, flush=True)
     end = os.getloadavg() if hasattr(os, "getloadavg") else None
-    print(f"Measured {started} with python -m benchmarks.ratelimit; Python {platform.python_version()}, ")
+    print(f"Measured {started} with python -m benchmarks ratelimit; Python {platform.python_version()}, ")
     print(f"{os.cpu_count()} cores; load averages at the start {_load(load)}, at the end {_load(end)}.")
-    print(f"Service: FakeService(rate_limit=({RATE:g}, {BURST})) in its own process.")
+    print(f"Service: FakeService(rate_limit=({RATE:g}, {BURST:g})) in its own process.")
     print("\n".join(table(outcomes)))
     print()
     print("\n".join(verdicts(outcomes)))

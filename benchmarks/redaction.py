@@ -1,4 +1,4 @@
-"""``python -m benchmarks.redaction``: the cost of hiding the key in an 8 MiB body, and of the nesting check.
+"""``python -m benchmarks redaction``: the cost of hiding the key in an 8 MiB body, and of the nesting check.
 
 Each case is timed side by side, in the same round, with decoding the same body from UTF-8
 bytes, which the client does to every error body anyway; the figure to quote is the ratio.
@@ -20,24 +20,25 @@ import json
 import statistics
 import time
 from collections.abc import Callable
+from typing import Optional
 
 from qa_min._redact import Redactor
 from qa_min._responses import _too_deep
 
 KEY = "sk-proj-Xq7vB2mK9pL4nR8tW1yZ3cF6hJ0dG5sA"
-SIZE = 8 * 1024 * 1024
+MIB = 1024 * 1024
 
 
-def _bodies() -> dict[str, str]:
-    filler = ("The quick brown fox jumps over the lazy dog 0123456789. " * (SIZE // 56 + 1))[:SIZE]
-    third = SIZE // 3
+def _bodies(size: int) -> dict[str, str]:
+    filler = ("The quick brown fox jumps over the lazy dog 0123456789. " * (size // 56 + 1))[:size]
+    third = size // 3
     echoed = filler[:third] + KEY + filler[third : 2 * third] + KEY[:20] + filler[2 * third :] + KEY[10:22]
     return {
         "no key": filler,
-        "five echoes": echoed[:SIZE],
-        "key copies": (KEY * (SIZE // len(KEY) + 1))[:SIZE],
-        "prefix copies": (KEY[:20] * (SIZE // 20 + 1))[:SIZE],
-        "prefixes 1 apart": ((KEY[:20] + " ") * (SIZE // 21 + 1))[:SIZE],
+        "five echoes": echoed[:size],
+        "key copies": (KEY * (size // len(KEY) + 1))[:size],
+        "prefix copies": (KEY[:20] * (size // 20 + 1))[:size],
+        "prefixes 1 apart": ((KEY[:20] + " ") * (size // 21 + 1))[:size],
     }
 
 
@@ -47,13 +48,17 @@ def _seconds(fn: Callable[[], object]) -> float:
     return time.perf_counter() - started
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--rounds", type=int, default=3)
-    rounds = parser.parse_args().rounds
+def main(argv: Optional[list[str]] = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks redaction", description=__doc__.splitlines()[0] if __doc__ else None
+    )
+    parser.add_argument("--rounds", type=int, default=3, help="rounds (3)")
+    parser.add_argument("--mib", type=int, default=8, help="size of each body in MiB (8)")
+    args = parser.parse_args(argv)
+    rounds, size = args.rounds, args.mib * MIB
     hide = Redactor(KEY)
-    print(f"redaction of {SIZE // (1024 * 1024)} MiB, median of {rounds} rounds (ms; ratio to decoding it)")
-    for name, body in _bodies().items():
+    print(f"redaction of {args.mib} MiB, median of {rounds} rounds (ms; ratio to decoding it)")
+    for name, body in _bodies(size).items():
         ours, old = [], []
         data = body.encode()
         for _ in range(rounds):
@@ -63,10 +68,10 @@ def main() -> int:
         print(f"  {name:14} {statistics.median(ours) * 1000:8.1f} ms  {ratio:6.1f}x")
     nested = {
         "wide models": json.dumps(
-            {"models": [{"name": f"m{i}", "x": [1, {"y": [2]}]} for i in range(200_000)]}
+            {"models": [{"name": f"m{i}", "x": [1, {"y": [2]}]} for i in range(25_000 * args.mib)]}
         ),
-        "deep run": "[" * SIZE,
-        "128 deep, repeated": "[" + ",".join(["[" * 127 + "]" * 127] * (SIZE // 255)) + "]",
+        "deep run": "[" * size,
+        "128 deep, repeated": "[" + ",".join(["[" * 127 + "]" * 127] * (size // 255)) + "]",
     }
     print("nesting check (ms; ratio to json.loads of the same body, where it parses)")
     for name, text in nested.items():
@@ -74,10 +79,10 @@ def main() -> int:
         check = statistics.median(_seconds(lambda: _too_deep(data)) for _ in range(rounds))  # noqa: B023
         try:
             parse = statistics.median(_seconds(lambda: json.loads(data)) for _ in range(rounds))  # noqa: B023
-            ratio = f"{check / parse:6.2f}x"
+            versus = f"{check / parse:6.2f}x"
         except (ValueError, RecursionError):
-            ratio = "(json refuses)"
-        print(f"  {name:20} {check * 1000:8.1f} ms  {ratio}")
+            versus = "(json refuses)"
+        print(f"  {name:20} {check * 1000:8.1f} ms  {versus}")
     return 0
 
 

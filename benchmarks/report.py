@@ -10,6 +10,9 @@ from __future__ import annotations
 import statistics
 from typing import TYPE_CHECKING
 
+from .cold import PROFILE_RUNS
+from .run import BY_NAME
+
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
     from pathlib import Path
@@ -48,7 +51,6 @@ TARGETS = (
     ("qa_core", "rss_mib", 1.5, "max", "core() peak RSS ≤ raw + 1.5 MiB"),
     ("qa_ask", "rss_mib", 1.5, "max", "ask() peak RSS ≤ raw + 1.5 MiB"),
 )
-LABELS = {"raw": "raw http.client + json", "qa_core": "qa_min core()", "qa_ask": "qa_min ask()"}
 COLD_WALL_LIMIT = 1.05
 COLD_RSS_LIMIT = 1.0
 SERVER_TEXT = {
@@ -254,7 +256,8 @@ def render_cold(outcome: Outcome, machine: Mapping[str, str], command: str, note
     lines = ["| " + " | ".join(heads) + " |", "|---" + "|--:" * (len(heads) - 1) + "|"]
     rows = []
     for name in results.names:
-        cells = [LABELS[name]]
+        label = BY_NAME[name].label
+        cells = [label]
         for scheme in results.schemes:
             ratios = results.wall_ratios(scheme, name)
             differences = results.rss_differences(scheme, name)
@@ -268,11 +271,9 @@ def render_cold(outcome: Outcome, machine: Mapping[str, str], command: str, note
                 f"{difference:+.2f}",
             ]
             if name != "raw":
-                wall_row = (
-                    f"| {LABELS[name]} over {scheme}:// wall ≤ {COLD_WALL_LIMIT:.2f}x raw | {ratio:.3f}x"
-                )
+                wall_row = f"| {label} over {scheme}:// wall ≤ {COLD_WALL_LIMIT:.2f}x raw | {ratio:.3f}x"
                 rows.append(f"{wall_row} | {_met(ratio, COLD_WALL_LIMIT, 'max')} |")
-                rss_row = f"| {LABELS[name]} over {scheme}:// peak RSS ≤ raw + {COLD_RSS_LIMIT:.1f} MiB"
+                rss_row = f"| {label} over {scheme}:// peak RSS ≤ raw + {COLD_RSS_LIMIT:.1f} MiB"
                 rows.append(f"{rss_row} | {difference:+.2f} | {_met(difference, COLD_RSS_LIMIT, 'max')} |")
         lines.append("| " + " | ".join(cells) + " |")
     text = [
@@ -306,8 +307,6 @@ def render_cold(outcome: Outcome, machine: Mapping[str, str], command: str, note
         *rows,
     ]
     if outcome.profile:
-        from .cold import PROFILE_RUNS
-
         heading = "What the qa_min process imports beyond raw's"
         heading += f" (`-X importtime`, medians of {PROFILE_RUNS} runs, µs):"
         text += ["", heading, ""]
@@ -339,19 +338,3 @@ def _quartiles(values: Sequence[float]) -> str:
 
 def _count(number: int, one: str, many: str = "") -> str:
     return f"{number:,} {one if number == 1 else many or one + 's'}"
-
-
-def progress_line(values: Mapping[str, Mapping[str, float]]) -> str:
-    """One round's raw numbers, for stderr."""
-    parts = []
-    for name, metrics in values.items():
-        servers = [key.partition("@")[2] for key in metrics if key.startswith("cpu_us@")]
-        per_server = "  ".join(
-            f"{server}: cpu {metrics['cpu_us@' + server]:7.1f} µs {metrics['calls_per_s@' + server]:7,.0f}/s"
-            for server in servers
-        )
-        parts.append(
-            f"  {name:<8} {per_server}  import {metrics['importtime_ms']:6.2f} ms"
-            f" ({metrics['import_wall_ms']:6.1f} wall)  rss {metrics['rss_mib']:5.1f} MiB"
-        )
-    return "\n".join(parts)

@@ -29,11 +29,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
-from . import report
-from .process import ROOT, child_env
+from .common import ROOT, child_env
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Mapping, Sequence
 
     from .process import ServerProcess
     from .servers import Starter
@@ -327,7 +326,7 @@ def benchmark(
             values = run_round(settings, env, servers, order, results)
             results.add_round(values)
             if progress:
-                print(report.progress_line(values), file=sys.stderr)
+                print(progress_line(values), file=sys.stderr)
     return results
 
 
@@ -367,15 +366,25 @@ def versions(specs: Sequence[ClientSpec]) -> dict[str, str]:
 
 def _source_version(package: str) -> str:
     # qa_min run from a checkout is not an installed distribution; its version is in _config.
-    text = (ROOT / package / "__init__.py").read_text() if (ROOT / package).is_dir() else ""
+    init = Path(ROOT, package, "__init__.py")
+    text = init.read_text() if init.is_file() else ""
     for line in text.splitlines():
         if line.startswith("__version__"):
             return line.partition("=")[2].strip().strip("\"'") + " (checkout)"
     return "unknown"
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    """``python -m benchmarks``: ``benchmarks.cli.main`` (kept here, where it was first)."""
-    from .cli import main
-
-    return main(argv)
+def progress_line(values: Mapping[str, Mapping[str, float]]) -> str:
+    """One round's raw numbers, for stderr."""
+    parts = []
+    for name, metrics in values.items():
+        servers = [key.partition("@")[2] for key in metrics if key.startswith("cpu_us@")]
+        per_server = "  ".join(
+            f"{server}: cpu {metrics['cpu_us@' + server]:7.1f} µs {metrics['calls_per_s@' + server]:7,.0f}/s"
+            for server in servers
+        )
+        parts.append(
+            f"  {name:<8} {per_server}  import {metrics['importtime_ms']:6.2f} ms"
+            f" ({metrics['import_wall_ms']:6.1f} wall)  rss {metrics['rss_mib']:5.1f} MiB"
+        )
+    return "\n".join(parts)

@@ -1,7 +1,7 @@
 """The benchmark's own server: HTTP/1.1 keep-alive, fixed JSON replies, in a process of its own.
 
 Used when nginx is not installed (``benchmarks.nginx``), and next to it to show that the two
-agree; ``benchmarks.servers`` starts it. On its own::
+agree; ``benchmarks.servers.start_own`` starts it. On its own::
 
     python -m benchmarks.server [--host 127.0.0.1] [--port 0] [--wrong-answer]
                                 [--tls-cert FILE --tls-key FILE] [--exit-on-stdin-eof]
@@ -35,27 +35,10 @@ import socket
 import ssl
 import sys
 import time
-from typing import TYPE_CHECKING, Optional
+from typing import Optional
 
-# Re-exported from where they lived before benchmarks.process, for modules that import them here.
-from .process import ROOT as ROOT
-from .process import ServerProcess as ServerProcess
-from .process import child_env as child_env
+from .common import CORE_BODY, MODELS_BODY, NOT_ALLOWED_BODY, NOT_FOUND_BODY, WRONG_BODY
 
-if TYPE_CHECKING:
-    from contextlib import AbstractContextManager
-
-CORE_BODY = (
-    b'{"answers": {"toxic": true, "tone": "formal", "quality": 2}, '
-    b'"usage": {"input_tokens": 3, "output_tokens": 3}}'
-)
-WRONG_BODY = (
-    b'{"answers": {"toxic": false, "tone": "formal", "quality": 2}, '
-    b'"usage": {"input_tokens": 3, "output_tokens": 3}}'
-)
-MODELS_BODY = b'{"models": [{"name": "judge-latest"}]}'
-NOT_FOUND_BODY = b'{"detail": "not found"}'
-NOT_ALLOWED_BODY = b'{"detail": "method not allowed"}'
 MAX_HEAD = 64 * 1024
 STATS_PATH = b"/_stats"
 
@@ -385,15 +368,6 @@ def main(argv: Optional[list[str]] = None) -> int:
         pass
     print(f"STATS requests={loop.requests} cpu_s={time.process_time() - started:.6f}", flush=True)
     return 0
-
-
-def start(
-    wrong_answer: bool = False, python: str = sys.executable, tls: Optional[tuple[str, str]] = None
-) -> AbstractContextManager[ServerProcess]:
-    """This server in a child process, for a ``with`` block: ``benchmarks.servers.start_own``."""
-    from .servers import start_own
-
-    return start_own(wrong_answer, python, tls)
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ A new module fails these tests until it is given its place here and in ARCHITECT
 from __future__ import annotations
 
 import ast
+import re
 import statistics
 from pathlib import Path
 
@@ -168,3 +169,137 @@ def test_no_function_is_over_the_length_limit() -> None:
                 if length > MAX_FUNCTION_LINES:
                     long.append(f"{module}.{node.name}: {length} lines")
     assert not long, f"functions over {MAX_FUNCTION_LINES} lines: {long}"
+
+
+# ARCHITECTURE.md names every module; benchmarks/ has no import cycle. Kept apart from LAYERS.
+
+ROOT = PACKAGE.parent
+ARCHITECTURE = ROOT / "ARCHITECTURE.md"
+BENCHMARKS = ROOT / "benchmarks"
+
+
+def _names_in_the_architecture(module: str) -> list[str]:
+    """How ARCHITECTURE.md may name ``module``: ``_client``; ``_cli/_batch`` or ``_cli._batch``.
+
+    A submodule is named with its package, since ``_cli/_questions`` is not ``_questions``; a
+    package is named by itself (``_cli``, ``_cli/``).
+    """
+    parts = module.split(".")
+    if parts[-1] == "__init__" and len(parts) > 1:
+        parts = parts[:-1]
+    return ["/".join(parts), ".".join(parts)]
+
+
+def _named(name: str, text: str) -> bool:
+    # A whole name: not part of a longer one (``_cli`` in ``_client``), nor the tail of a
+    # qualified one (``_questions`` in ``_cli/_questions``).
+    return re.search(rf"(?<![\w./]){re.escape(name)}(?![\w])", text) is not None
+
+
+def test_architecture_md_names_every_module() -> None:
+    text = ARCHITECTURE.read_text(encoding="utf-8")
+    missing = [
+        m for m in sorted(_modules()) if not any(_named(n, text) for n in _names_in_the_architecture(m))
+    ]
+    assert not missing, f"ARCHITECTURE.md does not name these modules of qa_min/: {missing}"
+
+
+def test_the_module_name_check_tells_a_submodule_from_a_namesake() -> None:
+    text = "| `_questions` | ... |\n| `_cli` | ... |\n"
+    assert _named("_questions", text)
+    assert _named("_cli", text)
+    assert not _named("_cli/_questions", text)
+    assert not _named("_questions", "| `_cli/_questions` | ... |")
+    assert not _named("_cli", "`_client`")
+    assert _names_in_the_architecture("_cli._batch") == ["_cli/_batch", "_cli._batch"]
+    assert _names_in_the_architecture("_cli.__init__") == ["_cli", "_cli"]
+
+
+def _benchmark_modules() -> dict[str, Path]:
+    found = {}
+    for path in sorted(BENCHMARKS.rglob("*.py")):
+        found[".".join(path.relative_to(BENCHMARKS).with_suffix("").parts)] = path
+    return found
+
+
+def _benchmark_imports(module: str, path: Path, known: set[str]) -> set[str]:
+    """The modules of benchmarks/ that ``module`` imports, relatively or as ``benchmarks.…``, at any depth."""
+    package = module.split(".")[:-1]
+    targets: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.level:
+            base = package[: len(package) - (node.level - 1)]
+            stem = [*base, *(node.module.split(".") if node.module else [])]
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "benchmarks":
+            stem = (node.module or "").split(".")[1:]
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.split(".")[0] == "benchmarks":
+                    targets.add(".".join(alias.name.split(".")[1:]) or "__init__")
+            continue
+        else:
+            continue
+        # ``from .pkg import name``: ``name`` may be a module of the folder, else a name of ``pkg``.
+        for alias in node.names:
+            candidate = ".".join([*stem, alias.name])
+            targets.add(candidate if candidate in known else ".".join(stem) or "__init__")
+    return {t if t in known else f"{t}.__init__" for t in targets} & known
+
+
+def _cycle(graph: dict[str, set[str]]) -> list[str]:
+    """One import cycle of ``graph`` as a path that ends where it starts, or []."""
+    state: dict[str, int] = {}
+
+    def visit(node: str, trail: list[str]) -> list[str]:
+        state[node] = 1
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                return [*trail[trail.index(nxt) :], nxt] if nxt in trail else [*trail, nxt]
+            if nxt not in state:
+                found = visit(nxt, [*trail, nxt])
+                if found:
+                    return found
+        state[node] = 2
+        return []
+
+    for node in sorted(graph):
+        if node not in state:
+            found = visit(node, [node])
+            if found:
+                return found
+    return []
+
+
+def test_the_cycle_finder_finds_a_cycle_and_only_one() -> None:
+    assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == ["a", "b", "c", "a"]
+    assert _cycle({"a": {"b"}, "b": set(), "c": {"a", "b"}}) == []
+
+
+def test_the_benchmark_import_reader_sees_every_form(tmp_path: Path) -> None:
+    path = tmp_path / "probe.py"
+    path.write_text(
+        "from . import run, report\nfrom .servers import Starter\nimport benchmarks.nginx\n"
+        "from benchmarks import cold\nfrom benchmarks.tls import x\nimport json\n"
+        "def f() -> None:\n    from .cli import main\n"
+        "TYPE_CHECKING = False\nif TYPE_CHECKING:\n    from .process import ServerProcess\n"
+    )
+    known = {"run", "report", "servers", "nginx", "cold", "tls", "cli", "process", "probe"}
+    assert _benchmark_imports("probe", path, known) == known - {"probe"}
+
+
+def _benchmark_graph() -> dict[str, set[str]]:
+    modules = _benchmark_modules()
+    return {m: _benchmark_imports(m, p, set(modules)) - {m} for m, p in modules.items()}
+
+
+def test_benchmarks_have_no_import_cycle() -> None:
+    cycle = _cycle(_benchmark_graph())
+    assert not cycle, f"import cycle in benchmarks/: {' -> '.join(cycle)}"
+
+
+def test_benchmarks_common_imports_nothing_of_the_folder_and_clients_only_common() -> None:
+    # clients.py runs in the measured process: what it imports counts for every client alike.
+    graph = _benchmark_graph()
+    assert graph["common"] == set()
+    assert graph["clients"] == {"common"}
+    assert graph["__init__"] == set()
