@@ -31,7 +31,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-ROOT = Path(__file__).resolve().parent.parent
+from .common import ROOT, child_env
+
 RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
 SECTION = "asyncio"
 CLIENTS = ("floor", "qa_min", "aiohttp", "httpx")
@@ -254,13 +255,7 @@ def child(argv: list[str]) -> int:
 
 
 def _env() -> dict[str, str]:
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.lower().endswith("_proxy") and not k.startswith("SERVICE_")
-    }
-    env["PYTHONPATH"] = str(ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    return env
+    return child_env()
 
 
 def _available(name: str) -> bool:
