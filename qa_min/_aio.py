@@ -111,8 +111,10 @@ class _Feed:
             return True  # badly framed: the reader says why
         if kind == 0:  # no body
             return True
-        if kind == 1:  # Content-Length
-            return have >= min(length, self._limit + 1) or length > self._limit
+        if kind == 1:  # Content-Length; a 2xx over the limit is refused unread, another status cut
+            if length > self._limit:
+                return 200 <= status < 300 or have >= self._limit
+            return have >= length
         if kind == 2:  # chunked: the last chunk ends in a line break
             return self._buf.endswith(b"\n")
         return False  # until the server closes
