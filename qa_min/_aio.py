@@ -90,9 +90,10 @@ class _Feed:
         """Whether the final head (after any interim 1xx) has arrived, or enough to refuse it."""
         start = 0
         while True:
-            end = min(
-                (i for i in (buf.find(b"\n\r\n", start), buf.find(b"\n\n", start)) if i >= 0), default=-1
-            )
+            end = buf.find(b"\n\r\n", start)
+            if end < 0 or b"\n\n" in buf[start:end]:  # a head may end in bare line feeds
+                bare = buf.find(b"\n\n", start)
+                end = bare if end < 0 or 0 <= bare < end else end
             if end < 0:
                 if len(buf) - start > _HEAD_LIMIT:
                     raise MalformedHead(f"a response head over {_HEAD_LIMIT} bytes")
