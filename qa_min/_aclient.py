@@ -81,8 +81,8 @@ class AsyncClient:
         hooks: Optional[Mapping[str, Sequence[Callable[[HookEvent], object]]]] = None,
         transport: Optional[MockTransport] = None,
     ) -> None:
-        if sleep is not None and not callable(sleep):
-            raise InvalidOption(f"sleep must be an async function, got {short(sleep)}")
+        if sleep is not None and not asyncio.iscoroutinefunction(sleep):
+            raise InvalidOption(f"sleep must be an async function of the seconds, got {short(sleep)}")
         self._core = core = Client(
             api_key,
             base_url,

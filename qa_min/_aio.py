@@ -27,7 +27,7 @@ import asyncio
 import io
 
 from ._connection import PoolClosed, Stopped, TunnelRefused, idle_clock
-from ._response import MAX_HEADERS, MAX_LINE, MalformedHead, _framing, read_body, read_head
+from ._response import MAX_HEADERS, MAX_LINE, IncompleteRead, MalformedHead, _framing, read_body, read_head
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -50,13 +50,14 @@ class _Feed:
     responses for the same reasons. ``receive_eof()`` ends it: the response, or the reader's error.
     """
 
-    __slots__ = ("_buf", "_limit", "_tunnel", "extra")
+    __slots__ = ("_buf", "_limit", "_searched", "_start", "_tunnel", "extra")
 
     def __init__(self, limit: int, tunnel: bool = False) -> None:
         self._buf = bytearray()
         self._limit = limit
         self._tunnel = tunnel  # a CONNECT: a 2xx head ends the response, whatever follows
         self.extra = False  # bytes came after the response: the connection is not reused
+        self._start = self._searched = 0  # where the final head may start; how far it was sought
 
     def receive(self, data: bytes) -> Optional[Result]:
         self._buf += data
@@ -78,30 +79,37 @@ class _Feed:
             return head.status, head.headers, b"", True
         if not eof and not self._body_complete(head.status, head.headers, len(buf) - head.consumed):
             return None
-        body, reusable = read_body(fp, head, self._limit)
+        try:
+            body, reusable = read_body(fp, head, self._limit)
+        except IncompleteRead:
+            if eof:
+                raise
+            return None  # a chunked body whose end only looked near
         chunked = head.headers.get("transfer-encoding") is not None
         if not eof and not reusable and chunked and len(buf) - head.consumed <= self._limit:
             return None  # a chunked body cut short reads as "not reusable": the rest may come
         self.extra = fp.tell() < len(buf)
         return head.status, head.headers, body, reusable
 
-    @staticmethod
-    def _head_complete(buf: bytearray) -> bool:
+    def _head_complete(self, buf: bytearray) -> bool:
         """Whether the final head (after any interim 1xx) has arrived, or enough to refuse it."""
-        start = 0
+        start = self._start
         while True:
-            end = buf.find(b"\n\r\n", start)
-            if end < 0 or b"\n\n" in buf[start:end]:  # a head may end in bare line feeds
-                bare = buf.find(b"\n\n", start)
+            # From where the last look ended: a head that trickles in is not searched again.
+            base = max(start, self._searched - 2)
+            end = buf.find(b"\n\r\n", base)
+            if end < 0 or b"\n\n" in buf[base:end]:  # a head may end in bare line feeds
+                bare = buf.find(b"\n\n", base)
                 end = bare if end < 0 or 0 <= bare < end else end
             if end < 0:
+                self._searched = len(buf)
                 if len(buf) - start > _HEAD_LIMIT:
                     raise MalformedHead(f"a response head over {_HEAD_LIMIT} bytes")
                 return False
             code = bytes(buf[start + 9 : start + 12])
             if not (code[:1] == b"1" and code != b"101"):
                 return True
-            start = end + (3 if buf[end + 1 : end + 2] == b"\r" else 2)
+            start = self._start = end + (3 if buf[end + 1 : end + 2] == b"\r" else 2)
 
     def _body_complete(self, status: int, headers: ResponseHeaders, have: int) -> bool:
         if have > self._limit:
@@ -116,8 +124,8 @@ class _Feed:
             if length > self._limit:
                 return 200 <= status < 300 or have >= self._limit
             return have >= length
-        if kind == 2:  # chunked: the last chunk ends in a line break
-            return self._buf.endswith(b"\n")
+        if kind == 2:  # chunked: the last chunk and the trailers end in an empty line
+            return self._buf.endswith((b"\n\r\n", b"\n\n"))
         return False  # until the server closes
 
 

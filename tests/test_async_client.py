@@ -377,6 +377,21 @@ def test_max_workers_is_not_an_option() -> None:
         qa.AsyncClient(base_url="http://h", max_workers=2)  # type: ignore[call-arg]
 
 
+@pytest.mark.parametrize("sleep", [time.sleep, "soon"])
+def test_sleep_must_be_an_async_function(sleep: Any) -> None:
+    with pytest.raises(qa.InvalidOption, match="async function"):
+        qa.AsyncClient(base_url="http://h", sleep=sleep)
+
+
+def test_options_are_checked_as_client_checks_them() -> None:
+    with pytest.raises(qa.InvalidBaseUrl):
+        qa.AsyncClient(base_url="ftp://h")
+    with pytest.raises(qa.InvalidOption):
+        qa.AsyncClient(base_url="http://h", timeout=-1)
+    with pytest.raises(qa.MissingApiKey):
+        qa.AsyncClient(base_url=qa.PUBLIC_BASE_URL, api_key=None, trust_env=False)
+
+
 def test_mock_transport_handler_runs_on_the_loop_thread() -> None:
     seen: list[int] = []
 
