@@ -431,3 +431,54 @@ def test_against_the_fake_service_over_a_socket(svc: FakeService) -> None:
     ok, names = run(main())
     assert ok
     assert "judge-latest" in names
+
+
+def test_a_call_outside_a_running_loop_raises_a_clear_error() -> None:
+    client = qa.AsyncClient(base_url="http://h", transport=MockTransport())
+    coro = client.list_models()
+    with pytest.raises(RuntimeError, match="running event loop"):
+        coro.send(None)
+
+
+def test_a_cancel_of_the_task_that_comes_with_ours_propagates_on_3_11() -> None:
+    import sys
+
+    from qa_min._ascope import Scope
+    from qa_min._call import CallState
+
+    async def main() -> tuple[object, object]:
+        loop = asyncio.get_running_loop()
+        scope = Scope(loop, CallState(None, None))
+        scope.stop("the call was cancelled")  # ours...
+        task = asyncio.current_task()
+        assert task is not None
+        task.cancel()  # ...and the caller's, before the task reaches its next await
+        try:
+            await loop.create_future()
+        except asyncio.CancelledError as exc:
+            try:
+                absorbed: object = scope.absorb(exc)
+            except asyncio.CancelledError:
+                absorbed = "propagated"
+        scope.close()
+        scope.stop("later")  # the call is over: nothing happens
+        return absorbed, scope.reason
+
+    absorbed, reason = run(main())
+    if sys.version_info >= (3, 11):
+        assert absorbed == "propagated"
+    else:
+        assert isinstance(absorbed, qa.Canceled)
+    assert reason == "the call was cancelled"
+
+
+def test_a_token_cancelled_after_the_loop_closed_is_harmless() -> None:
+    token = qa.CancelToken()
+
+    async def main() -> None:
+        async with qa.AsyncClient(base_url="http://h", transport=MockTransport()) as client:
+            await client.ask("x", Review, cancel=token)
+
+    run(main())
+    token.cancel()  # its hook was removed when the call ended; nothing to wake
+    assert token.cancelled

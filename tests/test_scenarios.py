@@ -382,3 +382,34 @@ def test_a_stale_keep_alive_connection_is_resent_once_by_both() -> None:
             return diagnostics.attempts, len(diagnostics.history), server.connections
 
     assert run("asyncio") == run("threaded") == (2, 1, 2)
+
+
+def test_a_proxy_refusing_a_plain_request_is_a_proxy_error_in_both() -> None:
+    refusal = (
+        b"HTTP/1.1 407 Proxy Authentication Required\r\nProxy-Authenticate: Basic\r\n"
+        b"Content-Length: 4\r\n\r\ndeny"
+    )
+
+    def run(kind: str, proxy: RawServer) -> tuple[Any, ...]:
+        options: dict[str, Any] = {"base_url": "http://127.0.0.1:9/p", "proxy": proxy.url, "trust_env": False}
+        try:
+            if kind == "threaded":
+                with qa.Client(**options) as client:
+                    client.list_models()
+            else:
+
+                async def main() -> None:
+                    async with qa.AsyncClient(**options) as client:
+                        await client.list_models()
+
+                asyncio.run(main())
+        except qa.ProxyError as exc:
+            d = exc.diagnostics
+            return type(exc).__name__, exc.status, str(exc), d.status, d.body, d.attempts
+        raise AssertionError("no ProxyError")
+
+    with RawServer(respond_sequence(refusal, refusal)) as proxy:
+        threaded, on_asyncio = run("threaded", proxy), run("asyncio", proxy)
+    assert on_asyncio == threaded
+    assert threaded[1] == 407
+    assert threaded[5] == 1
