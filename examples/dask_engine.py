@@ -1,6 +1,6 @@
 """Dask: many texts judged on a local cluster of worker processes, one rate limit shared.
 
-    pip install "dask[distributed]"
+    pip install -e ".[engines]"
     python examples/dask_engine.py
 
 ``LocalCluster(processes=True)`` starts a scheduler and two worker processes. A ``Client``
@@ -18,14 +18,18 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 from collections.abc import Iterable
 from typing import Optional
 
-import dask.bag
-from dask.distributed import Client as DaskClient
-from dask.distributed import LocalCluster
-
 import qa_min as qa
+
+try:
+    import dask.bag
+    from dask.distributed import Client as DaskClient
+    from dask.distributed import LocalCluster
+except ImportError:
+    sys.exit('dask_engine.py needs Dask, which is not installed: pip install -e ".[engines]"')
 
 
 class Review(qa.Questions):

@@ -1,6 +1,6 @@
 """Ray: many texts judged by remote tasks and by an actor pool, one rate limit shared.
 
-    pip install ray
+    pip install -e ".[engines]"
     python examples/ray_engine.py
 
 ``ray.init(num_cpus=2)`` starts a local Ray with two worker processes. A ``Client`` pickles as
@@ -17,12 +17,16 @@ step.
 from __future__ import annotations
 
 import os
+import sys
 from typing import Optional
 
-import ray
-from ray.util import ActorPool
-
 import qa_min as qa
+
+try:
+    import ray
+    from ray.util import ActorPool
+except ImportError:
+    sys.exit('ray_engine.py needs Ray, which is not installed: pip install -e ".[engines]"')
 
 
 class Review(qa.Questions):

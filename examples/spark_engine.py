@@ -1,6 +1,6 @@
 """Spark: many texts judged with ``rdd.mapPartitions`` on ``local[2]``, one rate limit shared.
 
-    pip install pyspark        # and a Java runtime: java -version
+    pip install -e ".[engines]"    # and a Java runtime: java -version
     python examples/spark_engine.py
 
 A ``Client`` pickles as its configuration, the API key included, so a closure may use one:
@@ -17,13 +17,19 @@ step.
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 from collections.abc import Iterable, Iterator
 from typing import Optional, Union
 
-from pyspark import SparkConf, SparkContext
-
 import qa_min as qa
+
+try:
+    from pyspark import SparkConf, SparkContext
+except ImportError:
+    sys.exit('spark_engine.py needs Spark, which is not installed: pip install -e ".[engines]"')
+if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+    sys.exit("spark_engine.py needs a Java runtime: no java on PATH and JAVA_HOME unset")
 
 
 class Review(qa.Questions):

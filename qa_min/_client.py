@@ -12,6 +12,8 @@ question encoding, the TLS context) is done once per client or once per question
 
 from __future__ import annotations
 
+import _thread
+
 from ._backoff import DEFAULTS, RetryPolicy
 from ._call import CallState, CancelToken, RetryBudget
 from ._constants import MAX_RESPONSE_BYTES
@@ -62,7 +64,9 @@ def _rebuild(options: dict[str, Any]) -> Client:
 
 
 def _wait(seconds: float, wake: threading.Event) -> None:
-    wake.wait(seconds)
+    # Locks take at most TIMEOUT_MAX (292 years), which is as long as forever: a tiny
+    # RateLimit(per_second) asks for longer, and Event.wait would raise OverflowError.
+    wake.wait(min(seconds, _thread.TIMEOUT_MAX))
 
 
 def _uniform() -> float:

@@ -85,6 +85,22 @@ class Redactor:
         """True if ``text`` holds a piece of a secret, which ``self(text)`` would hide."""
         return self(text) != text
 
+    def holds(self, value: object, depth: int = 4) -> bool:
+        """True if ``value`` holds a piece of a secret: a str, bytes read as UTF-8 and as latin-1
+        (a server's bytes may be either), or a tuple, list, set or dict of them, ``depth`` deep."""
+        if self._needles is None:
+            return False
+        if isinstance(value, str):
+            return self.hides(value)
+        if isinstance(value, (bytes, bytearray, memoryview)):
+            data = bytes(value)
+            return self.hides(data.decode("utf-8", "replace")) or self.hides(data.decode("latin-1"))
+        if depth > 0 and isinstance(value, dict):
+            value = [*value.keys(), *value.values()]
+        if depth > 0 and isinstance(value, (tuple, list, set, frozenset)):
+            return any(self.holds(item, depth - 1) for item in value)
+        return False
+
     def _scan(self, text: str, blocks: re.Pattern[str]) -> str:
         pieces = self._pieces
         out: list[str] = []

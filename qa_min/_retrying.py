@@ -136,14 +136,17 @@ class Sender:
         return safe
 
     def _safe(self, exc: BaseException) -> BaseException:
-        """``exc``, or a ``_StandIn`` with its text redacted when that text holds a piece of the key."""
+        """``exc``, or a ``_StandIn`` with its text redacted when its text, args or attributes hold a
+        piece of the key."""
         if not self.redact.active:
             return exc
         try:
             text, shown = str(exc), repr(exc)
         except Exception:
             return _StandIn(type(exc).__name__, "(an exception whose text cannot be shown)")
-        if self.redact.hides(text) or self.redact.hides(shown):
+        # Pickle keeps an exception's args and attributes, where a server's bytes may be.
+        held = (exc.args, getattr(exc, "__dict__", None))
+        if self.redact.hides(text) or self.redact.hides(shown) or self.redact.holds(held):
             return _StandIn(type(exc).__name__, self.redact(text))
         return exc
 

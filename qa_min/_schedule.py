@@ -98,7 +98,9 @@ class Schedule:
         held = queued = False  # held back by a last chance; counted among the last chances
         try:
             if delay is not None or slot > now + EPSILON:
-                nap(max(slot - now, own), max(0.0, slot - now - own))
+                # No later than its own delay: that delay as given (slot - now rounds).
+                extra = 0.0 if slot <= now + own + EPSILON else slot - now - own
+                nap(own + extra, extra)
             due = True  # a nap lasts until the slot it was for
             while True:
                 with self._lock:

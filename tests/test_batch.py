@@ -371,6 +371,87 @@ def test_duplicate_ids_are_answered_by_an_error_and_reported(
     assert sorted(asked(svc)) == ["five", "one", "six", "two"]
 
 
+def by_key(rows: list[dict[str, Any]]) -> dict[object, dict[str, Any]]:
+    """The output as a reader takes it: the last line for each key (the id, else the line)."""
+    return {row.get("id", ("line", row["line"])): row for row in rows}
+
+
+def duplicate_input(tmp_path: Path) -> Path:
+    """Seven lines with ids; "a1" on lines 1 and 7."""
+    docs = [{"id": f"s{n}", "state": STATES[n]} for n in range(1, 6)]
+    docs = [{"id": "a1", "state": "the first a1"}, *docs, {"id": "a1", "state": "the second a1"}]
+    path = tmp_path / "in.jsonl"
+    path.write_text("".join(json.dumps(d) + "\n" for d in docs))
+    return path
+
+
+def test_a_duplicate_id_is_reported_once_and_a_resume_appends_nothing(
+    run: Any, svc: FakeService, tmp_path: Path
+) -> None:
+    path, out = duplicate_input(tmp_path), tmp_path / "out.jsonl"
+    first = run(str(path), "-o", str(out), *QUESTION)
+    assert first.code == 3
+    assert "duplicate ids, not asked: line 7 (id 'a1')" in first.err
+    rows = read_rows(out)
+    assert len(rows) == 7
+    assert rows[6] == {"line": 7, "error": rows[6]["error"]}  # no "id": it is not a1's answer
+    assert "id 'a1' is already on an earlier line" in rows[6]["error"]["message"]
+    assert by_key(rows)["a1"] == {"line": 1, "id": "a1", "answers": answer("the first a1")}
+    written, calls = out.read_text(), len(svc.requests)
+    for _ in range(2):
+        again = run(str(path), "-o", str(out), "--resume", *QUESTION)
+        assert again.code == 0, again.err
+        assert "duplicate" not in again.err
+        assert out.read_text() == written
+    assert len(svc.requests) == calls
+
+
+def test_a_duplicate_after_an_interrupted_run_is_reported_by_the_resume_once(
+    run: Any, svc: FakeService, tmp_path: Path
+) -> None:
+    path, out = duplicate_input(tmp_path), tmp_path / "out.jsonl"
+    # As a run stopped after three lines leaves it: a1 answered, line 7 not read yet.
+    head = [{"line": 1, "id": "a1", "answers": answer("the first a1")}]
+    head += [{"line": n, "id": f"s{n - 1}", "answers": answer(STATES[n - 1])} for n in (2, 3)]
+    out.write_text("".join(json.dumps(row) + "\n" for row in head))
+    resumed = run(str(path), "-o", str(out), "--resume", *QUESTION)
+    assert resumed.code == 3
+    assert "duplicate ids, not asked: line 7 (id 'a1')" in resumed.err
+    rows = read_rows(out)
+    assert [row["line"] for row in rows] == [1, 2, 3, 4, 5, 6, 7]
+    assert "id" not in rows[-1]
+    assert by_key(rows)["a1"]["answers"] == answer("the first a1")
+    assert "the second a1" not in asked(svc)
+    written = out.read_text()
+    again = run(str(path), "-o", str(out), "--resume", *QUESTION)
+    assert (again.code, out.read_text()) == (0, written)
+
+
+def test_an_input_error_is_written_once_and_a_failed_call_asked_again(
+    run: Any, svc: FakeService, tmp_path: Path
+) -> None:
+    path, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    lines = [json.dumps("one"), "not json", json.dumps({"id": "x", "state": 5}), json.dumps("two")]
+    path.write_text("".join(line + "\n" for line in lines))
+    svc.script(delay(0), reply(404, {"detail": "no"}))  # the second call ("two") fails once
+    first = run(str(path), "-o", str(out), "--retries", "0", "--concurrency", "1", *QUESTION)
+    assert first.code == 3
+    assert [sorted(row) for row in read_rows(out)] == [
+        ["answers", "line"],
+        ["error", "line"],
+        ["error", "id", "line"],
+        ["error", "line"],
+    ]
+    again = run(str(path), "-o", str(out), "--resume", *QUESTION)
+    assert again.code == 0, again.err
+    rows = read_rows(out)
+    assert len(rows) == 5  # only the failed call was asked again
+    assert rows[-1] == {"line": 4, "answers": answer("two")}
+    written = out.read_text()
+    assert run(str(path), "-o", str(out), "--resume", *QUESTION).code == 0
+    assert out.read_text() == written
+
+
 def test_key_table_keeps_every_key_and_its_flags_across_growth() -> None:
     table = _jsonl.KeyTable()
     keys = [_jsonl.id_hash(f"id-{i}") for i in range(5000)] + [0, _jsonl.id_hash(5)]

@@ -24,12 +24,22 @@ import qa_min as qa
 from qa_min.testing import FakeService
 
 pytestmark = [pytest.mark.engines, pytest.mark.timeout(90)]
-distributed = pytest.importorskip("distributed", reason="Dask is not installed: pip install -e '.[engines]'")
-dask_bag = pytest.importorskip("dask.bag", reason="Dask is not installed: pip install -e '.[engines]'")
+
+
+def need(module: str) -> Any:
+    """``module``, imported only by the tests that run (importing ``distributed`` changes how
+    other tests' objects pickle), or the test skipped when Dask is not installed."""
+    return pytest.importorskip(module, reason="Dask is not installed: pip install -e '.[engines]'")
+
+
+@pytest.fixture(scope="module")
+def dask_bag() -> Any:
+    return need("dask.bag")
 
 
 @pytest.fixture(scope="module")
 def dask_client() -> Iterator[Any]:
+    distributed = need("distributed")
     # Workers are spawned processes with the driver's sys.path, so engine_jobs imports there.
     with (
         distributed.LocalCluster(
@@ -57,7 +67,7 @@ def storm_service() -> Iterator[FakeService]:
         yield svc
 
 
-def test_map_partitions_with_a_shipped_client(dask_client: Any, service: FakeService) -> None:
+def test_map_partitions_with_a_shipped_client(dask_client: Any, dask_bag: Any, service: FakeService) -> None:
     with jobs.make_client(service.url) as client:
         bag = dask_bag.from_sequence(jobs.STATES, npartitions=jobs.PARTITIONS)
         responses = bag.map_partitions(jobs.judge, client).compute()
@@ -78,7 +88,7 @@ def test_each_worker_holds_its_share_of_the_limit(dask_client: Any, service: Fak
 
 
 def test_a_storm_reaches_the_driver_and_the_cluster_survives(
-    dask_client: Any, service: FakeService, storm_service: FakeService
+    dask_client: Any, dask_bag: Any, service: FakeService, storm_service: FakeService
 ) -> None:
     workers = set(dask_client.scheduler_info()["workers"])
     with jobs.make_client(storm_service.url, retry=jobs.IMPATIENT) as busy:

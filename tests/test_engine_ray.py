@@ -28,8 +28,6 @@ import qa_min as qa
 from qa_min.testing import FakeService
 
 pytestmark = [pytest.mark.engines, pytest.mark.timeout(90)]
-ray = pytest.importorskip("ray", reason="Ray is not installed: pip install -e '.[engines]'")
-ray_util = pytest.importorskip("ray.util", reason="Ray is not installed: pip install -e '.[engines]'")
 
 
 class Judge:
@@ -43,7 +41,10 @@ class Judge:
 
 
 @pytest.fixture(scope="module")
-def ray_session() -> Iterator[None]:
+def ray() -> Iterator[Any]:
+    """Ray, started for this module; imported only here, by the tests that run, or skipped."""
+    ray = pytest.importorskip("ray", reason="Ray is not installed: pip install -e '.[engines]'")
+    pytest.importorskip("ray.util", reason="Ray is not installed: pip install -e '.[engines]'")
     temp = tempfile.mkdtemp(prefix="qa-ray-")  # short: Ray's socket paths must fit 107 bytes
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("RAY_DISABLE_USAGE_STATS", "1")
@@ -56,7 +57,7 @@ def ray_session() -> Iterator[None]:
             runtime_env={"env_vars": {"PYTHONPATH": jobs.worker_pythonpath()}},
         )
     try:
-        yield
+        yield ray
     finally:
         ray.shutdown()
         shutil.rmtree(temp, ignore_errors=True)
@@ -75,46 +76,42 @@ def storm_service() -> Iterator[FakeService]:
         yield svc
 
 
-def remote(fn: Any) -> Any:
-    return ray.remote(fn)
-
-
-def actor_pool(client: qa.Client) -> Any:
+def actor_pool(ray: Any, client: qa.Client) -> Any:
     actor = ray.remote(Judge)
-    return ray_util.ActorPool([actor.remote(client) for _ in range(jobs.WORKERS)])
+    return ray.util.ActorPool([actor.remote(client) for _ in range(jobs.WORKERS)])
 
 
-def test_tasks_with_a_shipped_client(ray_session: None, service: FakeService) -> None:
-    judge = remote(jobs.judge)
+def test_tasks_with_a_shipped_client(ray: Any, service: FakeService) -> None:
+    judge = ray.remote(jobs.judge)
     with jobs.make_client(service.url) as client:
         refs = [judge.remote(part, client) for part in jobs.partitions(jobs.STATES)]
         jobs.check(jobs.STATES, jobs.flatten(ray.get(refs, timeout=60)))
 
 
-def test_tasks_with_a_client_per_partition(ray_session: None, service: FakeService) -> None:
-    judge = remote(jobs.judge_with_own_client)
+def test_tasks_with_a_client_per_partition(ray: Any, service: FakeService) -> None:
+    judge = ray.remote(jobs.judge_with_own_client)
     refs = [judge.remote(part, service.url) for part in jobs.partitions(jobs.STATES)]
     jobs.check(jobs.STATES, jobs.flatten(ray.get(refs, timeout=60)))
 
 
-def test_an_actor_pool_with_a_shipped_client(ray_session: None, service: FakeService) -> None:
+def test_an_actor_pool_with_a_shipped_client(ray: Any, service: FakeService) -> None:
     with jobs.make_client(service.url) as client:
-        pool = actor_pool(client)
+        pool = actor_pool(ray, client)
         parts = jobs.partitions(jobs.STATES)
         jobs.check(jobs.STATES, jobs.flatten(pool.map(lambda actor, part: actor.judge.remote(part), parts)))
 
 
-def test_each_worker_holds_its_share_of_the_limit(ray_session: None, service: FakeService) -> None:
-    limit_in_worker = remote(jobs.limit_in_worker)
+def test_each_worker_holds_its_share_of_the_limit(ray: Any, service: FakeService) -> None:
+    limit_in_worker = ray.remote(jobs.limit_in_worker)
     with jobs.make_client(service.url) as client:
         seen = ray.get([limit_in_worker.remote(client) for _ in range(4)], timeout=60)
     assert {limit for _, limit in seen} == {qa.RateLimit(20_000)}
 
 
 def test_a_storm_in_tasks_reaches_the_driver_and_ray_survives(
-    ray_session: None, service: FakeService, storm_service: FakeService
+    ray: Any, service: FakeService, storm_service: FakeService
 ) -> None:
-    judge = remote(jobs.judge)
+    judge = ray.remote(jobs.judge)
     with jobs.make_client(storm_service.url, retry=jobs.IMPATIENT) as busy:
         refs = [judge.remote(part, busy) for part in jobs.partitions(jobs.STATES[:10], 2)]
         for ref in refs:
@@ -128,13 +125,13 @@ def test_a_storm_in_tasks_reaches_the_driver_and_ray_survives(
         jobs.check(jobs.STATES[:100], jobs.flatten(ray.get(refs, timeout=60)))
 
 
-def test_a_storm_in_an_actor_pool_leaves_the_actors_usable(ray_session: None) -> None:
+def test_a_storm_in_an_actor_pool_leaves_the_actors_usable(ray: Any) -> None:
     with FakeService() as svc:
         # Exactly the attempts of the two failing calls (IMPATIENT: 2 each): then the same
         # service answers, and the same actors with the same clients must get through.
         jobs.storm(svc, replies=2 * jobs.WORKERS)
         with jobs.make_client(svc.url, retry=jobs.IMPATIENT) as busy:
-            pool = actor_pool(busy)
+            pool = actor_pool(ray, busy)
         for part in jobs.partitions(jobs.STATES[:10], jobs.WORKERS):
             pool.submit(lambda actor, states: actor.judge.remote(states), part)
         for _ in range(jobs.WORKERS):

@@ -28,13 +28,14 @@ import qa_min as qa
 from qa_min.testing import FakeService
 
 pytestmark = [pytest.mark.engines, pytest.mark.timeout(90)]
-pyspark = pytest.importorskip("pyspark", reason="Spark is not installed: pip install -e '.[engines]'")
-if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
-    pytest.skip("Spark needs a Java runtime: no java on PATH and JAVA_HOME unset", allow_module_level=True)
 
 
 @pytest.fixture(scope="module")
 def spark() -> Iterator[Any]:
+    """A SparkContext for this module; pyspark is imported only here, by the tests that run."""
+    pyspark = pytest.importorskip("pyspark", reason="Spark is not installed: pip install -e '.[engines]'")
+    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+        pytest.skip("Spark needs a Java runtime: no java on PATH and JAVA_HOME unset")
     environment = {
         "PYSPARK_PYTHON": sys.executable,  # workers run this interpreter, with this tree on the path
         "PYSPARK_DRIVER_PYTHON": sys.executable,
@@ -56,10 +57,10 @@ def spark() -> Iterator[Any]:
     try:
         yield context
     finally:
-        stop(context)
+        stop(pyspark, context)
 
 
-def stop(context: Any) -> None:
+def stop(pyspark: Any, context: Any) -> None:
     """Stop the context and the JVM behind it, which ``stop()`` alone leaves running."""
     gateway = pyspark.SparkContext._gateway
     context.stop()

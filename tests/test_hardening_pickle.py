@@ -1,7 +1,9 @@
 """Every exception and result object survives pickle (every protocol) and copy.deepcopy.
 
 Type, message, ``.status`` and diagnostics come through intact; a ``transport_error`` that
-cannot be pickled becomes a stand-in with its type name and message. Multiprocessing relies on
+cannot be pickled becomes a stand-in with its type name and message, and a stand-in comes
+through exactly. Of the standard library's own exceptions, only their message is qa_min's promise
+(the engine tests import Dask, which changes how they pickle, only when they run). Multiprocessing relies on
 this: a ``RateLimited`` raised in a ``ProcessPoolExecutor`` worker reaches the parent as itself
 and the pool stays usable.
 
@@ -14,6 +16,7 @@ and the pool stays usable.
   values: test_retry_policy_round_trips, test_request_round_trips_and_still_works,
       test_questions_round_trip_and_decode_alike, test_answers_instance_round_trips,
       test_results_round_trip_and_stay_read_only, test_cancel_token_and_retry_budget_round_trip
+  engines: test_collecting_the_engine_tests_imports_no_engine
   processes: test_rate_limited_in_a_process_pool_worker_reaches_the_parent
 """
 
@@ -24,9 +27,12 @@ import enum
 import multiprocessing
 import pickle
 import socket
+import subprocess
+import sys
 import types
 from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
@@ -34,6 +40,7 @@ import spawn_workers
 from support import make_client
 
 import qa_min as qa
+from qa_min._diagnostics import _StandIn
 from qa_min.testing import FakeService, reply
 
 T = TypeVar("T")
@@ -76,19 +83,31 @@ def all_error_classes() -> list[type[qa.QAError]]:
     return sorted(set(found), key=lambda c: c.__name__)
 
 
-def filled_diagnostics() -> qa.Diagnostics:
+def filled_diagnostics(transport_error: BaseException | None = None) -> qa.Diagnostics:
+    """Diagnostics as a failed call leaves them; by default its transport error is a stand-in,
+    qa_min's own (as after redaction), whose every detail qa_min promises to keep."""
     diag = qa.Diagnostics()
     diag.status, diag.body, diag.attempts = 503, '{"detail": "busy"}', 3
-    diag.transport_error = ConnectionRefusedError(111, "Connection refused")
+    if transport_error is None:
+        transport_error = _StandIn("ConnectionResetError", "[Errno 104] Connection reset by peer")
+    diag.transport_error = transport_error
     return diag
 
 
 def assert_same_diagnostics(got: qa.Diagnostics, want: qa.Diagnostics) -> None:
+    """What qa_min promises: its own fields and stand-ins exactly; of a standard-library
+    transport error, an exception with the same message. (How the standard library pickles its
+    own ``OSError`` subclasses at protocols 0 to 2 is its business, and Dask's ``distributed``
+    changes it for the whole process: a ``ConnectionRefusedError`` may load as an ``OSError``.)"""
     assert type(got) is qa.Diagnostics
     assert (got.status, got.body, got.attempts) == (want.status, want.body, want.attempts)
-    assert type(got.transport_error) is type(want.transport_error)
+    assert (got.request_id, got.history, got.headers) == (want.request_id, want.history, want.headers)
+    assert (got.transport_error is None) == (want.transport_error is None)
+    assert isinstance(got.transport_error, (BaseException, type(None)))
     assert str(got.transport_error) == str(want.transport_error)
-    assert repr(got) == repr(want)
+    if want.transport_error is None or type(want.transport_error) is _StandIn:
+        assert type(got.transport_error) is type(want.transport_error)
+        assert repr(got) == repr(want)
 
 
 def make_error(cls: type[qa.QAError]) -> qa.QAError:
@@ -186,7 +205,8 @@ def test_connection_failed_from_a_real_call_round_trips() -> None:
 
 
 def test_diagnostics_round_trip() -> None:
-    for diag in (qa.Diagnostics(), filled_diagnostics()):
+    refused = filled_diagnostics(ConnectionRefusedError(111, "Connection refused"))
+    for diag in (qa.Diagnostics(), filled_diagnostics(), refused):
         for how, got in copies(diag):
             assert got is not diag, how
             assert_same_diagnostics(got, diag)
@@ -344,6 +364,36 @@ def test_cancel_token_and_retry_budget_round_trip() -> None:
         assert type(got_budget) is qa.RetryBudget, how
         assert (got_budget.capacity, got_budget.retry_cost, got_budget.success_refund) == (10, 2, 0.5), how
         assert got_budget.tokens == 10, how  # a budget lands full: it guards its new process
+
+
+# -- engines ---------------------------------------------------------------------------------
+
+ENGINES = ("dask", "distributed", "ray", "pyspark", "py4j")
+COLLECT = """
+import sys, pytest
+tried = []
+class Watch:  # notes every import of an engine, installed or not
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in sys.argv[1].split(","):
+            tried.append(name)
+sys.meta_path.insert(0, Watch())
+code = pytest.main(["--collect-only", "-q", "-m", "engines", "-p", "no:randomly", *sys.argv[2:]])
+print("engines imported:", sorted(set(tried)))
+sys.exit(code)
+"""
+
+
+@pytest.mark.timeout(60)
+def test_collecting_the_engine_tests_imports_no_engine() -> None:
+    # Importing Dask's ``distributed`` changes how the standard library's exceptions pickle in
+    # the whole process: an engine is imported by the tests that use it, never at collection.
+    root = Path(__file__).resolve().parent.parent
+    modules = sorted(str(p.relative_to(root)) for p in root.glob("tests/test_engine_*.py"))
+    assert len(modules) >= 4
+    argv = [sys.executable, "-c", COLLECT, ",".join(ENGINES), *modules]
+    proc = subprocess.run(argv, capture_output=True, text=True, cwd=root, timeout=50, check=False)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "engines imported: []" in proc.stdout.splitlines(), proc.stdout[-3000:]
 
 
 # -- processes -------------------------------------------------------------------------------

@@ -16,6 +16,7 @@ import pytest
 from support import BOUND, SleepRecorder
 
 import qa_min as qa
+from qa_min._limiter import Limiter
 from qa_min.testing import (
     FakeService,
     MockTransport,
@@ -102,8 +103,24 @@ def test_a_scripted_429_then_200_is_retried_after_the_servers_delay(no_sockets: 
         result = client.core(REQUEST)
     assert result.diagnostics.attempts == 2
     assert [a.status for a in result.diagnostics.history] == [429, 200]
-    assert sleep.seconds == [0.025]
+    assert sleep.seconds == [0.025]  # exact: the server's number, passed on, not computed
     assert len(script.seen) == 2
+
+
+@pytest.mark.parametrize("binade", range(-2, 31))
+def test_the_servers_delay_reaches_sleep_unchanged_whatever_the_clock_reads(binade: int) -> None:
+    """The property behind the test above, pinned for every clock reading: after a 429 asking for
+    25 ms, its retry, with nothing else in flight, naps exactly 0.025 s, none of it held for the
+    limiter. (A slot computed as ``clock + delay`` and napped as ``slot - clock`` is 0.025 off by
+    the clock's last bit, in one binade of two: 0.025000000000005684 on a machine up ~40 s.)"""
+    now = [1.37 * 2.0**binade]
+    limiter = Limiter(None, None, True, clock=lambda: now[0])
+    limiter.report(None, 429, 0.025)
+    assert limiter.engaged
+    now[0] += 0.000137  # the retry loop's own work between the report and the retry's slot
+    naps: list[tuple[float, float]] = []
+    limiter.acquire(0.025, 1, lambda seconds, held: naps.append((seconds, held)))
+    assert naps == [(0.025, 0.0)]
 
 
 def test_errors_and_diagnostics_match_the_socket_path(no_sockets: None) -> None:

@@ -7,11 +7,18 @@ How a run goes:
     ...)``, at most ``--concurrency`` at once, and writes, and flushes, each answer as soon as
     every earlier line is written. A line that is not valid is answered by its error, unsent.
 
+Duplicate ids:
+    The first line with an id is the one asked; each later line with the same id gets one error
+    line, without an ``id`` (its message names it), so a reader who takes the last line for a key
+    never loses the first line's answer. A resumed run does not report a duplicate again.
+
 Resuming (``--output FILE --resume``):
     Lines whose answer FILE already holds are skipped, matched by ``id`` when the input line has
-    one, else by line number (every output line keeps both). Lines that ended in an error are
-    asked again, unless ``--skip-failed``; the new line is appended, so a reader takes the last
-    line for a key. A torn last line (a hard kill mid-write) is cut off and asked again.
+    one, else by line number (every output line keeps both, but a duplicate's). Lines whose call
+    ended in an error are asked again, unless ``--skip-failed``; the new line is appended, so a
+    reader takes the last line for a key. A line that earned its error without a call (not JSON,
+    a bad state, a duplicate id) is written once: a resumed run with nothing left to ask appends
+    nothing. A torn last line (a hard kill mid-write) is cut off and asked again.
 
 Ctrl-C and SIGTERM:
     Reading stops, calls in flight are cancelled, the answers that can be written in input
@@ -33,7 +40,7 @@ import threading
 from collections import deque
 
 from .. import Client, Diagnostics, InvalidState, QAError
-from ._jsonl import DONE, SEEN, Done, InputLines, id_hash, open_output, parse_line
+from ._jsonl import DONE, SEEN, WRITTEN, Done, InputLines, check_paths, id_hash, open_output, parse_line
 from ._output import FileError, UsageError, client_options, exit_code
 from ._progress import REDRAW_EVERY, Progress, Tally
 from ._questions import collect_questions
@@ -93,7 +100,7 @@ class _Batch:
         self.progress = progress
         self.tally = progress.tally
         self.concurrency = concurrency
-        self.failures: Optional[IO[str]] = None
+        self.failures: Optional[Callable[[str], None]] = None
         self.pending: deque[_Line] = deque()  # read, not yet written
         self.waiting: deque[tuple[int, Optional[str]]] = deque()  # read, not yet admitted
         self.in_flight = 0
@@ -146,17 +153,18 @@ class _Batch:
             self.room.release()
             return
         key, job = parse_line(number, text, self.questions)
-        if key is not None:
-            flags = self.done.ids.mark(id_hash(key), SEEN)
-            if flags & SEEN:
+        flags = 0 if key is None else self.done.ids.mark(id_hash(key), SEEN)
+        if flags & SEEN and key is not None:
+            # A duplicate's error line has no id: it never stands for the first line's answer.
+            job = InvalidState(f"line {number}: id {key!r} is already on an earlier line; ids must be unique")
+            if not self.done.wrote(number):
                 self.duplicates.append((number, key))
-                job = InvalidState(
-                    f"line {number}: id {key!r} is already on an earlier line; ids must be unique"
-                )
-            elif flags & DONE:
-                self._skip()
-                return
-        elif self.done.has_line(number):
+            key, flags = None, 0
+        # Answered already; or an input error (no call to retry) that the output already holds.
+        if flags & DONE or (key is None and self.done.has_line(number)):
+            self._skip()
+            return
+        if isinstance(job, QAError) and (flags & WRITTEN or (key is None and self.done.wrote(number))):
             self._skip()
             return
         line = _Line(number, key)
@@ -217,8 +225,7 @@ class _Batch:
             self.worst = self.worst or exit_code(error)
         self.write(json.dumps(record, ensure_ascii=False))
         if error is not None and self.failures is not None:
-            self.failures.write(self.out.scrub(json.dumps(record, ensure_ascii=False)) + "\n")
-            self.failures.flush()
+            self.failures(json.dumps(record, ensure_ascii=False))
         if line.diagnostics is not None:
             self.tally.retries += max(line.diagnostics.attempts - 1, 0)
             self.tally.busy += sum(a.status in (429, 529) for a in line.diagnostics.history)
@@ -278,7 +285,10 @@ def _report_duplicates(out: Output, duplicates: list[tuple[int, Union[str, int]]
         out.note(f"duplicate ids, not asked: line {number} (id {key!r}){more}; see the output")
 
 
-def _writer(file: Optional[IO[bytes]], scrub: Callable[[str], str]) -> Callable[[str], None]:
+def _writer(
+    file: Optional[IO[bytes]], path: Optional[str], scrub: Callable[[str], str]
+) -> Callable[[str], None]:
+    """Writes a line, scrubbed, and flushes it: to ``file`` (``path``), else stdout."""
     if file is None:
 
         def write(text: str) -> None:
@@ -288,8 +298,11 @@ def _writer(file: Optional[IO[bytes]], scrub: Callable[[str], str]) -> Callable[
     else:
 
         def write(text: str) -> None:
-            file.write((scrub(text) + "\n").encode())
-            file.flush()
+            try:
+                file.write((scrub(text) + "\n").encode())
+                file.flush()
+            except OSError as exc:  # a full disk, /dev/full, a lost network share
+                raise FileError(f"cannot write {path!r}: {exc.strerror or exc}") from None
 
     return write
 
@@ -313,9 +326,10 @@ class _Signals:
 
 def _open_files(
     args: argparse.Namespace, expected: int
-) -> tuple[Optional[IO[bytes]], Done, Optional[IO[str]]]:
+) -> tuple[Optional[IO[bytes]], Done, Optional[IO[bytes]]]:
     if args.resume and not args.output:
         raise UsageError("--resume needs --output FILE: the file to continue")
+    check_paths(args.input, args.output, args.failures)
     if args.output:
         output, done = open_output(args.output, args.resume, args.skip_failed, expected)
     else:
@@ -323,7 +337,7 @@ def _open_files(
     failures = None
     if args.failures:
         try:
-            failures = open(args.failures, "w", encoding="utf-8")  # noqa: SIM115 - closed by the caller
+            failures = open(args.failures, "wb")  # noqa: SIM115 - closed by the caller
         except OSError as exc:
             if output is not None:
                 output.close()
@@ -336,16 +350,16 @@ def run_batch(args: argparse.Namespace, out: Output) -> int:
     questions = collect_questions(args)
     source = InputLines(args.input)
     output: Optional[IO[bytes]] = None
-    failures: Optional[IO[str]] = None
+    failures: Optional[IO[bytes]] = None
     try:
         output, done, failures = _open_files(args, source.estimate())
         if done.torn:
             out.note(f"{args.output!r}: its last line was cut short; that line is asked again")
         with Client(**client_options(args, max_workers=args.concurrency)) as client:
             progress = Progress(sys.stderr, Tally(), source.total, args.quiet, ceiling=_ceiling(client))
-            write = _writer(output, out.scrub)
+            write = _writer(output, args.output, out.scrub)
             batch = _Batch(client, out, questions, done, write, progress, args.concurrency)
-            batch.failures = failures
+            batch.failures = None if failures is None else _writer(failures, args.failures, out.scrub)
             with _Signals(batch.on_signal):
                 batch.run(source)
                 unwritten = batch.stop() if batch.signal is not None else 0
@@ -359,7 +373,10 @@ def run_batch(args: argparse.Namespace, out: Output) -> int:
         source.close()
         for file in (output, failures):
             if file is not None:
-                file.close()
+                try:
+                    file.close()
+                except OSError:  # nothing is left to flush: every line was flushed or reported
+                    pass
 
 
 def _ceiling(client: Client) -> Callable[[], Optional[float]]:

@@ -26,6 +26,9 @@ SEEN = 1
 """`KeyTable` flag: the id was on an input line of this run."""
 DONE = 2
 """`KeyTable` flag (and `Done.lines` value): the output already holds the line's final answer."""
+WRITTEN = 4
+"""`KeyTable` flag (and `Done.lines` value): the output holds an error line for it; a line that
+earns its error without a call (not JSON, a bad state, a duplicate id) is not written again."""
 
 
 class InputLines:
@@ -184,13 +187,18 @@ class Done:
         self.failed = 0  # kept, with --skip-failed
         self.torn = False
 
-    def mark_line(self, number: int) -> None:
+    def mark_line(self, number: int, flag: int = DONE) -> None:
         if number >= len(self.lines):
             self.lines.extend(bytes(max(number + 1 - len(self.lines), len(self.lines))))
-        self.lines[number] = DONE
+        self.lines[number] |= flag
 
     def has_line(self, number: int) -> bool:
-        return number < len(self.lines) and self.lines[number] == DONE
+        """Whether the output holds line ``number``'s final answer."""
+        return number < len(self.lines) and bool(self.lines[number] & DONE)
+
+    def wrote(self, number: int) -> bool:
+        """Whether the output holds any line for line ``number``, an error included."""
+        return number < len(self.lines) and self.lines[number] != 0
 
 
 def _check_record(path: str, count: int, raw: bytes) -> dict[str, Any]:
@@ -220,20 +228,43 @@ def scan_output(file: IO[bytes], path: str, skip_failed: bool, expected: int = 0
             break
         kept += len(raw)
         record = _check_record(path, count, raw)
+        flag = DONE
         if "answers" in record:
             done.answered += 1
         elif skip_failed:
             done.failed += 1
         else:
-            continue
+            flag = WRITTEN  # asked again if it was a call that failed
         if "id" in record:
-            done.ids.mark(id_hash(record["id"]), DONE)
+            done.ids.mark(id_hash(record["id"]), flag)
         else:
-            done.mark_line(record["line"])
+            done.mark_line(record["line"], flag)
     if done.torn:
         file.truncate(kept)
     file.seek(kept)
     return done
+
+
+def check_paths(source: Optional[str], output: Optional[str], failures: Optional[str]) -> None:
+    """The input, ``--output`` and ``--failures`` are different files: each would overwrite another.
+
+    Raises:
+        UsageError: two of them name the same file.
+    """
+    named = [("the input", source), ("--output", output), ("--failures", failures)]
+    given = [(name, path) for name, path in named if path is not None and path != "-"]
+    for i, (name, path) in enumerate(given):
+        for other, other_path in given[i + 1 :]:
+            if _same_file(path, other_path):
+                raise UsageError(f"{other} {other_path!r} is {name} ({path!r}): give another file")
+
+
+def _same_file(a: str, b: str) -> bool:
+    """Whether ``a`` and ``b`` are one regular file (``/dev/null`` twice is fine)."""
+    try:
+        return os.path.samefile(a, b) and stat.S_ISREG(os.stat(a).st_mode)
+    except OSError:  # one does not exist (yet): the same path names the same file
+        return os.path.realpath(a) == os.path.realpath(b)
 
 
 def open_output(path: str, resume: bool, skip_failed: bool, expected: int = 0) -> tuple[IO[bytes], Done]:
@@ -250,6 +281,11 @@ def open_output(path: str, resume: bool, skip_failed: bool, expected: int = 0) -
     except OSError as exc:
         raise FileError(f"cannot write {path!r}: {exc.strerror or exc}") from None
     try:
+        if not stat.S_ISREG(os.fstat(file.fileno()).st_mode):
+            # A device or a pipe (/dev/stdout): written to, never read back (/dev/full never ends).
+            if resume:
+                raise UsageError(f"--resume needs a regular file to continue; {path!r} is not one")
+            return file, Done(expected)
         if not resume and file.tell() > 0:
             raise UsageError(f"{path!r} already holds answers: pass --resume to continue it")
         file.seek(0)

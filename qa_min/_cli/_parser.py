@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import _thread
 import argparse
 import math
 import os
@@ -20,15 +21,21 @@ if TYPE_CHECKING:
 
 MAX_CONCURRENCY = 256
 """More worker threads than this only contend for the interpreter lock."""
+MAX_RETRIES = 1000
+"""``RetryPolicy``'s own bound on ``max_retries``: beyond it, a usage error, not a library one."""
 
 _BATCH_HELP = """\
 input: one state per line, a JSON string or {"state": ..., "id": ...} (id: a string or an
 integer, unique); blank lines are skipped. Output, one line per input line, in input order:
   {"line": N, "id": ..., "answers": {...}}
-  {"line": N, "id": ..., "error": {"type", "message", "status", "attempts", "body"}}
-("id" only when the input line has one). With --output FILE --resume, lines already answered in
-FILE (matched by id, else by line number) are skipped and the rest appended; Ctrl-C writes what
-was answered and prints the command that resumes.
+  {"line": N, "id": ..., "error": {"type", "message", "status", "attempts", "request_id", "body"}}
+("id" only when the input line has one). Ids must be unique: the first line with an id is
+asked; each later line with that id gets one error line without "id" (its message names it), so
+a reader taking the last line per key never loses the first line's answer. With --output FILE
+--resume, lines already answered in FILE (matched by id, else by line number) are skipped and
+the rest appended; failed calls are asked again, but an error that needed no call (not JSON, a
+bad state, a duplicate id) is not written twice. Ctrl-C writes what was answered and prints the
+command that resumes.
 
 """
 
@@ -78,6 +85,14 @@ def _positive_float(text: str) -> float:
     return value
 
 
+def _seconds(text: str) -> float:
+    """A timeout: > 0 and at most what locks and sockets accept (about 292 years)."""
+    value = _positive_float(text)
+    if value > _thread.TIMEOUT_MAX:
+        raise argparse.ArgumentTypeError(f"must be <= {_thread.TIMEOUT_MAX:g} seconds, got {text!r}")
+    return value
+
+
 def _count(minimum: int, maximum: Optional[int] = None) -> Callable[[str], int]:
     def parse(text: str) -> int:
         try:
@@ -101,8 +116,8 @@ def _add_connection_options(parser: argparse.ArgumentParser, top: bool) -> None:
     add("--base-url", default=default, help="service URL (default: $SERVICE_BASE_URL, public)")
     add("--api-key", default=default, help="API key (default: $SERVICE_API_KEY)")
     add("--model", default=default, help="model (default: $SERVICE_DEFAULT_MODEL, judge-latest)")
-    add("--timeout", type=_positive_float, default=default, help="seconds per call, retries included")
-    add("--retries", type=_count(0), default=default, metavar="N", help="retries per call (2)")
+    add("--timeout", type=_seconds, default=default, help="seconds per call, retries included")
+    add("--retries", type=_count(0, MAX_RETRIES), default=default, metavar="N", help="retries per call (2)")
     add(
         "--json",
         action="store_true",
@@ -175,7 +190,7 @@ def _add_batch_options(sub: argparse.ArgumentParser) -> None:
 
 def _add_fake_options(sub: argparse.ArgumentParser) -> None:
     sub.add_argument("--host", default="127.0.0.1", help="address to listen on (127.0.0.1)")
-    sub.add_argument("--port", type=_count(0), default=8080, help="port (8080; 0 picks a free one)")
+    sub.add_argument("--port", type=_count(0, 65535), default=8080, help="port (8080; 0 picks a free one)")
     sub.add_argument("--prefix", default="", help="path prefix the service lives under")
     sub.add_argument(
         "--rate-limit",
