@@ -13,6 +13,7 @@ A client belongs to the event loop it first ran on: its connections are that loo
 from __future__ import annotations
 
 import asyncio
+import inspect
 
 from ._aio import AioPool
 from ._ascope import WrongLoop
@@ -81,7 +82,7 @@ class AsyncClient:
         hooks: Optional[Mapping[str, Sequence[Callable[[HookEvent], object]]]] = None,
         transport: Optional[MockTransport] = None,
     ) -> None:
-        if sleep is not None and not asyncio.iscoroutinefunction(sleep):
+        if sleep is not None and not inspect.iscoroutinefunction(sleep):
             raise InvalidOption(f"sleep must be an async function of the seconds, got {short(sleep)}")
         self._core = core = Client(
             api_key,
