@@ -151,7 +151,7 @@ class AsyncClient:
         core = self._core
         spec, body = core._ask_body(state, questions, model)
         call = core._call(cancel, timeout, diagnostics)
-        data = await self._sender.send(loop, core._post(body), "POST", core._policy(retry), call)
+        data = await self._sender.send(loop, core._endpoints.core.with_body(body), core._policy(retry), call)
         answers, usage = core._decode(data, spec, call)
         return AskResponse(questions._qa_from(answers), usage, call.fill())
 
@@ -170,7 +170,7 @@ class AsyncClient:
         core = self._core
         body = core._core_body(request, model)
         call = core._call(cancel, timeout, diagnostics)
-        data = await self._sender.send(loop, core._post(body), "POST", core._policy(retry), call)
+        data = await self._sender.send(loop, core._endpoints.core.with_body(body), core._policy(retry), call)
         answers, usage = core._decode(data, request._spec, call)
         return CoreResponse(readonly(answers), usage, call.fill())
 
@@ -186,7 +186,7 @@ class AsyncClient:
         loop = self._bind()
         core = self._core
         call = core._call(cancel, timeout, diagnostics)
-        data = await self._sender.send(loop, core._heads.get, "GET", core._policy(retry), call)
+        data = await self._sender.send(loop, core._endpoints.models, core._policy(retry), call)
         return core._models(data, call)
 
     async def aclose(self) -> None:

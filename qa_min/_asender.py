@@ -14,19 +14,19 @@ import asyncio
 import time
 
 from ._ascope import Scope
-from ._backoff import backoff_ms
 from ._call import hooked
-from ._errors import QAError
+from ._decide import RETRY, RETURN, Attempts
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Awaitable
-    from typing import Callable, Optional, Protocol, Union
+    from typing import Callable, Optional, Protocol
 
     from ._backoff import RetryPolicy
     from ._call import CallState
     from ._config import Origin
     from ._diagnostics import ResponseHeaders
+    from ._http import Outgoing
     from ._retrying import Sender
 
     Sleep = Callable[[float], Awaitable[object]]
@@ -37,7 +37,7 @@ if TYPE_CHECKING:
         origin: Origin
 
         async def attempt(
-            self, request: bytes, method: str, call: CallState, scope: Scope
+            self, request: Outgoing, call: CallState, scope: Scope, fresh: bool = False
         ) -> tuple[int, ResponseHeaders, bytes]: ...
         def close(self) -> None: ...
 
@@ -54,8 +54,7 @@ class AioSender:
     async def send(
         self,
         loop: asyncio.AbstractEventLoop,
-        request: bytes,
-        method: str,
+        request: Outgoing,
         policy: RetryPolicy,
         call: CallState,
     ) -> bytes:
@@ -69,50 +68,46 @@ class AioSender:
         scopes.add(scope)
         try:
             with hooked(call.token, scope.stop_soon):
-                return await self._send(request, method, policy, call, scope)
+                return await self._send(request, policy, call, scope)
         finally:
             scope.close()
             scopes.discard(scope)
 
-    async def _send(
-        self, request: bytes, method: str, policy: RetryPolicy, call: CallState, scope: Scope
-    ) -> bytes:
+    async def _send(self, request: Outgoing, policy: RetryPolicy, call: CallState, scope: Scope) -> bytes:
         sender = self.sender
+        messages, attempt = sender.messages, self.transport.attempt
         call.redact = sender.redact
-        budget, attempt = sender._budget, self.transport.attempt
-        retries = 0
-        wait: Optional[float] = None  # seconds before the next attempt; None before the first
+        state = Attempts(sender.rules, request, policy, call)
+        fresh = False
         try:
             while True:
                 call.check()
-                if wait is not None:
-                    await self._nap(wait, call, scope)
+                if state.slot() is not None or state.wait is not None:
+                    await self._nap(state.wait or 0.0, call, scope)
+                if messages.hooks is not None:
+                    messages.emit("before_attempt", request, call.attempts + 1)
                 started = time.monotonic()
                 try:
-                    if sender._hooks is not None:
-                        sender._emit("before_attempt", request, method, call, None, None, None)
-                        started = time.monotonic()
-                    status, headers, body = await attempt(request, method, call, scope)
-                except QAError as exc:
-                    outcome: Union[bytes, tuple[QAError, Optional[float], bool]]
-                    outcome = sender._failed(request, method, policy, call, exc, started)
+                    status, headers, body = await attempt(request, call, scope, fresh)
+                except BaseException as exc:
+                    decision = state.on_failure(exc, started, time.monotonic())
                 else:
-                    outcome = sender.answered(
-                        request, method, policy, call, None, started, status, headers, body
+                    decision = state.on_response(status, headers, body, started, time.monotonic())
+                if decision.recorded:
+                    messages.attempted(
+                        request, call, decision.status, decision.error, decision.duration, decision.request_id
                     )
-                if isinstance(outcome, bytes):
-                    return outcome
-                failure, delay, throttled = outcome
-                exempt = throttled and delay is not None  # announced pacing spends no budget
-                if retries >= policy.max_retries or not (exempt or budget is None or budget.try_spend()):
-                    raise failure
-                if delay is None:
-                    delay = backoff_ms(policy, retries, sender._random())
-                wait = delay / 1000.0
-                sender._log_retry(wait, call, failure)
-                retries += 1
-        except QAError as exc:
-            sender.finish(exc, call)
+                if decision.action == RETURN:
+                    return decision.body
+                error = decision.error
+                assert error is not None  # a RAISE or a RETRY names it
+                if decision.action != RETRY:
+                    raise error
+                fresh = decision.fresh
+                if decision.wait is not None:
+                    messages.retrying(decision.wait, call, error)
+        except BaseException as exc:
+            state.end(exc)
             raise
 
     async def _nap(self, seconds: float, call: CallState, scope: Scope) -> None:

@@ -14,14 +14,13 @@ as a plain function; its ``delay``/``hang`` steps wait without blocking the loop
 from __future__ import annotations
 
 import asyncio
-import json
 
 from ._aio import AioConnection, AioPool, open_tunnel, start_tls
 from ._connection import BadBody, PoolClosed, Stopped, TunnelRefused, _tune
-from ._diagnostics import ResponseHeaders
-from ._errors import Canceled, ConnectionFailed, InvalidResponse
+from ._errors import Canceled
+from ._http import Resend, encode
 from ._response import HTTPException
-from ._transport import _NETWORK_ERRORS, _Stale
+from ._transport import _NETWORK_ERRORS, _Stale, failure
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -30,6 +29,8 @@ if TYPE_CHECKING:
     from ._ascope import Scope
     from ._call import CallState
     from ._connection import Connection
+    from ._diagnostics import ResponseHeaders
+    from ._http import Outgoing
     from ._mock import _Bound
     from ._transport import Transport
 
@@ -47,26 +48,28 @@ class AioTransport:
     def close(self) -> None:
         self.pool.close()
 
-    async def attempt(self, request: bytes, method: str, call: CallState, scope: Scope) -> Result:
-        """One HTTP attempt: (status, headers, body). Raises ``Canceled`` or ``ConnectionFailed``."""
+    async def attempt(self, request: Outgoing, call: CallState, scope: Scope, fresh: bool = False) -> Result:
+        """One HTTP attempt: (status, headers, body). Raises ``Canceled`` or ``ConnectionFailed``,
+        or ``Resend`` when a reused connection failed after the request went out whole."""
         sync = self.sync
         try:
-            conn = self.pool.checkout(sync._key)
+            conn = None if fresh else self.pool.checkout(sync._key)
         except PoolClosed:
             raise Canceled("the client was closed") from None
-        call.attempts += 1
+        data = encode(request)
         result = None
         if conn is not None:
             try:
-                result = await self._exchange(conn, request, method, call, scope)
+                result = await self._exchange(conn, data, request.method, call, scope)
             except _Stale as stale:
-                # As in Transport.attempt: resent once on a fresh connection, counted if it
-                # went out whole.
-                call.attempts += stale.written
+                if stale.written:
+                    # As in Transport.attempt: it may have reached the server; the retry
+                    # decisions count it and send again.
+                    raise Resend(stale.error) from None
         if result is None:
-            result = await self._exchange(None, request, method, call, scope)
+            result = await self._exchange(None, data, request.method, call, scope)
         if result[0] in (401, 407) and sync._plain_proxy:
-            sync._check_plain_proxy(result[0], result[1], result[2], method)
+            sync._check_plain_proxy(result[0], result[1], result[2], request)
         return result
 
     async def _exchange(
@@ -96,8 +99,7 @@ class AioTransport:
             raise sync._translate(exc, _as_connection(conn), call) from exc
         except BadBody as exc:
             pool.discard(conn)  # type: ignore[arg-type]
-            call.status = exc.status
-            raise InvalidResponse(str(exc)) from None
+            raise failure(exc, sync.origin, call) from None
         except TunnelRefused as exc:
             pool.discard(conn)  # type: ignore[arg-type]
             target = f"CONNECT to {self.origin.host}:{self.origin.port}"
@@ -137,7 +139,7 @@ def _as_connection(conn: Optional[AioConnection]) -> Optional[Connection]:
 
 
 class AioMock:
-    """A ``MockTransport`` serving an ``AsyncClient``: as ``_mock._Bound``, waiting on the loop."""
+    """A ``MockTransport`` serving an ``AsyncClient``: ``_mock``'s decisions, waiting on the loop."""
 
     def __init__(self, bound: _Bound) -> None:
         self.bound = bound
@@ -146,62 +148,23 @@ class AioMock:
     def close(self) -> None:
         """Nothing to release: no socket was opened."""
 
-    async def attempt(self, request: bytes, method: str, call: CallState, scope: Scope) -> Result:
-        from ._mock import _parse
-
-        call.attempts += 1
+    async def attempt(self, request: Outgoing, call: CallState, scope: Scope, fresh: bool = False) -> Result:
         bound = self.bound
-        recorded = _parse(request)
+        mock = bound.mock
+        recorded = bound.recorded(request)
         try:
-            status, body, headers = await self._serve(recorded, call, scope)
-        except (OSError, HTTPException) as exc:
-            failure = ConnectionFailed(f"{self.origin.url()}: {type(exc).__name__}: {exc}")
-            failure.diagnostics.transport_error = exc
-            raise failure from exc
-        reason = call.stop_reason()
-        if reason is not None:
-            raise Canceled(reason)
-        fields = list(headers)
-        if not any(name.lower() == "content-length" for name, _ in fields):
-            fields.append(("Content-Length", str(len(body))))
-        if len(body) > bound.max_body:
-            if 200 <= status < 300:
-                call.status = status
-                raise InvalidResponse(
-                    f"the response body has {len(body)} bytes, over the {bound.max_body}-byte limit"
-                )
-            body = body[: bound.max_body]
-        return status, ResponseHeaders(fields), body
+            step = mock._take(recorded)
+            if step is not None and step.kind in ("hang", "delay"):
+                try:
+                    # Until the step's time, or until the call's scope stops it (its timeout,
+                    # its token, aclose()).
+                    await asyncio.sleep(step.seconds if step.kind == "delay" else _FOREVER)
+                except asyncio.CancelledError as exc:
+                    raise scope.absorb(exc) from None
+            status, body, headers = mock._answer(step, recorded, bound.origin.path)
+            return bound.delivered(status, body, headers, call)
+        except (OSError, HTTPException, BadBody) as exc:
+            raise bound.failed(exc, call) from (None if isinstance(exc, BadBody) else exc)
 
-    async def _serve(
-        self, recorded: object, call: CallState, scope: Scope
-    ) -> tuple[int, bytes, tuple[tuple[str, str], ...]]:
-        from ._fakerules import Step, apply_rules
-        from ._mock import _failure
 
-        mock = self.bound.mock
-        with mock._lock:
-            mock._requests.append(recorded)  # type: ignore[arg-type]
-        step = None if mock._handler is None else mock._handler(recorded)  # type: ignore[arg-type]
-        if step is not None and not isinstance(step, Step):
-            raise TypeError(f"a MockTransport handler returns a Step (reply(...)) or None, got {step!r}")
-        kind = "normal" if step is None else step.kind
-        failure = _failure(kind)
-        if failure is not None:
-            raise failure
-        if kind in ("hang", "delay"):
-            try:
-                # Until the step's time, or until the scope stops the call.
-                await asyncio.sleep(step.seconds if kind == "delay" else 1e9)  # type: ignore[union-attr]
-            except asyncio.CancelledError as exc:
-                raise scope.absorb(exc) from None
-        if step is not None and kind == "reply":
-            return step.status, step.body, tuple(step.headers)
-        status, payload, headers = apply_rules(
-            recorded,  # type: ignore[arg-type]
-            {},
-            api_key=mock._api_key,
-            prefix=self.bound.origin.path,
-            models=mock._models,
-        )
-        return status, json.dumps(payload).encode(), (*headers, ("Content-Type", "application/json"))
+_FOREVER = 1e9  # seconds: a hung mock waits until the call is stopped

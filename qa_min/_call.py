@@ -192,8 +192,9 @@ class RetryBudget:
 class CallState:
     """What one call carries through its attempts, and what it tells its ``Diagnostics``.
 
-    Made by the client, changed by the retry loop (status, body) and the transport (attempts,
-    transport error); ``fill()`` copies it into the caller's ``Diagnostics``.
+    Made by the client, changed by the retry decisions (``_decide``: status, body, transport
+    error, one ``record`` per attempt, which is also the count of attempts); ``fill()`` copies it
+    into the caller's ``Diagnostics``.
     """
 
     __slots__ = (
@@ -254,6 +255,8 @@ class CallState:
             )
         )
         self.delay = self.rate_limit_wait = 0.0
+        # One count for Diagnostics, hooks and the history: every recorded attempt.
+        self.attempts = len(self.history)
         return request_id
 
     def stop_reason(self) -> Optional[str]:

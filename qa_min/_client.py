@@ -5,8 +5,8 @@ retry loop, the transport and the pool read it), one fork check (``_check_fork``
 executor behind ``submit``. Its transport modules load with the first ``Client``, not at import.
 
 The hot path of a call is: validate the few per-call inputs, splice the state and model into
-the question set's pre-encoded JSON, prepend the client's fixed header block, one ``attempt``,
-one ``json.loads``, one decoder per question. Everything else (header validation, URL parsing,
+the question set's pre-encoded JSON, copy the client's prepared request with that body, one
+``attempt``, one ``json.loads``, one decoder per question. Everything else (header validation, URL parsing,
 question encoding, the TLS context) is done once per client or once per question class.
 """
 
@@ -148,7 +148,7 @@ class Client:
         options = {name: value for name, value in locals().items() if name != "self"}
         # The transport loads with the first client, not with ``import qa_min``: code that only
         # imports the package (for its types or errors) does not pay for sockets and pools.
-        from ._config import header_block, request_heads, resolve
+        from ._config import endpoints, header_fields, resolve
         from ._connection import Pool
         from ._hooks import check_hooks
         from ._retrying import Sender
@@ -158,7 +158,7 @@ class Client:
         self._retry: RetryPolicy = DEFAULTS if retry is None else check_retry(retry)
         self._timeout = number("timeout", timeout, 0, allow_none=True)
         budget = check_options(retry_budget, ssl_context, sleep, random, max_idle_per_host, max_workers)
-        self._heads = request_heads(origin, proxy_origin, header_block(self._key, extra_headers))
+        self._endpoints = endpoints(origin, proxy_origin, header_fields(self._key, extra_headers))
         self._life = Lifecycle(int(max_workers))  # owns "closed": everything below reads its token
         self._closing = self._life.closing
         pool = Pool(int(max_idle_per_host), float(number("idle_timeout", idle_timeout, 0)), self._closing)
@@ -235,7 +235,7 @@ class Client:
         """
         spec, body = self._ask_body(state, questions, model)
         call = self._call(cancel, timeout, diagnostics)
-        data = self._sender.send(self._post(body), "POST", self._policy(retry), call)
+        data = self._sender.send(self._endpoints.core.with_body(body), self._policy(retry), call)
         answers, usage = self._decode(data, spec, call)
         return AskResponse(questions._qa_from(answers), usage, call.fill())
 
@@ -261,7 +261,7 @@ class Client:
         """
         body = self._core_body(request, model)
         call = self._call(cancel, timeout, diagnostics)
-        data = self._sender.send(self._post(body), "POST", self._policy(retry), call)
+        data = self._sender.send(self._endpoints.core.with_body(body), self._policy(retry), call)
         answers, usage = self._decode(data, request._spec, call)
         return CoreResponse(readonly(answers), usage, call.fill())
 
@@ -279,7 +279,7 @@ class Client:
             The same errors as ``ask``, validation excepted.
         """
         call = self._call(cancel, timeout, diagnostics)
-        data = self._sender.send(self._heads.get, "GET", self._policy(retry), call)
+        data = self._sender.send(self._endpoints.models, self._policy(retry), call)
         return self._models(data, call)
 
     def submit(self, fn: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -> Call[R]:
@@ -356,9 +356,6 @@ class Client:
             raise InvalidOption(f"diagnostics must be a Diagnostics, got {short(diagnostics)}")
         seconds = self._timeout if timeout is UNSET else number("timeout", timeout, 0, True)
         return CallState(cancel, seconds, diagnostics, self._closing)
-
-    def _post(self, body: bytes) -> bytes:
-        return b"%s%d\r\n\r\n%s" % (self._heads.post, len(body), body)
 
     def _policy(self, retry: Optional[RetryPolicy]) -> RetryPolicy:
         return self._retry if retry is None else check_retry(retry)

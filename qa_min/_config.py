@@ -1,7 +1,7 @@
 """Resolving a client's configuration: explicit argument, then environment, then default.
 
-Everything here runs once per ``Client``. The result is a ``Target``: where to connect, what to
-put on the request line, and the fixed header block every request carries.
+Everything here runs once per ``Client``: where to connect, and the requests (``Endpoints``)
+every call copies with its body: request line and fields, validated and encoded once.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from urllib.parse import SplitResult, quote, unquote, urlsplit
 
 from ._constants import DEFAULT_MODEL, PUBLIC_BASE_URL, __version__
 from ._errors import InvalidBaseUrl, InvalidOption, MissingApiKey
+from ._http import Outgoing
 from ._questions import check_model
 from ._typing import short
 
@@ -21,6 +22,8 @@ if TYPE_CHECKING:
     import logging
     from collections.abc import Mapping, Sequence
     from typing import Optional
+
+    from ._http import Fields
 
 USER_AGENT = f"qa_min/{__version__}"
 _DEFAULT_PORTS = {"http": 80, "https": 443}
@@ -207,8 +210,8 @@ def _check_header(name: object, value: object) -> tuple[str, str]:
     return name, value
 
 
-def header_block(api_key: Optional[str], extra: Sequence[tuple[str, str]]) -> bytes:
-    """The headers every request carries, ``Host`` and per-request ones excepted."""
+def header_fields(api_key: Optional[str], extra: Sequence[tuple[str, str]]) -> Fields:
+    """The fields every request carries, ``Host`` and per-request ones excepted."""
     lines = [("Accept", "application/json"), ("User-Agent", USER_AGENT)]
     if api_key is not None:
         lines.append(_check_header("Authorization", f"Bearer {api_key}"))
@@ -221,42 +224,40 @@ def header_block(api_key: Optional[str], extra: Sequence[tuple[str, str]]) -> by
         if name.lower() in _FRAMING_HEADERS:
             raise InvalidOption(f"extra_headers must not set {name!r}: qa_min sets it")
         lines.append((name, value))
-    return "".join(f"{k}: {v}\r\n" for k, v in lines).encode("latin-1")
+    return tuple(lines)
 
 
-class Heads:
-    """The fixed bytes that start every request of one client, built once.
+class Endpoints:
+    """The requests of one client, built once: each call takes a copy with its body.
 
     Attributes:
-        post: ``POST /v1/core`` through ``Content-Length: ``; the length and the body follow.
-        get: The whole ``GET /v1/models`` request.
+        core: ``POST /v1/core``, its body to come.
+        models: ``GET /v1/models``, whole.
     """
 
-    __slots__ = ("get", "post")
+    __slots__ = ("core", "models")
 
-    def __init__(self, post: bytes, get: bytes) -> None:
-        self.post = post
-        self.get = get
+    def __init__(self, core: Outgoing, models: Outgoing) -> None:
+        self.core = core
+        self.models = models
 
 
-def request_heads(origin: Origin, proxy: Optional[Origin], block: bytes) -> Heads:
-    """The fixed start of every request, for ``origin`` reached directly or through ``proxy``."""
+def endpoints(origin: Origin, proxy: Optional[Origin], common: Fields) -> Endpoints:
+    """The client's requests, for ``origin`` reached directly or through ``proxy``."""
     # Through a plain-http proxy the request line carries the absolute URL.
-    base = origin.url() if proxy is not None and origin.scheme == "http" else origin.path
-    if proxy is not None and origin.scheme == "http":
+    plain_proxy = proxy is not None and origin.scheme == "http"
+    base = origin.url() if plain_proxy else origin.path
+    if plain_proxy:
+        assert proxy is not None
         auth = proxy.basic_auth()
         if auth is not None:
-            block += f"Proxy-Authorization: {auth}\r\n".encode()
-    host = f"Host: {origin.netloc}\r\n".encode("ascii")
-    post = (
-        f"POST {base}/v1/core HTTP/1.1\r\n".encode()
-        + host
-        + b"Content-Type: application/json\r\n"
-        + block
-        + b"Content-Length: "
+            common = (*common, ("Proxy-Authorization", auth))
+    host = ("Host", origin.netloc)
+    core = Outgoing(
+        "POST", f"{base}/v1/core", (host, ("Content-Type", "application/json"), *common), "/v1/core"
     )
-    get = f"GET {base}/v1/models HTTP/1.1\r\n".encode() + host + block + b"\r\n"
-    return Heads(post, get)
+    models = Outgoing("GET", f"{base}/v1/models", (host, *common), "/v1/models")
+    return Endpoints(core, models)
 
 
 def env_proxy(origin: Origin, env: Mapping[str, str]) -> Optional[str]:

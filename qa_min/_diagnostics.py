@@ -114,7 +114,7 @@ class Attempt:
     """One HTTP attempt of a call, as ``Diagnostics.history`` records it (read-only).
 
     Attributes:
-        number: 1 for the first attempt, 2 for the first retry, ...
+        number: 1 for the first attempt, 2 for the next (a retry or a re-send), ...
         status: The HTTP status received, or None when no response arrived.
         error: The name of the error the attempt ended in (``"ConnectionFailed"``, ``"RateLimited"``,
             ``"Canceled"``, ...), or None for a 2xx.

@@ -3,8 +3,8 @@
 ``Client(hooks={"before_attempt": [fn, ...], "after_attempt": [fn, ...]})``, as httpx's
 ``event_hooks``. The retry loop calls each hook with a ``HookEvent``: before every attempt, and
 after every response or failure (cancellation included). A hook that raises is logged and
-ignored; the call goes on. Events never hold the API key, and hold the request body only when
-the hook asks for it (``event.request_body()``).
+ignored; the call goes on. Events never hold the API key: of the request they keep the method,
+the URL and the body (``event.request_body()``), never its fields.
 """
 
 from __future__ import annotations
@@ -28,7 +28,9 @@ class HookEvent:
         stage: ``"before_attempt"`` or ``"after_attempt"``.
         method: ``"POST"`` or ``"GET"``.
         url: The full URL of the request.
-        attempt: 1 for the first attempt, 2 for the first retry, ...
+        attempt: 1 for the first attempt, 2 for the next, ...: every time the request is
+            written, a quiet re-send on a fresh connection included (as ``Diagnostics.attempts``
+            and ``Diagnostics.history`` count).
         status: The HTTP status received (after a response), else None.
         error: The qa_min error the attempt ended in (after a failure or cancellation), else None.
             After a non-2xx response it is the error that status maps to, even when it is retried.
@@ -36,7 +38,7 @@ class HookEvent:
         request_id: The response's request id (after), else None.
     """
 
-    __slots__ = ("_request", "attempt", "duration", "error", "method", "request_id", "stage", "status", "url")
+    __slots__ = ("_body", "attempt", "duration", "error", "method", "request_id", "stage", "status", "url")
 
     def __init__(
         self,
@@ -44,7 +46,7 @@ class HookEvent:
         method: str,
         url: str,
         attempt: int,
-        request: bytes,
+        body: bytes,
         status: Optional[int] = None,
         error: Optional[BaseException] = None,
         duration: Optional[float] = None,
@@ -58,11 +60,13 @@ class HookEvent:
         self.error = error
         self.duration = duration
         self.request_id = request_id
-        self._request = request
+        # The body only: the request's fields hold the key, and a hook may log, pickle or
+        # walk its event.
+        self._body = body
 
     def request_body(self) -> bytes:
         """The request body (the JSON with the state and questions); empty for ``GET``."""
-        return self._request.partition(b"\r\n\r\n")[2]
+        return self._body
 
     def __repr__(self) -> str:
         outcome = (

@@ -3,8 +3,10 @@
 ``Client(transport=MockTransport(handler))`` replaces the one class below the retry loop that
 touches the network. Everything above it runs as it does over a socket: the retry loop and its
 backoff, the retry budget, the rate limiter, error mapping and messages, ``Diagnostics``,
-hooks, cancellation of waits. The request the handler receives is the bytes qa_min would have
-written, parsed back; the response it returns becomes what a socket would have delivered.
+hooks, cancellation of waits. The handler receives the request qa_min would have written (its
+method, target, fields and body, as the socket transport encodes them); the response it returns
+becomes what a socket would have delivered, through the socket transport's size cap and error
+translation (``_transport.cap_body``, ``_transport.failure``).
 """
 
 from __future__ import annotations
@@ -15,10 +17,11 @@ import time
 
 from ._call import hooked
 from ._diagnostics import ResponseHeaders
-from ._errors import Canceled, ConnectionFailed, InvalidResponse
 from ._fakehttp import Headers
 from ._fakerules import DEFAULT_MODELS, HeaderPairs, RecordedRequest, Step, apply_rules
-from ._response import HTTPException, IncompleteRead, RemoteDisconnected
+from ._http import wire_fields
+from ._response import BadBody, HTTPException, IncompleteRead, RemoteDisconnected
+from ._transport import cap_body, failure
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -27,6 +30,8 @@ if TYPE_CHECKING:
 
     from ._call import CallState
     from ._config import Origin
+    from ._errors import QAError
+    from ._http import Outgoing
 
     Handler = Callable[[RecordedRequest], Optional[Step]]
 
@@ -88,20 +93,31 @@ class MockTransport:
     def _serve(
         self, recorded: RecordedRequest, prefix: str, call: CallState
     ) -> tuple[int, bytes, HeaderPairs]:
+        step = self._take(recorded)
+        if step is not None and step.kind in ("hang", "delay"):
+            _wait_for_stop(call, step.seconds if step.kind == "delay" else None)
+        return self._answer(step, recorded, prefix)
+
+    def _take(self, recorded: RecordedRequest) -> Optional[Step]:
+        """Record the request and ask the handler: its step; raises what a failing step stands for.
+
+        The one place both clients' mocks decide; only the wait of a ``hang`` or ``delay`` differs.
+        """
         with self._lock:
             self._requests.append(recorded)
         step = None if self._handler is None else self._handler(recorded)
         if step is not None and not isinstance(step, Step):
             raise TypeError(f"a MockTransport handler returns a Step (reply(...)) or None, got {step!r}")
-        kind = "normal" if step is None else step.kind
-        failure = _failure(kind)
+        failure = None if step is None else _failure(step.kind)
         if failure is not None:
             raise failure
-        if kind == "hang":
-            _wait_for_stop(call, None)
-        elif kind == "delay":
-            _wait_for_stop(call, step.seconds)  # type: ignore[union-attr]
-        if step is not None and kind == "reply":
+        return step
+
+    def _answer(
+        self, step: Optional[Step], recorded: RecordedRequest, prefix: str
+    ) -> tuple[int, bytes, HeaderPairs]:
+        """The response of a step that answers: the scripted reply, or the fake service's rules."""
+        if step is not None and step.kind == "reply":
             return step.status, step.body, step.headers
         status, payload, headers = apply_rules(
             recorded, {}, api_key=self._api_key, prefix=prefix, models=self._models
@@ -129,43 +145,42 @@ class _Bound:
         self.origin = origin
         self.max_body = max_body
 
-    def attempt(self, request: bytes, method: str, call: CallState) -> tuple[int, ResponseHeaders, bytes]:
+    def attempt(
+        self, request: Outgoing, call: CallState, fresh: bool = False
+    ) -> tuple[int, ResponseHeaders, bytes]:
         """One attempt, answered by the mock: as ``Transport.attempt``, without a socket."""
-        call.attempts += 1
-        recorded = _parse(request)
+        recorded = self.recorded(request)
         try:
             status, body, headers = self.mock._serve(recorded, self.origin.path, call)
-        except (OSError, HTTPException) as exc:
-            failure = ConnectionFailed(f"{self.origin.url()}: {type(exc).__name__}: {exc}")
-            failure.diagnostics.transport_error = exc
-            raise failure from exc
+            return self.delivered(status, body, headers, call)
+        except (OSError, HTTPException, BadBody) as exc:
+            raise self.failed(exc, call) from (None if isinstance(exc, BadBody) else exc)
+
+    def recorded(self, request: Outgoing) -> RecordedRequest:
+        """The request as the handler sees it: as a server reads what the socket transport writes."""
+        # Values as a server reads them: without the SP/HTAB around them (RFC 9110 section 5.5).
+        fields = Headers((name, value.strip(" \t")) for name, value in wire_fields(request))
+        return RecordedRequest(request.method, request.target, fields, request.body)
+
+    def delivered(
+        self, status: int, body: bytes, headers: HeaderPairs, call: CallState
+    ) -> tuple[int, ResponseHeaders, bytes]:
+        """What a socket would have delivered of the handler's answer."""
         # A cancel or close that came while the handler ran wins, as it would over a socket.
-        reason = call.stop_reason()
-        if reason is not None:
-            raise Canceled(reason)
-        fields = list(headers)  # spelled and ordered as the handler gave them
-        if not any(name.lower() == "content-length" for name, _ in fields):
-            fields.append(("Content-Length", str(len(body))))
-        message = ResponseHeaders(fields)
-        if len(body) > self.max_body:
-            if 200 <= status < 300:
-                call.status = status
-                raise InvalidResponse(
-                    f"the response body has {len(body)} bytes, over the {self.max_body}-byte limit"
-                )
-            body = body[: self.max_body]
-        return status, message, body
+        call.check()
+        body = cap_body(status, body, self.max_body)
+        answer = list(headers)  # spelled and ordered as the handler gave them
+        if not any(name.lower() == "content-length" for name, _ in answer):
+            answer.append(("Content-Length", str(len(body))))
+        return status, ResponseHeaders(answer), body
+
+    def failed(self, exc: BaseException, call: CallState) -> QAError:
+        """A failing step's error, as the socket transport translates it (a refused 2xx body's
+        text is the message, so it is raised from None)."""
+        return failure(exc, self.origin, call)
 
     def close(self) -> None:
         """Nothing to release: no socket was opened."""
 
     def forget(self) -> None:
         """Nothing to forget after a fork."""
-
-
-def _parse(request: bytes) -> RecordedRequest:
-    head, _, body = request.partition(b"\r\n\r\n")
-    lines = head.decode("latin-1").split("\r\n")
-    method, path, _ = lines[0].split(" ", 2)
-    pairs = [line.split(":", 1) for line in lines[1:]]
-    return RecordedRequest(method, path, Headers((name, value.strip()) for name, value in pairs), body)

@@ -9,13 +9,15 @@ the network can raise is caught in ``attempt`` and nowhere else, and leaves as:
 * ``ConnectionFailed``, with ``retryable`` telling the retry loop whether trying again can help.
 
 A reused connection that fails before a single response byte arrived was most likely closed by
-the server while idle; the request goes out again once on a fresh connection, invisibly.
+the server while idle; the request goes out again once on a fresh connection: here, when it had
+not gone out whole; through the retry loop (``Resend``), which counts it, when it had.
 """
 
 from __future__ import annotations
 
 import _thread
 import socket
+import sys
 
 from ._connection import (
     BadBody,
@@ -30,7 +32,8 @@ from ._connection import (
     start_tls,
 )
 from ._errors import Canceled, ConnectionFailed, InvalidResponse, ProxyError
-from ._response import HTTPException
+from ._http import Resend, encode
+from ._response import HTTPException, Oversized
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -40,6 +43,8 @@ if TYPE_CHECKING:
     from ._call import CallState
     from ._config import Origin
     from ._diagnostics import ResponseHeaders
+    from ._errors import QAError
+    from ._http import Outgoing
 
 if TYPE_CHECKING:
     from typing import Protocol
@@ -50,7 +55,7 @@ if TYPE_CHECKING:
         origin: Origin
 
         def attempt(
-            self, request: bytes, method: str, call: CallState
+            self, request: Outgoing, call: CallState, fresh: bool = False
         ) -> tuple[int, ResponseHeaders, bytes]: ...
         def close(self) -> None: ...
         def forget(self) -> None: ...
@@ -102,25 +107,31 @@ class Transport:
         """In a forked child: drop the parent's connections without touching its sockets."""
         self.pool.forget()
 
-    def attempt(self, request: bytes, method: str, call: CallState) -> tuple[int, ResponseHeaders, bytes]:
-        """One HTTP attempt: (status, headers, body). Raises ``Canceled`` or ``ConnectionFailed``."""
+    def attempt(
+        self, request: Outgoing, call: CallState, fresh: bool = False
+    ) -> tuple[int, ResponseHeaders, bytes]:
+        """One HTTP attempt: (status, headers, body). Raises ``Canceled`` or ``ConnectionFailed``,
+        or ``Resend`` when a reused connection failed after the request went out whole.
+
+        ``fresh``: on a new connection, not a pooled one (the re-send after ``Resend``).
+        """
         try:
-            conn = self.pool.checkout(self._key)
+            conn = None if fresh else self.pool.checkout(self._key)
         except PoolClosed:
             raise Canceled("the client was closed") from None
-        call.attempts += 1
+        data = encode(request)
         result = None
         if conn is not None:
             try:
-                result = self._exchange(conn, request, method, call)
+                result = self._exchange(conn, data, request.method, call)
             except _Stale as stale:
-                # Resent once on a fresh connection, not a retry; but a request that went out
-                # whole may have reached the server, so it counts as an attempt.
-                call.attempts += stale.written
+                if stale.written:
+                    # It may have reached the server: the retry loop counts it and sends again.
+                    raise Resend(stale.error) from None
         if result is None:
-            result = self._exchange(None, request, method, call)
+            result = self._exchange(None, data, request.method, call)
         if result[0] in (401, 407) and self._plain_proxy:
-            self._check_plain_proxy(result[0], result[1], result[2], method)
+            self._check_plain_proxy(result[0], result[1], result[2], request)
         return result
 
     def _exchange(
@@ -140,8 +151,7 @@ class Transport:
             raise self._translate(exc, conn, call) from exc
         except BadBody as exc:
             self.pool.discard(conn)  # type: ignore[arg-type]
-            call.status = exc.status
-            raise InvalidResponse(str(exc)) from None
+            raise failure(exc, self.origin, call) from None
         except TunnelRefused as exc:
             target = f"CONNECT to {self.origin.host}:{self.origin.port}"
             raise self._proxy_error(exc.status, exc.body, target) from None
@@ -173,14 +183,15 @@ class Transport:
         # A cancel that lost the race with the answer still shut the socket: never pool it.
         return status, headers, body, reusable and untouched
 
-    def _check_plain_proxy(self, status: int, headers: ResponseHeaders, body: bytes, method: str) -> None:
+    def _check_plain_proxy(
+        self, status: int, headers: ResponseHeaders, body: bytes, request: Outgoing
+    ) -> None:
         """Raise ``ProxyError`` if a 401/407 to a plain-http request came from the proxy itself."""
         # 407 is the proxy's by definition. A 401 is the proxy's when it challenges for proxy
         # credentials, or when it lacks the Via header that RFC 9110 §7.6.3 makes a proxy add to
         # every response it forwards (tinyproxy answers a wrong password so).
         if status == 407 or "proxy-authenticate" in headers or (self.proxy_headers and "via" not in headers):
-            path = "/v1/core" if method == "POST" else "/v1/models"
-            raise self._proxy_error(status, body, f"{method} {self.origin.url()}{path}")
+            raise self._proxy_error(status, body, f"{request.method} {self.origin.url()}{request.path}")
 
     def _proxy_error(self, status: int, body: bytes, what: str) -> ProxyError:
         """The error for a proxy's refusal: its status and page, the proxy named without password."""
@@ -202,17 +213,10 @@ class Transport:
         return error
 
     def _translate(self, exc: BaseException, conn: Optional[Connection], call: CallState) -> BaseException:
-        reason = call.stop_reason()
-        if reason is None and isinstance(exc, (Expired, socket.timeout)) and call.deadline is not None:
-            reason = f"the call's timeout of {call.timeout:g} s expired"
-        if reason is not None or isinstance(exc, Stopped):
-            return Canceled(reason or "the call was cancelled")
-        if conn is not None and conn.idle_since and conn.received == 0:
-            return _Stale(conn.sent)
-        failure = ConnectionFailed(f"{self.origin.url()}: {_describe(exc)}")
-        failure.diagnostics.transport_error = exc
-        failure.retryable = not _is_certificate_error(exc)
-        return failure
+        error = failure(exc, self.origin, call)
+        if not isinstance(error, Canceled) and conn is not None and conn.idle_since and conn.received == 0:
+            return _Stale(conn.sent, exc)
+        return error
 
     def _open(self, call: CallState) -> Connection:
         target = self.proxy or self.origin
@@ -296,16 +300,50 @@ class _Lease:
 class _Stale(Exception):
     """A reused connection failed before any response byte: resend on a fresh one."""
 
-    def __init__(self, written: bool) -> None:
+    def __init__(self, written: bool, error: BaseException) -> None:
         super().__init__()
-        self.written = int(written)  # 1 if the request went out whole
+        self.written = written  # the request went out whole
+        self.error = error
+
+
+def failure(exc: BaseException, origin: Origin, call: CallState) -> QAError:
+    """What an exchange that failed becomes above the transports: the one translation of
+    network, protocol and size-cap errors, used by ``Transport`` and ``MockTransport`` alike.
+
+    ``Canceled`` when the call was stopped (cancelled, timed out, client closed) whatever the
+    error; ``InvalidResponse`` for a refused 2xx body (``BadBody``: over the size cap, or
+    malformed), its status recorded; otherwise ``ConnectionFailed``, ``retryable`` unless
+    retrying cannot help (an untrusted certificate), the error kept as ``transport_error``.
+    """
+    if isinstance(exc, BadBody):
+        call.status = exc.status
+        return InvalidResponse(str(exc))
+    reason = call.stop_reason()
+    if reason is None and isinstance(exc, (Expired, socket.timeout)) and call.deadline is not None:
+        reason = f"the call's timeout of {call.timeout:g} s expired"
+    if reason is not None or isinstance(exc, Stopped):
+        return Canceled(reason or "the call was cancelled")
+    error = ConnectionFailed(f"{origin.url()}: {_describe(exc)}")
+    error.diagnostics.transport_error = exc
+    error.retryable = not _is_certificate_error(exc)
+    return error
+
+
+def cap_body(status: int, body: bytes, max_body: int) -> bytes:
+    """The size cap, for a body that arrived whole (``MockTransport``'s): a 2xx over it is
+    refused (``Oversized``, as the socket reader refuses it while reading), another status
+    keeps its first ``max_body`` bytes."""
+    if len(body) <= max_body:
+        return body
+    if 200 <= status < 300:
+        raise Oversized(status, len(body), max_body)
+    return body[:max_body]
 
 
 def _is_certificate_error(exc: BaseException) -> bool:
-    # Retrying cannot fix a certificate the client does not trust.
-    import ssl
-
-    return isinstance(exc, ssl.SSLCertVerificationError)
+    # Retrying cannot fix a certificate the client does not trust. No ssl loaded, no TLS error.
+    ssl = sys.modules.get("ssl")
+    return ssl is not None and isinstance(exc, ssl.SSLCertVerificationError)
 
 
 def _describe(exc: BaseException) -> str:

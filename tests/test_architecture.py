@@ -21,6 +21,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "qa_min"
 LAYERS: tuple[str, ...] = (
     # leaves: they import nothing of qa_min
     "_constants",
+    "_http",
     "_diagnostics",
     "_errors",
     "_typing",
@@ -38,6 +39,9 @@ LAYERS: tuple[str, ...] = (
     "_hooks",
     # configuration, then the wire, bottom up
     "_config",
+    # what a call tells (messages, logs, hooks), then its retry decisions: no I/O
+    "_messages",
+    "_decide",
     "_response",
     "_connection",
     "_aio",

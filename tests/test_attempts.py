@@ -90,3 +90,43 @@ def test_raw_server_closing_a_reused_connection_after_reading_counts_both_reques
         assert call_attempts(client) == (True, 2)
         assert server.connections == 2
     assert len(counted) == 3
+
+
+def test_one_count_for_diagnostics_history_and_hooks_over_a_resend() -> None:
+    # The server reads the second request on the kept-alive connection, then closes it without
+    # an answer (as one whose idle timer fired just then): the client writes it again on a
+    # fresh connection. Two writes: two attempts for Diagnostics, the history and the hooks.
+    served: list[bytes] = []
+    lock = threading.Lock()
+
+    def handler(conn: socket.socket, stop: threading.Event) -> None:
+        while request := read_request(conn):
+            with lock:
+                served.append(request)
+                if len(served) == 2:
+                    return
+            conn.sendall(OK_RESPONSE)
+
+    seen: list[tuple[str, int, object]] = []
+    hooks = {
+        "before_attempt": [lambda event: seen.append((event.stage, event.attempt, None))],
+        "after_attempt": [lambda event: seen.append((event.stage, event.attempt, event.status))],
+    }
+    with RawServer(handler) as server, make_recording_client(server.url, hooks=hooks) as client:
+        ask(client)
+        seen.clear()
+        _, error, diag = ask(client)
+        assert error is None
+        assert server.connections == 2
+    assert len(served) == 3
+    assert diag.attempts == len(diag.history) == 2
+    assert [(record.number, record.status, record.error) for record in diag.history] == [
+        (1, None, "ConnectionFailed"),
+        (2, 200, None),
+    ]
+    assert seen == [
+        ("before_attempt", 1, None),
+        ("after_attempt", 1, None),
+        ("before_attempt", 2, None),
+        ("after_attempt", 2, 200),
+    ]

@@ -37,6 +37,7 @@ def svc() -> Iterator[InProcessService]:
 
 
 KEY = "sk-debug-0123456789abcdef"
+PIECES = [KEY[i : i + 8] for i in range(len(KEY) - 7)]  # every piece the redactor hides
 
 
 class Review(qa.Questions):
@@ -300,7 +301,7 @@ def test_empty_hooks_are_no_hooks() -> None:
     with qa.Client(
         base_url="http://127.0.0.1:9", hooks={"before_attempt": [], "after_attempt": ()}
     ) as client:
-        assert client._sender._hooks is None
+        assert client._sender.messages.hooks is None
 
 
 def test_the_key_reaches_no_hook_and_no_diagnostics(svc: InProcessService, recorder: Recorder) -> None:
@@ -324,6 +325,48 @@ def test_the_key_reaches_no_hook_and_no_diagnostics(svc: InProcessService, recor
     leaked = [text for text in seen if KEY in text]
     assert not leaked
     assert diagnostics.request_id == "[redacted]"
+
+
+def _walk(root: object) -> Iterator[object]:
+    """``root`` and everything reachable through its attributes, slots and containers."""
+    todo, seen = [root], set()
+    while todo:
+        node = todo.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        yield node
+        if isinstance(node, (str, bytes, int, float, type(None))):
+            continue
+        if isinstance(node, dict):
+            todo += [*node.keys(), *node.values()]
+        elif isinstance(node, (list, tuple, set, frozenset)):
+            todo += list(node)
+        todo += list(getattr(node, "__dict__", {}).values())
+        for cls in type(node).__mro__:
+            for name in cls.__dict__.get("__slots__", ()):
+                todo.append(getattr(node, name, None))
+
+
+def test_a_hook_that_pickles_or_walks_its_event_finds_no_piece_of_the_key(svc: InProcessService) -> None:
+    pickles: list[bytes] = []
+    found: list[str] = []
+
+    def inspect(event: qa.HookEvent) -> None:
+        pickles.append(pickle.dumps(event))
+        for value in _walk(event):
+            text = value.decode("latin-1") if isinstance(value, bytes) else str(value)
+            found.extend(piece for piece in PIECES if piece in text)
+
+    hooks = {"before_attempt": [inspect], "after_attempt": [inspect]}
+    with make_recording_client(svc.url, api_key=KEY, hooks=hooks) as client:
+        client.core(REQUEST)
+        client.list_models()
+    assert len(pickles) == 4
+    assert not found
+    assert not [piece for data in pickles for piece in PIECES if piece.encode() in data]
+    body = pickle.loads(pickles[0]).request_body()
+    assert b'"state"' in body  # the body is still there for the hook that asks for it
 
 
 def test_hooks_are_called_from_the_calling_thread(svc: InProcessService) -> None:

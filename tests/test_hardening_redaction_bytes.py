@@ -24,8 +24,8 @@ from test_hardening_redaction import ECHOES, KEY, assert_hidden, chain, pieces, 
 
 import qa_min as qa
 from qa_min._diagnostics import _StandIn
+from qa_min._messages import Messages
 from qa_min._redact import Redactor
-from qa_min._retrying import Sender
 
 echoes = pytest.mark.parametrize(("key", "echo"), [e[:2] for e in ECHOES], ids=[e[2] for e in ECHOES])
 
@@ -120,13 +120,12 @@ LATIN = "sk-caf\xe9-cr\xe8me-0123456789"
     ids=["bytes", "bytearray-piece", "nested", "str", "latin-1", "utf-8-piece"],
 )
 def test_any_exception_holding_the_key_in_its_args_is_replaced(key: str, data: object) -> None:
-    sender = Sender.__new__(Sender)  # only its redactor is used
-    sender.redact = Redactor(key)
-    safe = sender._safe(Holder(data))
+    messages = Messages(Redactor(key), "http://service.test", None)
+    safe = messages.safe(Holder(data))
     assert type(safe) is _StandIn
     assert repr(safe) == "Holder('Holder(something)')"
     assert_no_bytes_of(key, safe)
-    assert sender._safe(Holder(b"nothing of it")).args == (b"nothing of it",)  # kept as it is
+    assert messages.safe(Holder(b"nothing of it")).args == (b"nothing of it",)  # kept as it is
 
 
 def test_a_truncated_body_without_the_key_keeps_the_original_error() -> None:

@@ -277,3 +277,68 @@ def test_anything_else_as_transport_is_refused() -> None:
 def test_a_handler_must_be_callable() -> None:
     with pytest.raises(TypeError, match="handler must be a function"):
         MockTransport(42)  # type: ignore[arg-type]
+
+
+def test_the_handler_sees_what_the_socket_transport_writes() -> None:
+    # The same client configuration over a socket (the fake parses the bytes it receives) and
+    # over the mock (built from the request value): the same method, target, fields and body.
+    options: dict[str, Any] = {
+        "api_key": "sk-same-0123456789",
+        "extra_headers": [("X-Team", "blue"), ("X-Trace", "a b")],
+        "retry": qa.RetryPolicy.none,
+    }
+    script = Script()
+    with FakeService() as svc:
+        base = svc.url
+        with qa.Client(base_url=base, trust_env=False, **options) as client:
+            client.core(REQUEST)
+            client.list_models()
+        with qa.Client(base_url=base, trust_env=False, transport=MockTransport(script), **options) as client:
+            client.core(REQUEST)
+            client.list_models()
+        over_socket = svc.requests
+    assert len(over_socket) == len(script.seen) == 2
+    for wire, mocked in zip(over_socket, script.seen):
+        assert (mocked.method, mocked.path, mocked.body) == (wire.method, wire.path, wire.body)
+        assert dict(mocked.headers) == dict(wire.headers)
+    assert script.seen[0].headers["content-length"] == str(len(script.seen[0].body))
+    assert script.seen[0].headers["x-team"] == "blue"
+    assert "content-length" not in script.seen[1].headers
+
+
+@pytest.mark.parametrize(("size", "refused"), [(100, False), (101, True)])
+def test_the_size_cap_at_the_limit_and_one_past(no_sockets: None, size: int, refused: bool) -> None:
+    body = b'{"models": [], "pad": "' + b"x" * (size - 25) + b'"}'
+    assert len(body) == size
+    with mock_client(Script(reply(200, body)), max_response_bytes=100) as client:
+        if not refused:
+            assert len(client.list_models()) == 0
+            return
+        with pytest.raises(qa.InvalidResponse) as caught:
+            client.list_models()
+    # The socket reader's own refusal, word for word, and the status recorded as there.
+    assert str(caught.value).startswith("the response body has 101 bytes, over the 100-byte limit")
+    assert caught.value.diagnostics.status == 200
+    assert caught.value.__cause__ is None
+
+
+def test_an_error_body_over_the_cap_keeps_its_first_bytes(no_sockets: None) -> None:
+    script = Script(reply(503, b"e" * 150))
+    with (
+        mock_client(script, max_response_bytes=100, retry=qa.RetryPolicy.none) as client,
+        pytest.raises(qa.ServerError) as caught,
+    ):
+        client.list_models()
+    assert caught.value.diagnostics.body == "e" * 100
+
+
+def test_a_handler_failing_after_a_cancel_is_a_cancel_as_over_a_socket(no_sockets: None) -> None:
+    token = qa.CancelToken()
+
+    def handler(request: RecordedRequest) -> Step | None:
+        token.cancel()  # the cancel lands while the "connection" fails
+        raise ConnectionResetError(104, "Connection reset by peer")
+
+    with mock_client(handler) as client, pytest.raises(qa.Canceled, match="cancelled") as caught:
+        client.list_models(cancel=token)
+    assert caught.value.diagnostics.attempts == 1

@@ -121,7 +121,7 @@ class Spy:
 def test_never_throttled_client_only_reads_engaged_and_notes_successes(svc: FakeService) -> None:
     with make_recording_client(svc.url) as client:
         spy = Spy()
-        client._sender.limiter = spy  # type: ignore[assignment]
+        client._sender.rules.limiter = spy  # type: ignore[assignment]
         for _ in range(5):
             client.ask(STATE, Review)
         client.list_models()

@@ -381,7 +381,7 @@ def test_a_stale_keep_alive_connection_is_resent_once_by_both() -> None:
                 asyncio.run(main())
             return diagnostics.attempts, len(diagnostics.history), server.connections
 
-    assert run("asyncio") == run("threaded") == (2, 1, 2)
+    assert run("asyncio") == run("threaded") == (2, 2, 2)
 
 
 def test_a_proxy_refusing_a_plain_request_is_a_proxy_error_in_both() -> None:

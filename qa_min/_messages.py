@@ -1,0 +1,208 @@
+"""What a call tells people: error messages, the key scrubbed out of them, log lines, hooks.
+
+One ``Messages`` per client, shared by its threads and by both retry drivers. Nothing here
+decides anything: the retry decisions (``_decide``) ask it for an error's text, and the driver
+(``_retrying``) asks it to log and to run the hooks.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from ._config import get_logger
+from ._diagnostics import _StandIn
+from ._errors import Canceled, status_error_class
+from ._hooks import HookEvent
+from ._redact import Redactor
+from ._responses import BadShape, load_json
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Callable, Optional
+
+    from ._call import CallState
+    from ._diagnostics import ResponseHeaders
+    from ._errors import ConnectionFailed, QAError
+    from ._hooks import Hook
+    from ._http import Outgoing
+
+
+class Messages:
+    """A client's error texts, log lines and hooks, the key hidden in every one."""
+
+    __slots__ = ("base_url", "hooks", "redact", "service_log")
+
+    def __init__(self, redact: Redactor, base_url: str, hooks: Optional[dict[str, tuple[Hook, ...]]]) -> None:
+        self.redact = redact
+        # For messages and log lines: a key put in the base URL's path is hidden there too.
+        self.base_url = redact(base_url)
+        self.hooks = hooks
+        # SERVICE_LOG is read when the client is made, as the other variables are: reading
+        # os.environ on every attempt cost 1.5 us of a 60 us call while nobody listens.
+        self.service_log = bool((os.environ.get("SERVICE_LOG") or "").strip())
+
+    def status_error(
+        self, status: int, headers: ResponseHeaders, body: bytes, request: Outgoing, call: CallState
+    ) -> QAError:
+        """The error a non-2xx response maps to; its body, redacted, goes to ``call.body``."""
+        # The whole body is redacted before anything shortens it (the message, Diagnostics' repr).
+        text = self.redact(body.decode("utf-8", "replace"))
+        call.body = text
+        detail = _detail(body, text, headers, self.redact)
+        message = f"HTTP {status} from {request.method} {self.base_url}{request.path}: {detail}"
+        return status_error_class(status)(message, status=status)
+
+    def finish(self, exc: QAError, call: CallState) -> None:
+        """The error leaving the call: Diagnostics filled, request id and attempts named, key hidden."""
+        exc.diagnostics = call.fill()
+        suffix = "" if call.request_id is None else f" (request id {call.request_id})"
+        if call.attempts > 1 and not isinstance(exc, Canceled):
+            suffix += f" (after {call.attempts} attempts)"
+        exc.message = f"{exc.message}{suffix}"
+        self.scrub(exc)
+
+    def scrub(self, exc: QAError) -> None:
+        """Hide the key in ``exc``'s message and in every exception chained to it."""
+        exc.message = self.redact(exc.message)
+        exc.args = (exc.message,)
+        seen = {id(exc)}
+        todo: list[BaseException] = [exc]
+        while todo:
+            node = todo.pop()
+            for link in ("__cause__", "__context__"):
+                linked = getattr(node, link)
+                if linked is not None and id(linked) not in seen:
+                    safe = self.safe(linked)
+                    setattr(node, link, safe)
+                    seen.update((id(linked), id(safe)))
+                    todo.append(safe)
+
+    def safe_cause(self, exc: ConnectionFailed) -> Optional[BaseException]:
+        """The transport error behind ``exc``, or its stand-in, which then also becomes its cause."""
+        raw = exc.diagnostics.transport_error
+        safe = None if raw is None else self.safe(raw)
+        if safe is not raw:
+            exc.diagnostics.transport_error = exc.__cause__ = exc.__context__ = safe
+        return safe
+
+    def safe(self, exc: BaseException) -> BaseException:
+        """``exc``, or a ``_StandIn`` with its text redacted when its text, args or attributes hold a
+        piece of the key."""
+        if not self.redact.active:
+            return exc
+        try:
+            text, shown = str(exc), repr(exc)
+        except Exception:
+            return _StandIn(type(exc).__name__, "(an exception whose text cannot be shown)")
+        # Pickle keeps an exception's args and attributes, where a server's bytes may be.
+        held = (exc.args, getattr(exc, "__dict__", None))
+        if self.redact.hides(text) or self.redact.hides(shown) or self.redact.holds(held):
+            return _StandIn(type(exc).__name__, self.redact(text))
+        return exc
+
+    # -- log lines and hooks ------------------------------------------------------------------
+
+    def attempted(
+        self,
+        request: Outgoing,
+        call: CallState,
+        status: Optional[int],
+        error: Optional[BaseException],
+        duration: float,
+        request_id: Optional[str],
+    ) -> None:
+        """The debug line and the after-attempt hooks of the attempt ``call`` just recorded."""
+        # No logger can listen before ``logging`` is imported (or SERVICE_LOG asks for one).
+        log = get_logger() if self.service_log or "logging" in sys.modules else None
+        if log is not None and log.isEnabledFor(10):
+            log.debug(
+                "%s %s%s -> %s in %.1f ms (attempt %d)",
+                request.method,
+                self.base_url,
+                request.path,
+                status if status is not None else type(error).__name__,
+                duration * 1000.0,
+                call.attempts,
+            )
+        if self.hooks is not None:
+            self.emit("after_attempt", request, call.attempts, status, error, duration, request_id)
+
+    def retrying(self, seconds: float, call: CallState, failure: BaseException) -> None:
+        log = get_logger()
+        if log is not None:
+            log.info(
+                "retrying %s in %.3f s (attempt %d failed: %s)",
+                self.base_url,
+                seconds,
+                call.attempts,
+                type(failure).__name__,
+            )
+
+    def emit(
+        self,
+        stage: str,
+        request: Outgoing,
+        number: int,
+        status: Optional[int] = None,
+        error: Optional[BaseException] = None,
+        duration: Optional[float] = None,
+        request_id: Optional[str] = None,
+    ) -> None:
+        """Run the hooks of ``stage``; one that raises is logged, and the call goes on."""
+        hooks = self.hooks.get(stage, ()) if self.hooks is not None else ()
+        if not hooks:
+            return
+        url = f"{self.base_url}{request.path}"
+        event = HookEvent(
+            stage, request.method, url, number, request.body, status, error, duration, request_id
+        )
+        for hook in hooks:
+            try:
+                hook(event)
+            except Exception as exc:
+                log = get_logger()
+                if log is not None:
+                    log.warning(
+                        "the %s hook %r raised %s: %s", stage, hook, type(exc).__name__, self.redact(str(exc))
+                    )
+
+
+def noting(base_url: str) -> Callable[[str], None]:
+    """The limiter's news, logged at INFO. Not a method: a limiter holding its sender would
+    make a cycle, and a dropped client's sockets would wait for the garbage collector."""
+
+    def note(message: str) -> None:
+        log = get_logger()
+        if log is not None:
+            log.info("%s: %s", base_url, message)
+
+    return note
+
+
+def _detail(body: bytes, text: str, headers: ResponseHeaders, redact: Redactor) -> str:
+    """A short, readable reason from an error body: JSON ``detail``, an HTML title, or the text.
+
+    ``text`` is the body, decoded and redacted; a ``detail`` decoded from JSON is redacted again
+    (escapes undone, it may spell out a key the body only held escaped).
+    """
+    detail = None
+    if "json" in (headers.get("content-type") or "") or text.startswith("{"):
+        try:
+            obj = load_json(body)
+        except BadShape:
+            obj = None
+        if isinstance(obj, dict) and "detail" in obj:
+            found = obj["detail"]
+            if isinstance(found, list):  # FastAPI-style [{"loc": ..., "msg": ...}]
+                found = "; ".join(str(d.get("msg", d)) if isinstance(d, dict) else str(d) for d in found)
+            detail = redact(str(found))
+    if detail is None:
+        lower = text.lower()
+        start, end = lower.find("<title>"), lower.find("</title>")
+        detail = text[start + 7 : end] if 0 <= start < end else text
+    # Redacted once more after whitespace is folded, which may join two halves of a piece.
+    short = redact(" ".join(detail[:2000].split()))
+    if not short:
+        return "(empty body)"
+    return short if len(short) <= 200 else short[:197] + "..."
