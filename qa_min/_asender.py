@@ -1,11 +1,10 @@
-"""The retry loop of an ``AsyncClient``: ``Sender``'s decisions, awaited instead of slept.
+"""The asyncio driver: ``_retrying.Sender.send`` with ``await`` in place of the sleeps.
 
-Every decision is the threaded client's ``Sender`` (one per client, built by the same code):
-what a response or a failure means (``answered``, ``_failed``), the delay before a retry
-(``_backoff``), the retry budget, the rate limiter's reports, the history, the hooks, the log
-lines, the final error's message and redaction (``finish``). This loop only awaits: the
-attempt on the loop's transport, and the sleep between attempts, which the call's ``Scope``
-interrupts.
+Every decision is the one the threaded driver feeds: the call's ``Attempts`` (``_decide``)
+with the client's ``Rules``, and its ``Messages`` (hooks, log lines, the final error's text and
+redaction), all of them the ``Sender`` that the ``AsyncClient``'s inner ``Client`` built. This
+loop only awaits: the attempt on the loop's transport, the wait before a retry, and the rate
+limiter's slot; the call's ``Scope`` interrupts any of them.
 """
 
 from __future__ import annotations
@@ -43,7 +42,7 @@ if TYPE_CHECKING:
 
 
 class AioSender:
-    """The retry loop of one ``AsyncClient`` over its ``Sender``'s decisions."""
+    """The driver of one ``AsyncClient``'s calls, over its ``Sender``'s decisions."""
 
     def __init__(self, sender: Sender, transport: AioTransportLike, sleep: Optional[Sleep]) -> None:
         self.sender = sender
