@@ -13,7 +13,6 @@ import asyncio
 import time
 
 from ._ascope import Scope
-from ._call import hooked
 from ._decide import RETRY, RETURN, Attempts
 
 TYPE_CHECKING = False
@@ -66,7 +65,10 @@ class AioSender:
         scopes = self.scopes
         scopes.add(scope)
         try:
-            with hooked(call.token, scope.stop_soon):
+            token = call.token
+            if token is None:
+                return await self._send(request, policy, call, scope)
+            with token.hooked(scope.stop_soon):  # a token already cancelled: the first check raises
                 return await self._send(request, policy, call, scope)
         finally:
             scope.close()
