@@ -24,10 +24,10 @@ exchange never reaches the pool.
 from __future__ import annotations
 
 import asyncio
-import io
 
 from ._connection import PoolClosed, Stopped, TunnelRefused, idle_clock
-from ._response import MAX_HEADERS, MAX_LINE, IncompleteRead, MalformedHead, _framing, read_body, read_head
+from ._errors import MalformedHead, ProtocolError
+from ._protocol import NEED_DATA, Data, Head, ResponseReader
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -39,101 +39,14 @@ if TYPE_CHECKING:
 
     Result = tuple[int, ResponseHeaders, bytes, bool]
 
-_HEAD_LIMIT = MAX_LINE * (MAX_HEADERS + 2)  # bytes without a complete head before it is refused
-
-
-class _Feed:
-    """Bytes in, one response out: ``receive(data)`` gives None until the response is complete.
-
-    It frames the response (head, then Content-Length, chunked or until close) to know when it
-    is whole, then reads it with ``_response``'s reader, so that both clients refuse the same
-    responses for the same reasons. ``receive_eof()`` ends it: the response, or the reader's error.
-    """
-
-    __slots__ = ("_buf", "_limit", "_searched", "_start", "_tunnel", "extra")
-
-    def __init__(self, limit: int, tunnel: bool = False) -> None:
-        self._buf = bytearray()
-        self._limit = limit
-        self._tunnel = tunnel  # a CONNECT: a 2xx head ends the response, whatever follows
-        self.extra = False  # bytes came after the response: the connection is not reused
-        self._start = self._searched = 0  # where the final head may start; how far it was sought
-
-    def receive(self, data: bytes) -> Optional[Result]:
-        self._buf += data
-        return self._parse(False)
-
-    def receive_eof(self) -> Result:
-        result = self._parse(True)
-        assert result is not None
-        return result
-
-    def _parse(self, eof: bool) -> Optional[Result]:
-        buf = self._buf
-        if not eof and not self._head_complete(buf):
-            return None
-        fp = io.BufferedReader(io.BytesIO(bytes(buf)))
-        head = read_head(fp)
-        if self._tunnel and 200 <= head.status < 300:
-            self.extra = len(buf) > head.consumed
-            return head.status, head.headers, b"", True
-        if not eof and not self._body_complete(head.status, head.headers, len(buf) - head.consumed):
-            return None
-        try:
-            body, reusable = read_body(fp, head, self._limit)
-        except IncompleteRead:
-            if eof:
-                raise
-            return None  # a chunked body whose end only looked near
-        chunked = head.headers.get("transfer-encoding") is not None
-        if not eof and not reusable and chunked and len(buf) - head.consumed <= self._limit:
-            return None  # a chunked body cut short reads as "not reusable": the rest may come
-        self.extra = fp.tell() < len(buf)
-        return head.status, head.headers, body, reusable
-
-    def _head_complete(self, buf: bytearray) -> bool:
-        """Whether the final head (after any interim 1xx) has arrived, or enough to refuse it."""
-        start = self._start
-        while True:
-            # From where the last look ended: a head that trickles in is not searched again.
-            base = max(start, self._searched - 2)
-            end = buf.find(b"\n\r\n", base)
-            if end < 0 or b"\n\n" in buf[base:end]:  # a head may end in bare line feeds
-                bare = buf.find(b"\n\n", base)
-                end = bare if end < 0 or 0 <= bare < end else end
-            if end < 0:
-                self._searched = len(buf)
-                if len(buf) - start > _HEAD_LIMIT:
-                    raise MalformedHead(f"a response head over {_HEAD_LIMIT} bytes")
-                return False
-            code = bytes(buf[start + 9 : start + 12])
-            if not (code[:1] == b"1" and code != b"101"):
-                return True
-            start = self._start = end + (3 if buf[end + 1 : end + 2] == b"\r" else 2)
-
-    def _body_complete(self, status: int, headers: ResponseHeaders, have: int) -> bool:
-        if have > self._limit:
-            return True  # over the cap: the reader refuses or cuts it now
-        try:
-            kind, length = _framing(headers, status)
-        except Exception:
-            return True  # badly framed: the reader says why
-        if kind == 0:  # no body
-            return True
-        if kind == 1:  # Content-Length; a 2xx over the limit is refused unread, another status cut
-            if length > self._limit:
-                return 200 <= status < 300 or have >= self._limit
-            return have >= length
-        if kind == 2:  # chunked: the last chunk and the trailers end in an empty line
-            return self._buf.endswith((b"\n\r\n", b"\n\n"))
-        return False  # until the server closes
-
 
 class AioConnection(asyncio.Protocol):
     """A connection to one origin (or proxy), serving one request at a time."""
 
     __slots__ = (
-        "_feed",
+        "_head",
+        "_parts",
+        "_reader",
         "_waiter",
         "aborted",
         "dirty",
@@ -154,7 +67,9 @@ class AioConnection(asyncio.Protocol):
         self.lost = False  # the connection is closed, by either side
         self.dirty = False  # bytes arrived while no exchange wanted them
         self.aborted = False
-        self._feed: Optional[_Feed] = None
+        self._reader: Optional[ResponseReader] = None
+        self._head: Optional[Head] = None
+        self._parts: list[bytes] = []
         self._waiter: Optional[asyncio.Future[Result]] = None
 
     def itself(self) -> AioConnection:
@@ -167,18 +82,13 @@ class AioConnection(asyncio.Protocol):
         self.transport = transport  # type: ignore[assignment]
 
     def data_received(self, data: bytes) -> None:
-        feed, waiter = self._feed, self._waiter
-        if feed is None or waiter is None or waiter.done():
+        reader, waiter = self._reader, self._waiter
+        if reader is None or waiter is None or waiter.done():
             self.dirty = True
             return
         self.received += len(data)
-        try:
-            result = feed.receive(data)
-        except Exception as exc:
-            waiter.set_exception(exc)
-            return
-        if result is not None:
-            self._resolve(waiter, feed, result)
+        reader.receive(data)
+        self._advance(reader, waiter)
 
     def eof_received(self) -> bool:
         self._ended(None)
@@ -189,29 +99,54 @@ class AioConnection(asyncio.Protocol):
         self._ended(exc)
 
     def _ended(self, exc: Optional[BaseException]) -> None:
-        feed, waiter = self._feed, self._waiter
-        if feed is None or waiter is None or waiter.done():
+        reader, waiter = self._reader, self._waiter
+        if reader is None or waiter is None or waiter.done():
             return
         if self.aborted:
             waiter.set_exception(Stopped())
-        elif exc is not None and self.received == 0:
-            waiter.set_exception(exc)  # a reset before any byte says more than "no response"
+        elif exc is not None:
+            # A reset before any byte says more than "no response"; after a non-2xx head the
+            # status is the answer, whatever of its body came (as the threaded connection).
+            self._failed(waiter, exc)
         else:
-            try:
-                result = feed.receive_eof()
-            except Exception as error:
-                waiter.set_exception(error)
-            else:
-                self._resolve(waiter, feed, result)
+            reader.receive(b"")
+            self._advance(reader, waiter)
 
-    def _resolve(self, waiter: asyncio.Future[Result], feed: _Feed, result: Result) -> None:
-        status, headers, body, reusable = result
-        self._waiter = self._feed = None  # bytes from now on are unasked for
-        waiter.set_result((status, headers, body, reusable and not (feed.extra or self.dirty or self.lost)))
+    def _advance(self, reader: ResponseReader, waiter: asyncio.Future[Result]) -> None:
+        """Read the events the bytes so far make; resolve the exchange at its end or error."""
+        try:
+            while True:
+                event = reader.next_event()
+                if event is NEED_DATA:
+                    return
+                if type(event) is Data:
+                    self._parts.append(event.data)
+                elif type(event) is Head:
+                    self._head = event
+                else:
+                    self._resolve(waiter, event.reusable)  # type: ignore[union-attr]
+                    return
+        except ProtocolError as exc:
+            self._failed(waiter, exc)
+
+    def _failed(self, waiter: asyncio.Future[Result], exc: BaseException) -> None:
+        head = self._head
+        if head is None or 200 <= head.status < 300:
+            waiter.set_exception(exc)
+        else:
+            self._resolve(waiter, False)
+
+    def _resolve(self, waiter: asyncio.Future[Result], reusable: bool) -> None:
+        head, parts = self._head, self._parts
+        assert head is not None
+        self._reader = self._waiter = self._head = None  # bytes from now on are unasked for
+        self._parts = []
+        body = parts[0] if len(parts) == 1 else b"".join(parts)
+        waiter.set_result((head.status, head.headers, body, reusable and not (self.dirty or self.lost)))
 
     # -- used by the transport --------------------------------------------------------------
 
-    def send(self, request: bytes, max_body: int, tunnel: bool = False) -> asyncio.Future[Result]:
+    def send(self, request: bytes, method: str, max_body: int) -> asyncio.Future[Result]:
         """Send ``request``; the future is the response: (status, headers, body, reusable).
 
         It fails with what the reader raises, the ``OSError`` that closed the connection, or
@@ -222,7 +157,8 @@ class AioConnection(asyncio.Protocol):
         transport = self.transport
         assert transport is not None
         self._waiter = waiter = asyncio.get_running_loop().create_future()
-        self._feed = _Feed(max_body, tunnel)
+        self._reader = ResponseReader(method, max_body)
+        self._head, self._parts = None, []
         self.received = 0
         self.sent = not self.lost
         if self.lost:
@@ -259,7 +195,7 @@ async def open_tunnel(conn: AioConnection, target: str, headers: bytes, max_body
     host = target.encode("ascii")
     request = b"CONNECT %s HTTP/1.1\r\nHost: %s\r\n%s\r\n" % (host, host, headers)
     conn.idle_since = 0.0  # a fresh connection: its failures are never "stale"
-    status, _, body, clean = await conn.send(request, max_body, tunnel=True)
+    status, _, body, clean = await conn.send(request, "CONNECT", max_body)
     if 200 <= status < 300:
         # A 2xx to CONNECT has no body (RFC 9110 §9.3.6) and the origin speaks only after our
         # TLS hello: bytes already here would be lost.

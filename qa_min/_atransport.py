@@ -16,11 +16,10 @@ from __future__ import annotations
 import asyncio
 
 from ._aio import AioConnection, AioPool, open_tunnel, start_tls
-from ._connection import BadBody, PoolClosed, Stopped, TunnelRefused, _tune
-from ._errors import Canceled
+from ._connection import PoolClosed, Stopped, TunnelRefused, _tune
+from ._errors import BadFraming, Canceled, InvalidResponse, LimitExceeded, ProtocolError
 from ._http import Resend, encode
-from ._response import HTTPException
-from ._transport import _NETWORK_ERRORS, _Stale, failure
+from ._transport import _NETWORK_ERRORS, _refusal, _Stale, failure
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -86,20 +85,27 @@ class AioTransport:
                 self._opened(conn)
                 if sync.origin.scheme == "https":
                     await self._secure(conn)
-            status, headers, body, reusable = await conn.send(request, sync.max_body)
+            status, headers, body, reusable = await conn.send(request, method, sync.max_body)
             if status in (401, 407) and sync._plain_proxy:
                 reusable = False  # a refusing proxy may leave the body unread: never reuse
         except asyncio.CancelledError as exc:
             if conn is not None:
                 pool.discard(conn)
             raise scope.absorb(exc) from None
+        except (BadFraming, LimitExceeded) as exc:  # as Transport._exchange
+            if conn is not None:
+                pool.discard(conn)
+            if exc.status is None:  # in the head: the connection, not the answer, is broken
+                raise sync._translate(exc, _as_connection(conn), call) from exc
+            call.status = exc.status  # a 2xx whose body is refused
+            raise InvalidResponse(_refusal(exc)) from None
         except _NETWORK_ERRORS as exc:
             if conn is not None:
                 pool.discard(conn)
-            raise sync._translate(exc, _as_connection(conn), call) from exc
-        except BadBody as exc:
-            pool.discard(conn)  # type: ignore[arg-type]
-            raise failure(exc, sync.origin, call) from None
+            error = sync._translate(exc, _as_connection(conn), call)
+            if isinstance(error, InvalidResponse):
+                raise error from None  # a refused 2xx body: the refusal's text is the message
+            raise error from exc
         except TunnelRefused as exc:
             pool.discard(conn)  # type: ignore[arg-type]
             target = f"CONNECT to {self.origin.host}:{self.origin.port}"
@@ -163,8 +169,9 @@ class AioMock:
                     raise scope.absorb(exc) from None
             status, body, headers = mock._answer(step, recorded, bound.origin.path)
             return bound.delivered(status, body, headers, call)
-        except (OSError, HTTPException, BadBody) as exc:
-            raise bound.failed(exc, call) from (None if isinstance(exc, BadBody) else exc)
+        except (OSError, ProtocolError) as exc:
+            error = failure(exc, bound.origin, call)
+            raise error from (None if isinstance(error, InvalidResponse) else exc)
 
 
 _FOREVER = 1e9  # seconds: a hung mock waits until the call is stopped

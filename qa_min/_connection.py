@@ -1,9 +1,8 @@
 """One keep-alive connection and one HTTP exchange over it.
 
-Requests are written as bytes the client prepared once (the header block is fixed per client);
-responses are read by ``_response`` from a reader of our own. That reader enforces the call's
-deadline on every ``recv`` and counts the bytes received, which tells a stale keep-alive
-connection (nothing came back) from a dropped response.
+Requests go out as bytes prepared by the client; ``_protocol.ResponseReader`` (no I/O) is fed
+what each ``recv`` returns, under the call's deadline, and the bytes received are counted: that
+tells a stale keep-alive connection (nothing came back) from a dropped response.
 
 States of a ``Connection``::
 
@@ -19,15 +18,14 @@ from __future__ import annotations
 
 import _thread
 import errno
-import io
 import os
 import select
 import socket
 import sys
 import time
 
-from ._response import BadBody as BadBody
-from ._response import HTTPException, MalformedHead, read_body, read_head, read_response
+from ._errors import MalformedHead, ProtocolError
+from ._protocol import NEED_DATA, Data, End, Head, ResponseReader
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -38,6 +36,7 @@ if TYPE_CHECKING:
     from ._call import CancelToken
     from ._diagnostics import ResponseHeaders
 
+_PIECE = 65536  # bytes asked of one recv
 _CONNECT_SLICE = 0.05  # how often a connect in progress looks at its cancel token, in seconds
 _IN_PROGRESS = {
     errno.EINPROGRESS,
@@ -62,7 +61,7 @@ class Expired(Exception):
 
 
 class Stopped(Exception):
-    """The call was cancelled while connecting."""
+    """The call was cancelled (``abort()``, or while connecting)."""
 
 
 def _wait(sock: socket.socket, for_write: bool, timeout: float) -> bool:
@@ -127,33 +126,6 @@ def connect_tcp(
     raise last if last is not None else OSError(f"no address found for {host}")
 
 
-class _Reader(io.RawIOBase):
-    """The socket as a raw stream for the response reader: deadline per recv, bytes counted."""
-
-    def __init__(self, conn: Connection) -> None:
-        self._conn = conn
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer: memoryview) -> int:  # type: ignore[override]
-        conn = self._conn
-        if conn.deadline is not None:
-            conn.sock.settimeout(_remaining(conn.deadline))
-        try:
-            count = conn.sock.recv_into(buffer)
-        except OSError:
-            if conn.aborted:
-                raise Stopped from None
-            raise
-        if not count and conn.aborted:
-            # The end of the stream came from abort(), not from the server: the call was
-            # cancelled, whatever part of a response had arrived.
-            raise Stopped
-        conn.received += count
-        return count
-
-
 class Connection:
     """A socket to one origin (or a proxy), used by one request at a time."""
 
@@ -197,17 +169,16 @@ class Connection:
     ) -> tuple[int, ResponseHeaders, bytes, bool]:
         """Send ``request`` and read one response: (status, headers, body, reusable).
 
-        A 2xx body over ``max_body`` bytes or badly framed raises ``BadBody``; other statuses
-        come back with what of their body could be read (``_response`` says more). A response
-        the server sent before the send failed (a 401 before reading a large body) is returned.
-        Raises ``OSError``/``HTTPException`` from the network, ``Expired`` when the deadline
-        passes and ``Stopped`` after ``abort()``.
+        A 2xx body over ``max_body`` bytes or badly framed raises ``ProtocolError`` with its
+        ``status``; other statuses come back with what of their body could be read. A response
+        sent before the send failed (a 401 before reading a large body) is returned. Raises
+        ``OSError``/``ProtocolError``, ``Expired`` (deadline) and ``Stopped`` (``abort()``).
         """
         self.deadline = deadline
         self.received = 0
         self.sent = False
         self.sock.settimeout(_remaining(deadline))
-        fp = io.BufferedReader(_Reader(self))
+        reader = ResponseReader(method, max_body)
         try:
             self.sock.sendall(request)
         except OSError as exc:
@@ -215,23 +186,68 @@ class Connection:
                 raise Stopped from None
             if not _peer_gone(exc):
                 raise
-            return self._early_response(fp, exc, max_body)
+            # The peer is gone, so the receive buffer holds all it will ever get: reading cannot
+            # block. A server that answers before reading the whole request (401, 413) and then
+            # closes makes the send fail; its answer is still the answer.
+            try:
+                return (*self.read_response(reader)[:3], False)
+            except (OSError, ProtocolError):
+                if self.received == 0:
+                    raise exc from None
+                raise
         self.sent = True
-        return read_response(fp, max_body)
+        return self.read_response(reader)
 
-    def _early_response(
-        self, fp: io.BufferedReader[_Reader], failure: OSError, max_body: int
-    ) -> tuple[int, ResponseHeaders, bytes, bool]:
-        # The peer is gone, so the receive buffer holds all it will ever get: reading cannot
-        # block. A server that answers before reading the whole request (401, 413) and then
-        # closes makes the send fail; its answer is still the answer.
+    def recv(self) -> bytes:
+        """The next bytes from the socket (``b""`` at its end), within the call's deadline."""
+        if self.deadline is not None:
+            self.sock.settimeout(_remaining(self.deadline))
         try:
-            status, headers, body, _ = read_response(fp, max_body)
-        except (OSError, HTTPException):
-            if self.received == 0:
-                raise failure from None
+            data = self.sock.recv(_PIECE)
+        except OSError:
+            if self.aborted:
+                raise Stopped from None
             raise
-        return status, headers, body, False
+        if not data and self.aborted:
+            # The end of the stream came from abort(), not from the server: the call was
+            # cancelled, whatever part of a response had arrived.
+            raise Stopped
+        self.received += len(data)
+        return data
+
+    def read_head(self, reader: ResponseReader) -> Head:
+        """Feed ``reader`` until the final response's head."""
+        while True:
+            event = reader.next_event()
+            if event is NEED_DATA:
+                reader.receive(self.recv())
+            elif type(event) is Head:
+                return event
+
+    def read_response(
+        self, reader: ResponseReader, head: Optional[Head] = None
+    ) -> tuple[int, ResponseHeaders, bytes, bool]:
+        """Feed ``reader`` until the end of one response: (status, headers, body, reusable)."""
+        if head is None:
+            head = self.read_head(reader)
+        parts: list[bytes] = []
+        try:
+            while True:
+                event = reader.next_event()
+                if event is NEED_DATA:
+                    reader.receive(self.recv())
+                elif type(event) is Data:
+                    parts.append(event.data)
+                elif type(event) is End:
+                    break
+        except (ProtocolError, OSError) as exc:
+            # A 2xx needs its body, and a timeout is the call's deadline; for another status the
+            # status is the answer, and what of its body arrived only explains it.
+            if 200 <= head.status < 300 or isinstance(exc, socket.timeout):
+                raise
+            return head.status, head.headers, b"".join(parts), False
+        body = parts[0] if len(parts) == 1 else b"".join(parts)
+        return head.status, head.headers, body, event.reusable
 
 
 def _peer_gone(exc: OSError) -> bool:
@@ -271,44 +287,31 @@ class TunnelRefused(Exception):
 def open_tunnel(
     conn: Connection, target: str, headers: bytes, deadline: Optional[float], max_body: int
 ) -> None:
-    """Ask the HTTP proxy behind ``conn`` for a CONNECT tunnel to ``target`` ("host:port").
-
-    Raises ``TunnelRefused`` when the proxy says no, and what ``exchange`` raises otherwise.
-    """
+    """A CONNECT tunnel to ``target`` ("host:port"); ``TunnelRefused`` if the proxy says no."""
     host = target.encode("ascii")
     request = b"CONNECT %s HTTP/1.1\r\nHost: %s\r\n%s\r\n" % (host, host, headers)
     conn.deadline = deadline
     conn.received = 0
     conn.sock.settimeout(_remaining(deadline))
     conn.sock.sendall(request)
-    fp = io.BufferedReader(_Reader(conn))
-    head = read_head(fp)
+    reader = ResponseReader("CONNECT", max_body)
+    head = conn.read_head(reader)
     if 200 <= head.status < 300:
         # A 2xx to CONNECT has no body (RFC 9110 §9.3.6): the tunnel starts after the head,
         # and the origin speaks only after our TLS hello. Bytes already here would be lost.
-        if conn.received != head.consumed:
+        if reader.buffered:
             raise MalformedHead("the proxy sent data before the TLS handshake")
         return
-    body, _ = read_body(fp, head, max_body)
-    raise TunnelRefused(head.status, body)
+    status, _, body, _ = conn.read_response(reader, head)
+    raise TunnelRefused(status, body)
 
 
-# -- the pool ---------------------------------------------------------------------------
-# The pool of idle keep-alive connections, per (scheme, host, port[, proxy]).
-#
-# Each key has a LIFO stack of idle connections: the most recently used is the most likely to
-# still be alive, and the rest age out. Checked-out connections are remembered too, so that
-# ``close()`` can abort requests in flight instead of waiting for them.
-#
-# Before an idle connection is handed out it must pass two checks:
-#
-# * its idle age, on a clock that counts a frozen process's pause, is under ``idle_timeout``
-#   (a NAT or load balancer may have forgotten it without a word);
-# * a zero-timeout poll finds nothing to read (the server closed it, or sent garbage).
-#
-# The pool only holds and releases sockets. Whether the client is closed is its closing
-# token's business (read here under the pool's lock, so no connection is pooled after
-# ``close()``), and the client tells the pool to ``forget()`` everything in a forked child.
+# -- the pool: idle keep-alive connections per (scheme, host, port[, proxy]), each key a LIFO
+# stack (the most recently used is the most likely alive; the rest age out). Busy ones are known
+# too, so ``close()`` can abort requests in flight. An idle connection is handed out only if its
+# idle age, on a clock that counts a frozen process's pause, is under ``idle_timeout`` (a NAT may
+# have forgotten it) and a zero-timeout poll finds nothing to read (the server closed it). The
+# closing token is read under the pool's lock, so nothing is pooled after ``close()``.
 class PoolClosed(Exception):
     """The client was closed; no connection can be checked out."""
 

@@ -32,6 +32,21 @@ Every exception is a ``QAError``::
         ├── InvalidModel
         └── InvalidOption
 
+``ConnectionFailed.diagnostics.transport_error`` holds what broke the connection: an ``OSError``,
+an ``ssl.SSLError``, or one of qa_min's own HTTP/1.1 protocol errors (never raised by a call
+itself; they say in the protocol's words what the server's bytes got wrong)::
+
+    QAError
+    └── ProtocolError                  .status: the final response's status, once its head was read
+        ├── MalformedHead              the status line or a field line breaks RFC 9112
+        ├── BadFraming                 the body cannot be delimited safely (Content-Length,
+        │                              Transfer-Encoding, chunk size lines, chunk CRLFs, trailers)
+        ├── LimitExceeded              a line, the head, the interim responses or a body over a cap
+        └── IncompleteMessage          the server closed the connection before the message ended
+
+A 2xx body refused for its framing or its size surfaces as ``InvalidResponse`` (the protocol
+error's words as its message); everything else as ``ConnectionFailed``.
+
 Each instance carries ``.diagnostics``. Messages name the status and a short detail, never the
 API key.
 
@@ -228,3 +243,37 @@ def status_error_class(status: int) -> type[APIStatusError]:
     if cls is not None:
         return cls
     return ServerError if 500 <= status <= 599 else UnexpectedStatus
+
+
+class ProtocolError(QAError):
+    """The server's bytes break HTTP/1.1 as RFC 9112 defines it (``_protocol`` says how).
+
+    Found in ``diagnostics.transport_error``; a call itself raises ``ConnectionFailed`` or
+    ``InvalidResponse``. Messages name what is wrong, with at most 40 bytes of the offending
+    line, and never hold a body.
+
+    Attributes:
+        status: The final response's status when the error came after its head, else None.
+    """
+
+    def __init__(
+        self, message: str, diagnostics: Optional[Diagnostics] = None, *, status: Optional[int] = None
+    ) -> None:
+        super().__init__(message, diagnostics)
+        self.status = status
+
+
+class MalformedHead(ProtocolError):
+    """The status line or a header field line is not valid HTTP/1.1."""
+
+
+class BadFraming(ProtocolError):
+    """Where the body ends cannot be told safely; the response is refused, never guessed."""
+
+
+class LimitExceeded(ProtocolError):
+    """A line, the head, the number of interim responses or a 2xx body is over its cap."""
+
+
+class IncompleteMessage(ProtocolError):
+    """The connection ended before the response did (before its first byte, even)."""

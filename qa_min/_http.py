@@ -1,5 +1,6 @@
 """The request as it travels down the stack: a value, not bytes (as httpx hands its transport a
-``Request``). A leaf: it imports nothing of qa_min.
+``Request``). Its bytes are the protocol's (``_wire``): the head written and checked once per
+client, finished per call.
 
 A client builds one ``Outgoing`` per operation once (``/v1/core`` without a body, ``/v1/models``)
 and each call takes a copy with its body (``with_body``): the fields tuple, and the bytes of
@@ -11,6 +12,8 @@ value; only the socket transport turns it into bytes (``encode``).
 from __future__ import annotations
 
 from operator import itemgetter
+
+from ._wire import finish_request, has_length, request_head
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -53,7 +56,7 @@ class Outgoing(tuple):  # type: ignore[type-arg]
         head: Optional[bytes] = None,
     ) -> Outgoing:
         if head is None:
-            head = encode_head(method, target, fields)
+            head = request_head(method, target, fields)
         return tuple.__new__(cls, (method, target, fields, body, path, head))
 
     def with_body(self, body: bytes) -> Outgoing:
@@ -65,26 +68,15 @@ class Outgoing(tuple):  # type: ignore[type-arg]
         return f"Outgoing({self[0]} {self[4]}, {len(self[3])} body bytes)"
 
 
-def encode_head(method: str, target: str, fields: Fields) -> bytes:
-    """The request line and the fields, each ended by CRLF; the blank line is not included."""
-    lines = [f"{method} {target} HTTP/1.1\r\n"]
-    lines.extend(f"{name}: {value}\r\n" for name, value in fields)
-    return "".join(lines).encode("latin-1")
-
-
 def encode(request: Outgoing) -> bytes:
     """The bytes of ``request`` on the wire, in one piece (one ``send``)."""
-    body: bytes = request[3]
-    head: bytes = request[5]
-    if body or request[0] not in ("GET", "HEAD"):
-        return b"%sContent-Length: %d\r\n\r\n%s" % (head, len(body), body)
-    return head + b"\r\n"
+    return finish_request(request[5], request[0], request[3])
 
 
 def wire_fields(request: Outgoing) -> Fields:
     """The fields as ``encode`` writes them: ``Content-Length`` added when there is one."""
     body, fields = request.body, request.fields
-    if body or request.method not in ("GET", "HEAD"):
+    if has_length(request.method, body):
         return (*fields, ("Content-Length", str(len(body))))
     return fields
 

@@ -17,10 +17,10 @@ import time
 
 from ._call import hooked
 from ._diagnostics import ResponseHeaders
+from ._errors import IncompleteMessage, InvalidResponse, ProtocolError
 from ._fakehttp import Headers
 from ._fakerules import DEFAULT_MODELS, HeaderPairs, RecordedRequest, Step, apply_rules
 from ._http import wire_fields
-from ._response import BadBody, HTTPException, IncompleteRead, RemoteDisconnected
 from ._transport import cap_body, failure
 
 TYPE_CHECKING = False
@@ -30,20 +30,19 @@ if TYPE_CHECKING:
 
     from ._call import CallState
     from ._config import Origin
-    from ._errors import QAError
     from ._http import Outgoing
 
     Handler = Callable[[RecordedRequest], Optional[Step]]
 
 
-def _failure(kind: str) -> Optional[OSError | HTTPException]:
+def _failure(kind: str) -> Optional[OSError | ProtocolError]:
     """What a failing step looks like to the code above the transport, as over a real socket."""
     if kind == "drop":
-        return RemoteDisconnected("Remote end closed connection without response")
+        return IncompleteMessage("the server closed the connection without a response")
     if kind == "reset":
         return ConnectionResetError(104, "Connection reset by peer")
     if kind == "truncate":
-        return IncompleteRead(b"{", 10)
+        return IncompleteMessage("the connection closed with 10 bytes of the body missing", status=200)
     return None
 
 
@@ -101,7 +100,7 @@ class MockTransport:
     def _take(self, recorded: RecordedRequest) -> Optional[Step]:
         """Record the request and ask the handler: its step; raises what a failing step stands for.
 
-        The one place both clients' mocks decide; only the wait of a ``hang`` or ``delay`` differs.
+        What both clients' mocks share; only the wait of a ``hang`` or ``delay`` step differs.
         """
         with self._lock:
             self._requests.append(recorded)
@@ -153,8 +152,10 @@ class _Bound:
         try:
             status, body, headers = self.mock._serve(recorded, self.origin.path, call)
             return self.delivered(status, body, headers, call)
-        except (OSError, HTTPException, BadBody) as exc:
-            raise self.failed(exc, call) from (None if isinstance(exc, BadBody) else exc)
+        except (OSError, ProtocolError) as exc:
+            error = failure(exc, self.origin, call)
+            # As the socket transport: a refused body's text is the message, raised from None.
+            raise error from (None if isinstance(error, InvalidResponse) else exc)
 
     def recorded(self, request: Outgoing) -> RecordedRequest:
         """The request as the handler sees it: as a server reads what the socket transport writes."""
@@ -173,11 +174,6 @@ class _Bound:
         if not any(name.lower() == "content-length" for name, _ in answer):
             answer.append(("Content-Length", str(len(body))))
         return status, ResponseHeaders(answer), body
-
-    def failed(self, exc: BaseException, call: CallState) -> QAError:
-        """A failing step's error, as the socket transport translates it (a refused 2xx body's
-        text is the message, so it is raised from None)."""
-        return failure(exc, self.origin, call)
 
     def close(self) -> None:
         """Nothing to release: no socket was opened."""

@@ -2,11 +2,13 @@
 
 ``Transport.attempt`` checks a connection out of the pool (or opens one), writes the prepared
 request, reads the response, and gives the connection back only if it was read to the end.
-Every ``OSError``, ``ssl.SSLError``, ``_response.HTTPException`` and deadline expiry that
-the network can raise is caught in ``attempt`` and nowhere else, and leaves as:
+Every ``OSError``, ``ssl.SSLError``, ``ProtocolError`` and deadline expiry that the network can
+raise is caught in ``attempt`` and nowhere else, and leaves as:
 
 * ``Canceled``, when the call's token was cancelled, its deadline passed, or the client closed;
-* ``ConnectionFailed``, with ``retryable`` telling the retry loop whether trying again can help.
+* ``InvalidResponse``, for a 2xx body refused for its size or its framing;
+* ``ConnectionFailed``, with ``retryable`` telling the retry loop whether trying again can help,
+  and the ``OSError`` or ``ProtocolError`` in ``diagnostics.transport_error``.
 
 A reused connection that fails before a single response byte arrived was most likely closed by
 the server while idle; the request goes out again once on a fresh connection: here, when it had
@@ -20,7 +22,6 @@ import socket
 import sys
 
 from ._connection import (
-    BadBody,
     Connection,
     Expired,
     Pool,
@@ -31,9 +32,16 @@ from ._connection import (
     open_tunnel,
     start_tls,
 )
-from ._errors import Canceled, ConnectionFailed, InvalidResponse, ProxyError
+from ._errors import (
+    BadFraming,
+    Canceled,
+    ConnectionFailed,
+    InvalidResponse,
+    LimitExceeded,
+    ProtocolError,
+    ProxyError,
+)
 from ._http import Resend, encode
-from ._response import HTTPException, Oversized
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -61,7 +69,7 @@ if TYPE_CHECKING:
         def forget(self) -> None: ...
 
 
-_NETWORK_ERRORS = (OSError, HTTPException, Expired, Stopped)
+_NETWORK_ERRORS = (OSError, ProtocolError, Expired, Stopped)
 
 
 class Transport:
@@ -145,13 +153,20 @@ class Transport:
                 # A proxy that refused may leave the request body unread and the connection
                 # dead while calling it keep-alive (squid does): never reuse it.
                 reusable = False
+        except (BadFraming, LimitExceeded) as exc:
+            if conn is not None:
+                self.pool.discard(conn)
+            if exc.status is None:  # in the head: the connection, not the answer, is broken
+                raise self._translate(exc, conn, call) from exc
+            call.status = exc.status  # a 2xx whose body is refused
+            raise InvalidResponse(_refusal(exc)) from None
         except _NETWORK_ERRORS as exc:
             if conn is not None:
                 self.pool.discard(conn)
-            raise self._translate(exc, conn, call) from exc
-        except BadBody as exc:
-            self.pool.discard(conn)  # type: ignore[arg-type]
-            raise failure(exc, self.origin, call) from None
+            error = self._translate(exc, conn, call)
+            if isinstance(error, InvalidResponse):
+                raise error from None  # a refused 2xx body: the refusal's text is the message
+            raise error from exc
         except TunnelRefused as exc:
             target = f"CONNECT to {self.origin.host}:{self.origin.port}"
             raise self._proxy_error(exc.status, exc.body, target) from None
@@ -311,13 +326,14 @@ def failure(exc: BaseException, origin: Origin, call: CallState) -> QAError:
     network, protocol and size-cap errors, used by ``Transport`` and ``MockTransport`` alike.
 
     ``Canceled`` when the call was stopped (cancelled, timed out, client closed) whatever the
-    error; ``InvalidResponse`` for a refused 2xx body (``BadBody``: over the size cap, or
-    malformed), its status recorded; otherwise ``ConnectionFailed``, ``retryable`` unless
-    retrying cannot help (an untrusted certificate), the error kept as ``transport_error``.
+    error; ``InvalidResponse`` for a refused 2xx body (``BadFraming`` or ``LimitExceeded`` with
+    a status: malformed, or over the size cap), its status recorded; otherwise
+    ``ConnectionFailed``, ``retryable`` unless retrying cannot help (an untrusted certificate),
+    the error kept as ``transport_error``.
     """
-    if isinstance(exc, BadBody):
+    if isinstance(exc, (BadFraming, LimitExceeded)) and exc.status is not None:
         call.status = exc.status
-        return InvalidResponse(str(exc))
+        return InvalidResponse(_refusal(exc))
     reason = call.stop_reason()
     if reason is None and isinstance(exc, (Expired, socket.timeout)) and call.deadline is not None:
         reason = f"the call's timeout of {call.timeout:g} s expired"
@@ -331,12 +347,14 @@ def failure(exc: BaseException, origin: Origin, call: CallState) -> QAError:
 
 def cap_body(status: int, body: bytes, max_body: int) -> bytes:
     """The size cap, for a body that arrived whole (``MockTransport``'s): a 2xx over it is
-    refused (``Oversized``, as the socket reader refuses it while reading), another status
+    refused (``LimitExceeded``, as the socket reader refuses it while reading), another status
     keeps its first ``max_body`` bytes."""
     if len(body) <= max_body:
         return body
     if 200 <= status < 300:
-        raise Oversized(status, len(body), max_body)
+        raise LimitExceeded(
+            f"the response body has {len(body)} bytes, over the {max_body}-byte limit", status=status
+        )
     return body[:max_body]
 
 
@@ -344,6 +362,11 @@ def _is_certificate_error(exc: BaseException) -> bool:
     # Retrying cannot fix a certificate the client does not trust. No ssl loaded, no TLS error.
     ssl = sys.modules.get("ssl")
     return ssl is not None and isinstance(exc, ssl.SSLCertVerificationError)
+
+
+def _refusal(exc: ProtocolError) -> str:
+    text = str(exc)
+    return text if isinstance(exc, LimitExceeded) else f"the response body is malformed: {text}"
 
 
 def _describe(exc: BaseException) -> str:

@@ -21,12 +21,16 @@ PACKAGE = Path(__file__).resolve().parent.parent / "qa_min"
 LAYERS: tuple[str, ...] = (
     # leaves: they import nothing of qa_min
     "_constants",
-    "_http",
     "_diagnostics",
     "_errors",
     "_typing",
     "_redact",
     "_schedule",
+    # the HTTP/1.1 protocol, no I/O, on the leaves only: its grammar and events, then the reader
+    "_wire",
+    "_protocol",
+    # the request value that travels down the stack, its head written by the protocol
+    "_http",
     # values and per-call primitives, on the leaves only
     "_limiter",
     "_ratelimit",
@@ -42,7 +46,6 @@ LAYERS: tuple[str, ...] = (
     # what a call tells (messages, logs, hooks), then its retry decisions: no I/O
     "_messages",
     "_decide",
-    "_response",
     "_connection",
     "_aio",
     "_transport",

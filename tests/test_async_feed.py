@@ -1,21 +1,22 @@
-"""The asyncio client's response feed (``_aio._Feed``) reads as the threaded client's reader does.
+"""The asyncio connection reads responses as the threaded one does: the same reader, two drivers.
 
-The feed gets bytes as the loop delivers them and must know when a response is whole; it then
-reads it with ``_response``'s reader. Each case is fed whole and one byte at a time, then the
-end of the stream, and must give what ``read_response`` gives for the same bytes from a stream
-(the same status, fields, body and reusability, or the same error class), and never an answer
-before the response is complete.
+``_aio.AioConnection`` feeds ``_protocol``'s reader from ``data_received``; ``_connection.Connection``
+feeds it from ``recv``. For each case the same bytes go to both: to the threaded connection over
+a socket pair (then closed), to the asyncio one in memory, whole and one byte at a time, then
+the end of the stream. Both must give the same (status, fields, body, reusable) or fail with
+the same error class, and the asyncio one never before the response is complete.
 """
 
 from __future__ import annotations
 
-import io
-from typing import Any, Union
+import asyncio
+import socket
+from typing import Any, Optional, Union
 
 import pytest
 
-from qa_min._aio import _Feed
-from qa_min._response import read_response
+from qa_min._aio import AioConnection
+from qa_min._connection import Connection
 
 LIMIT = 64
 OK = b'{"answers": {}}'
@@ -29,27 +30,19 @@ CASES: dict[str, bytes] = {
     + b"\r\na\r\n"
     + OK[5:]
     + b"\r\n0\r\n\r\n",
-    "chunked with trailers": b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nf\r\n"
-    + OK
-    + b"\r\n0\r\nX-T: 1\r\n\r\n",
     "until close": b"HTTP/1.1 200 OK\r\n\r\n" + OK,
     "no body 204": b"HTTP/1.1 204 No Content\r\n\r\n",
     "connection close": b"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 15\r\n\r\n" + OK,
-    "http/1.0": b"HTTP/1.0 200 OK\r\nContent-Length: 15\r\n\r\n" + OK,
     "error with body": b"HTTP/1.1 503 Busy\r\nContent-Length: 4\r\n\r\nbusy",
     "error over the cap": b"HTTP/1.1 500 X\r\nContent-Length: 100\r\n\r\n" + b"e" * 100,
-    "error until close over the cap": b"HTTP/1.1 500 X\r\n\r\n" + b"e" * 100,
-    "error chunked cut": b"HTTP/1.1 500 X\r\nTransfer-Encoding: chunked\r\n\r\n4\r\nbusy",
+    "error cut short": b"HTTP/1.1 500 X\r\nContent-Length: 10\r\n\r\nbus",
+    "error badly framed": b"HTTP/1.1 500 X\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
     "2xx over the cap": b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n" + b"x" * 100,
-    "2xx chunked over the cap": b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n64\r\n"
-    + b"x" * 100
-    + b"\r\n0\r\n\r\n",
     "2xx until close over the cap": b"HTTP/1.1 200 OK\r\n\r\n" + b"x" * 100,
     "truncated body": b"HTTP/1.1 200 OK\r\nContent-Length: 15\r\n\r\n" + OK[:7],
     "truncated head": b"HTTP/1.1 200 OK\r\nContent-Len",
     "nothing": b"",
     "garbage status line": b"HTTPX 200 OK\r\n\r\n",
-    "bad content-length": b"HTTP/1.1 200 OK\r\nContent-Length: 1x\r\n\r\n" + OK,
     "bad chunk size": b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
     "extra bytes after": b"HTTP/1.1 200 OK\r\nContent-Length: 15\r\n\r\n" + OK + b"HTTP/1.1",
 }
@@ -57,87 +50,102 @@ CASES: dict[str, bytes] = {
 Outcome = Union[tuple[Any, ...], str]
 
 
-def by_reader(data: bytes) -> Outcome:
+def threaded(data: bytes) -> Outcome:
+    ours, theirs = socket.socketpair()
     try:
-        status, headers, body, reusable = read_response(io.BufferedReader(io.BytesIO(data)), LIMIT)
-    except Exception as exc:
-        return type(exc).__name__
-    return status, list(headers.items()), body, reusable
+        theirs.sendall(data)
+        theirs.shutdown(socket.SHUT_WR)  # the end of the stream, the request still accepted
+        conn = Connection(ours, ("http", "h", 80, None))
+        try:
+            status, headers, body, reusable = conn.exchange(b"GET / HTTP/1.1\r\n\r\n", "GET", None, LIMIT)
+        except Exception as exc:
+            return type(exc).__name__
+        return status, list(headers.items()), body, reusable
+    finally:
+        ours.close()
+        theirs.close()
 
 
-def by_feed(pieces: list[bytes]) -> tuple[Outcome, bool]:
-    """The feed's outcome, and whether it answered before it had every byte."""
-    feed = _Feed(LIMIT)
-    try:
+class FakeTransport(asyncio.Transport):
+    def __init__(self) -> None:
+        super().__init__()
+        self.written = b""
+
+    def write(self, data: Any) -> None:
+        self.written += bytes(data)
+
+    def is_closing(self) -> bool:
+        return False
+
+    def abort(self) -> None:
+        pass
+
+    def get_write_buffer_size(self) -> int:
+        return 0
+
+
+def on_asyncio(pieces: list[bytes]) -> tuple[Outcome, bool]:
+    """The outcome, and whether it came before the last piece."""
+
+    async def main() -> tuple[Outcome, bool]:
+        conn = AioConnection(("http", "h", 80, None))
+        conn.connection_made(FakeTransport())
+        future = conn.send(b"GET / HTTP/1.1\r\n\r\n", "GET", LIMIT)
+        early = False
         for number, piece in enumerate(pieces):
-            result = feed.receive(piece)
-            if result is not None:
-                early = number < len(pieces) - 1 and sum(map(len, pieces[number + 1 :])) > 0
-                return _shown(result, feed.extra), early
-        return _shown(feed.receive_eof(), feed.extra), False
-    except Exception as exc:
-        return type(exc).__name__, False
+            conn.data_received(piece)  # the loop delivers what comes, answered or not
+            early = early or (future.done() and any(pieces[number + 1 :]))
+        if not future.done():
+            conn.eof_received()
+            conn.connection_lost(None)
+        try:
+            status, headers, body, reusable = await future
+        except Exception as exc:
+            return type(exc).__name__, early
+        return (status, list(headers.items()), body, reusable and not conn.dirty), early
 
-
-def _shown(result: tuple[Any, ...], extra: bool) -> Outcome:
-    status, headers, body, reusable = result
-    return status, list(headers.items()), body, reusable and not extra
+    return asyncio.run(main())
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
 @pytest.mark.parametrize("split", ["whole", "bytewise"])
-def test_the_feed_reads_as_the_stream_reader_does(name: str, split: str) -> None:
+def test_both_connections_read_the_same(name: str, split: str) -> None:
     data = CASES[name]
     pieces = [data] if split == "whole" else [data[i : i + 1] for i in range(len(data))]
-    outcome, early = by_feed(pieces or [b""])
-    expected = by_reader(data)
-    if name == "extra bytes after":
-        # The reader leaves them on the stream; the feed notes them when they came with the
-        # response, and the connection (``dirty``) when they come after it.
-        assert isinstance(expected, tuple)
-        assert isinstance(outcome, tuple)
-        assert outcome[:3] == expected[:3]
-        assert outcome[3] is (split == "bytewise")
-        return
-    if name.startswith(
-        ("2xx over the cap", "2xx chunked over", "error over the cap", "error until close over")
-    ):
-        # Refused or cut as soon as the cap is passed: the rest need not arrive.
-        assert outcome == expected
-        return
+    outcome, early = on_asyncio(pieces or [b""])
+    expected = threaded(data)
     assert outcome == expected
-    assert not early
+    # Only a refusal, or a body cut at the cap or at its first bad byte, ends before the bytes do.
+    assert not early or isinstance(outcome, str) or outcome[3] is False
 
 
-def test_a_tunnel_head_ends_the_response_and_notes_early_bytes() -> None:
-    feed = _Feed(LIMIT, tunnel=True)
-    assert feed.receive(b"HTTP/1.1 200 Connection established\r\n") is None
-    result = feed.receive(b"\r\n")
-    assert result is not None
-    assert result[0] == 200
-    assert feed.extra is False
-    early = _Feed(LIMIT, tunnel=True)
-    assert early.receive(b"HTTP/1.1 200 OK\r\n\r\n\x16\x03") is not None
-    assert early.extra is True
-    refused = _Feed(LIMIT, tunnel=True)
-    assert refused.receive(b"HTTP/1.1 407 Auth\r\nContent-Length: 2\r\n\r\n") is None
-    assert refused.receive(b"no") == (407, refused_headers(), b"no", True)
+def test_bytes_after_the_response_make_the_connection_unfit() -> None:
+    async def main() -> tuple[bool, bool]:
+        conn = AioConnection(("http", "h", 80, None))
+        conn.connection_made(FakeTransport())
+        future = conn.send(b"GET / HTTP/1.1\r\n\r\n", "GET", LIMIT)
+        conn.data_received(CASES["content-length"])
+        reusable = (await future)[3]
+        conn.data_received(b"HTTP/1.1 200 OK\r\n")  # nobody asked
+        return reusable, conn.dirty
+
+    assert asyncio.run(main()) == (True, True)
 
 
-def refused_headers() -> Any:
-    from qa_min._diagnostics import ResponseHeaders
+def test_a_tunnel_refuses_bytes_before_the_tls_handshake() -> None:
+    from qa_min._aio import open_tunnel
+    from qa_min._errors import MalformedHead
 
-    return ResponseHeaders([("Content-Length", "2")])
+    async def main(answer: bytes) -> Optional[str]:
+        conn = AioConnection(("https", "h", 443, ("p", 8080)))
+        conn.connection_made(FakeTransport())
+        loop = asyncio.get_running_loop()
+        loop.call_soon(conn.data_received, answer)
+        try:
+            await open_tunnel(conn, "h:443", b"", LIMIT)
+        except MalformedHead as exc:
+            return str(exc)
+        return None
 
-
-def test_a_head_that_never_ends_is_refused_at_its_limit() -> None:
-    from qa_min._aio import _HEAD_LIMIT
-    from qa_min._response import MalformedHead
-
-    feed = _Feed(LIMIT)
-    feed.receive(b"HTTP/1.1 200 OK\r\n")
-    line = b"X-Long: " + b"a" * 1000 + b"\r\n"
-    for _ in range(_HEAD_LIMIT // len(line)):
-        assert feed.receive(line) is None
-    with pytest.raises(MalformedHead):
-        feed.receive(line * 2)
+    assert asyncio.run(main(b"HTTP/1.1 200 Connection established\r\n\r\n")) is None
+    assert "before the TLS handshake" in (asyncio.run(main(b"HTTP/1.1 200 OK\r\n\r\n\x16\x03\x01")) or "")

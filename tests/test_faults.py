@@ -41,7 +41,6 @@ from support import SleepRecorder, make_recording_client
 
 import qa_min as qa
 from qa_min._connection import idle_clock
-from qa_min._response import HTTPException
 from qa_min.testing import FakeService, Step, delay, drop, hang, reply, reset, truncate
 
 
@@ -288,7 +287,7 @@ def test_fault_matrix(fault: Fault, policy: str, expect: Expect) -> None:
     assert diag.attempts == expect.attempts
     assert diag.status == expect.status
     if expect.transport_error:
-        assert isinstance(diag.transport_error, (OSError, HTTPException))
+        assert isinstance(diag.transport_error, (OSError, qa.ProtocolError))
         assert error is not None
         assert error.__cause__ is diag.transport_error
     elif expect.error is not None:

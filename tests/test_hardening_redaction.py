@@ -362,7 +362,7 @@ def test_status_line_echo_in_the_transport_error_and_cause(
     error = caught.value
     assert diag.attempts == 2
     assert error.__cause__ is diag.transport_error  # the stand-in is the cause, too
-    assert repr(diag.transport_error).startswith("BadStatusLine(")
+    assert repr(diag.transport_error).startswith("MalformedHead(")
     assert "[redacted]" in str(error)
     assert_hidden(key, texts_of(error, diag), caplog)
 
@@ -370,14 +370,13 @@ def test_status_line_echo_in_the_transport_error_and_cause(
 def test_status_line_without_the_key_keeps_the_original_transport_error(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    from qa_min._response import BadStatusLine
 
     line = b"HTTP/1.1 nonsense\r\n\r\n"
     with RawServer(respond_sequence(line)) as server:
         client = make_recording_client(server.url, api_key=KEY, retry=qa.RetryPolicy.none)
         with client, pytest.raises(qa.ConnectionFailed) as caught:
             client.list_models()
-    assert isinstance(caught.value.__cause__, BadStatusLine)
+    assert isinstance(caught.value.__cause__, qa.MalformedHead)
     assert caught.value.__cause__ is caught.value.diagnostics.transport_error
 
 

@@ -1,0 +1,498 @@
+"""The HTTP/1.1 reader in memory: bytes in, events out, no socket.
+
+Every case is fed whole, one byte at a time, and at random split points (as h11's tests do),
+and must give the same result each way: (status, fields, body, reusable) or the same error.
+
+  framing ........................ test_valid_responses_are_read, test_no_body_statuses_and_methods
+  the four classes of issue 21 ... test_transfer_encoding_is_trimmed_of_sp_and_htab_only,
+                                   test_chunk_data_must_end_in_crlf, test_field_names_must_be_tokens,
+                                   test_http10_with_transfer_encoding_is_refused
+  obs-fold ....................... test_obs_fold_becomes_one_sp
+  Python's generous functions .... test_content_length_is_ascii_digits_only,
+                                   test_chunk_size_is_hex_digits_only, test_status_line_is_strict,
+                                   test_field_values_refuse_controls, test_connection_tokens_are_exact
+  ambiguous framing .............. test_ambiguous_framing_is_refused, test_te_with_cl_is_not_reused
+  caps, at and past the limit .... test_line_cap, test_header_count_cap, test_interim_cap,
+                                   test_body_cap_for_2xx, test_body_cap_for_other_statuses,
+                                   test_chunk_size_digits_cap, test_chunk_size_line_cap
+  caps as the bytes arrive ....... test_caps_are_checked_before_the_line_ends
+  the end of the stream .......... test_no_byte_at_all_is_told_apart, test_end_of_stream_inside
+  errors ......................... test_protocol_errors_pickle_at_every_protocol
+  requests ....................... test_write_request, test_write_request_refuses_injection
+  no I/O ......................... test_the_protocol_modules_import_no_io
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+import pickle
+import random
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+import pytest
+
+import qa_min as qa
+from qa_min import _wire
+from qa_min._protocol import (
+    MAX_HEADERS,
+    MAX_INTERIM,
+    MAX_LINE,
+    MAX_SIZE_DIGITS,
+    MAX_SIZE_LINE,
+    NEED_DATA,
+    Data,
+    End,
+    Head,
+    ResponseReader,
+    write_request,
+)
+
+Outcome = tuple[Any, ...]  # a Result, or (error type, message)
+BIG = 1 << 40
+
+
+def feed(pieces: list[bytes], method: str = "GET", limit: int = BIG, eof: bool = True) -> Outcome:
+    """Feed ``pieces`` one by one (then the end of the stream): the result or (error type, text)."""
+    reader = ResponseReader(method, limit)
+    todo = list(pieces) + ([b""] if eof else [])
+    head: Optional[Head] = None
+    body: list[bytes] = []
+    try:
+        while True:
+            event = reader.next_event()
+            if event is NEED_DATA:
+                if not todo:
+                    return (type(NEED_DATA), "NEED_DATA")
+                reader.receive(todo.pop(0))
+            elif type(event) is Head:
+                head = event
+            elif type(event) is Data:
+                body.append(event.data)
+            else:
+                assert type(event) is End
+                assert head is not None
+                return head.status, list(head.headers.items()), b"".join(body), event.reusable
+    except qa.ProtocolError as exc:
+        return type(exc), str(exc)
+
+
+def splits(data: bytes, seed: int) -> list[bytes]:
+    rng = random.Random(seed)
+    cuts = (
+        sorted(rng.sample(range(1, len(data)), min(len(data) - 1, rng.randint(1, 6))))
+        if len(data) > 1
+        else []
+    )
+    return [data[a:b] for a, b in zip([0, *cuts], [*cuts, len(data)])]
+
+
+def read(data: bytes, method: str = "GET", limit: int = BIG, eof: bool = True) -> Outcome:
+    """The outcome of ``data``, checked to be the same fed whole, byte by byte and split at random."""
+    whole = feed([data], method, limit, eof)
+    assert feed([data[i : i + 1] for i in range(len(data))], method, limit, eof) == whole, "byte by byte"
+    for seed in range(3):
+        assert feed(splits(data, seed), method, limit, eof) == whole, f"split {seed}"
+    return whole
+
+
+def refused(outcome: Outcome, error: type, *words: str) -> None:
+    assert outcome[0] is error, outcome
+    for word in words:
+        assert word in str(outcome[1]), outcome
+
+
+def ok(head: bytes, body: bytes = b"") -> bytes:
+    return b"HTTP/1.1 200 OK\r\n" + head + b"\r\n" + body
+
+
+CHUNKED = b"Transfer-Encoding: chunked\r\n"
+
+
+@pytest.mark.parametrize(
+    ("data", "want"),
+    [
+        (ok(b"Content-Length: 5\r\n", b"hello"), (200, [("Content-Length", "5")], b"hello", True)),
+        (ok(CHUNKED, b"5\r\nhello\r\n0\r\n\r\n"), (200, [("Transfer-Encoding", "chunked")], b"hello", True)),
+        (ok(CHUNKED, b'2;a=b;c="d;e"\r\nhe\r\n3 \r\nllo\r\n0\r\nX: 1\r\n\r\n'), (200, None, b"hello", True)),
+        (ok(CHUNKED, b"000005\r\nhello\r\n0000\r\n\r\n"), (200, None, b"hello", True)),
+        (ok(b"", b"until the close"), (200, [], b"until the close", False)),
+        (b"HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\nhi", (200, None, b"hi", False)),
+        (b"HTTP/1.0 200 OK\r\nConnection: Keep-Alive\r\nContent-Length: 2\r\n\r\nhi",
+         (200, None, b"hi", True)),
+        (ok(b"Connection: close\r\nContent-Length: 2\r\n", b"hi"), (200, None, b"hi", False)),
+        (b"HTTP/1.1 200 OK\nContent-Length: 2\n\nhi", (200, None, b"hi", True)),  # bare LF in the head
+        (b"HTTP/1.1 200\r\nContent-Length: 0\r\n\r\n", (200, None, b"", True)),  # no reason
+        (b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early\r\nLink: </a>\r\n\r\n"
+         + ok(b"Content-Length: 0\r\n"),
+         (200, [("Content-Length", "0")], b"", True)),
+        (b"HTTP/1.1 404 Not Found\r\nContent-Length: 3\r\n\r\nno!", (404, None, b"no!", True)),
+    ],
+)  # fmt: skip
+def test_valid_responses_are_read(
+    data: bytes, want: tuple[int, Optional[list[tuple[str, str]]], bytes, bool]
+) -> None:
+    got = read(data)
+    assert not isinstance(got[0], type), got
+    assert got[0] == want[0]
+    assert got[2:] == want[2:]
+    if want[1] is not None:
+        assert got[1] == want[1]
+
+
+def test_bytes_after_the_message_make_it_not_reusable() -> None:
+    # Once they arrived, that is: bytes the server sends later are the pool's check to find.
+    assert feed([ok(b"Content-Length: 2\r\n", b"hiX")]) == (200, [("Content-Length", "2")], b"hi", False)
+
+
+@pytest.mark.parametrize(
+    ("status", "method"), [(204, "GET"), (304, "GET"), (200, "HEAD"), (200, "CONNECT"), (101, "GET")]
+)
+def test_no_body_statuses_and_methods(status: int, method: str) -> None:
+    data = b"HTTP/1.1 %d X\r\nContent-Length: 5\r\n\r\n" % status
+    assert read(data, method) == (status, [("Content-Length", "5")], b"", status != 101)
+
+
+# -- the four classes, each failing on the reader before _protocol (see the closing note) ----------
+
+
+@pytest.mark.parametrize("blank", [b"\x0b", b"\x0c", b"\xa0", b"\x1c", b"\x85"], ids=repr)
+@pytest.mark.parametrize("where", ["before", "after"])
+def test_transfer_encoding_is_trimmed_of_sp_and_htab_only(blank: bytes, where: str) -> None:
+    coding = blank + b"chunked" if where == "before" else b"chunked" + blank
+    outcome = read(ok(b"Transfer-Encoding: " + coding + b"\r\n", b"5\r\nhello\r\n0\r\n\r\n"))
+    assert outcome[0] in (qa.MalformedHead, qa.BadFraming), outcome  # never read as chunked
+    # SP and HTAB are the whitespace around a value (RFC 9110 §5.5), and are trimmed.
+    assert read(ok(b"Transfer-Encoding: \t chunked \t\r\n", b"5\r\nhello\r\n0\r\n\r\n"))[2:] == (
+        b"hello",
+        True,
+    )
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"5\r\nhello\n0\r\n\r\n",
+        b"6\r\nhello\r\n0\r\n\r\n",
+        b"5\r\nhelloXY0\r\n\r\n",
+        b"5\r\nhello\r0\r\n\r\n",
+    ],
+    ids=["bare-lf", "size-swallows-cr", "other-bytes", "bare-cr"],
+)
+def test_chunk_data_must_end_in_crlf(body: bytes) -> None:
+    refused(read(ok(CHUNKED, body)), qa.BadFraming, "chunk data not followed by CRLF")
+
+
+@pytest.mark.parametrize(
+    "name", [b"X\x00A", b"X-\xe9", b"X A", b" X", b"", b"X\x0bA", b'X"A', b"X(A)", b"X-A "], ids=repr
+)
+def test_field_names_must_be_tokens(name: bytes) -> None:
+    data = ok(name + b": 1\r\nContent-Length: 2\r\n", b"hi")
+    refused(read(data), qa.MalformedHead, "header")
+
+
+@pytest.mark.parametrize("length", [b"", b"Content-Length: 5\r\n"])
+def test_http10_with_transfer_encoding_is_refused(length: bytes) -> None:
+    data = b"HTTP/1.0 200 OK\r\nTransfer-Encoding: chunked\r\n" + length + b"\r\n5\r\nhello\r\n0\r\n\r\n"
+    refused(read(data), qa.BadFraming, "Transfer-Encoding in an HTTP/1.0 response")
+
+
+def test_obs_fold_becomes_one_sp() -> None:
+    data = ok(b"X-F: a\r\n  b\r\n\tc \r\nContent-Length: 0\r\n")
+    assert read(data)[1] == [("X-F", "a b c"), ("Content-Length", "0")]
+    refused(read(b"HTTP/1.1 200 OK\r\n folded: first\r\n\r\n"), qa.MalformedHead, "continuation")
+
+
+# -- everywhere Python's string functions are more generous than the grammar --------------------
+
+
+@pytest.mark.parametrize(
+    "value",
+    [b"+5", b"-5", b"5_0", b"\xb2", b"0x5", b"5.0", b"5e0", b"5 5", b"5\x0b", b"\x0c5", b"\xa05", b""],
+    ids=repr,
+)
+def test_content_length_is_ascii_digits_only(value: bytes) -> None:
+    # int() takes a sign, "_" and blanks; str.isdigit() takes "²"; strip() takes VT, FF, NBSP.
+    outcome = read(ok(b"Content-Length: " + value + b"\r\n", b"hello"))
+    assert outcome[0] in (qa.BadFraming, qa.MalformedHead), outcome
+
+
+@pytest.mark.parametrize(
+    "size",
+    [
+        b"+5",
+        b"-5",
+        b"0_5",
+        b"\xb2",
+        b"0x5",
+        b"5.0",
+        b" 5",
+        b"\x0b5",
+        b"\xa05",
+        b"5\x0c",
+        b"\xef\xbc\x95",
+        b"",
+    ],
+    ids=repr,
+)
+def test_chunk_size_is_hex_digits_only(size: bytes) -> None:
+    refused(read(ok(CHUNKED, size + b"\r\nhello\r\n0\r\n\r\n")), qa.BadFraming, "bad chunk size line")
+
+
+@pytest.mark.parametrize(
+    "line",
+    [b"HTTP/1.1  200 OK", b"HTTP/1.1\t200 OK", b"HTTP/1.1 200\tOK", b"HTTP/2.0 200 OK", b"http/1.1 200 OK",
+     b"HTTP/1.1 099 X", b"HTTP/1.1 2000 X", b"HTTP/1.1 20 X", b"HTTP/1.1 \xb200 X", b" HTTP/1.1 200 OK",
+     b"HTTP/1.1 200 O\x00K", b"HTTP/1.1 200 O\x0bK", b"HTTP/1.1 200 OK\r", b"", b"ICY 200 OK"],
+    ids=repr,
+)  # fmt: skip
+def test_status_line_is_strict(line: bytes) -> None:
+    refused(read(line + b"\r\nContent-Length: 0\r\n\r\n"), qa.MalformedHead, "status line")
+
+
+@pytest.mark.parametrize("control", [b"\x00", b"\x01", b"\x0b", b"\x0c", b"\r", b"\x1f", b"\x7f"], ids=repr)
+def test_field_values_refuse_controls(control: bytes) -> None:
+    refused(read(ok(b"X-A: a" + control + b"b\r\nContent-Length: 0\r\n")), qa.MalformedHead, "header field")
+
+
+def test_connection_tokens_are_exact() -> None:
+    keep = b"HTTP/1.0 200 OK\r\nConnection: %s\r\nContent-Length: 0\r\n\r\n"
+    assert read(keep % b"x-keep-alive-not")[3] is False
+    assert read(keep % b"foo, KEEP-ALIVE")[3] is True
+    assert read(ok(b"Connection: upgrade, Close\r\nContent-Length: 0\r\n"))[3] is False
+    assert read(ok(b"Connection: closed\r\nContent-Length: 0\r\n"))[3] is True  # not the token "close"
+
+
+# -- ambiguous framing ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [b"Content-Length: 5\r\nContent-Length: 6\r\n", b"Content-Length: 5, 6\r\n", b"Content-Length: 5,\r\n",
+     b"Transfer-Encoding: gzip, chunked\r\n", b"Transfer-Encoding: chunked, chunked\r\n",
+     b"Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n", b"Transfer-Encoding: identity\r\n",
+     b"Transfer-Encoding: chunked;q=1\r\n", b"Transfer-Encoding: chunked\r\nContent-Length: x\r\n"],
+    ids=repr,
+)  # fmt: skip
+def test_ambiguous_framing_is_refused(fields: bytes) -> None:
+    refused(read(ok(fields, b"5\r\nhello\r\n0\r\n\r\n")), qa.BadFraming)
+
+
+def test_same_content_length_twice_is_one_length() -> None:
+    assert read(ok(b"Content-Length: 5\r\ncontent-length: 5, 5\r\n", b"hello"))[2:] == (b"hello", True)
+
+
+def test_te_with_cl_is_read_as_chunked_and_not_reused() -> None:
+    assert read(ok(CHUNKED + b"Content-Length: 3\r\n", b"5\r\nhello\r\n0\r\n\r\n"))[2:] == (b"hello", False)
+
+
+def test_non_2xx_framing_errors_carry_the_status() -> None:
+    outcome = feed([b"HTTP/1.1 500 Oops\r\nTransfer-Encoding: gzip\r\n\r\nxx"])
+    refused(outcome, qa.BadFraming, "gzip")
+    reader = ResponseReader()
+    reader.receive(b"HTTP/1.1 502 Bad\r\nTransfer-Encoding: gzip\r\n\r\n")
+    assert type(reader.next_event()) is Head  # the head first: its status is the answer
+    with pytest.raises(qa.BadFraming) as caught:
+        reader.next_event()
+    assert caught.value.status == 502
+
+
+# -- caps: at the limit and one past it ---------------------------------------------------------
+
+
+@pytest.mark.parametrize(("extra", "accepted"), [(0, True), (1, False)])
+def test_line_cap(extra: int, accepted: bool) -> None:
+    line = b"X-Big: " + b"v" * (MAX_LINE - 9 + extra) + b"\r\n"
+    assert len(line) == MAX_LINE + extra
+    outcome = feed([ok(line + b"Content-Length: 0\r\n")])
+    if accepted:
+        assert outcome[0] == 200
+    else:
+        refused(outcome, qa.LimitExceeded, f"more than {MAX_LINE} bytes", "header line")
+
+
+@pytest.mark.parametrize(("extra", "accepted"), [(0, True), (1, False)])
+def test_header_count_cap(extra: int, accepted: bool) -> None:
+    fields = b"X-A: 1\r\n" * (MAX_HEADERS - 1 + extra) + b"Content-Length: 0\r\n"
+    outcome = read(ok(fields))
+    if accepted:
+        assert outcome[0] == 200
+        assert len(outcome[1]) == MAX_HEADERS
+    else:
+        refused(outcome, qa.LimitExceeded, f"more than {MAX_HEADERS} headers")
+
+
+@pytest.mark.parametrize(("extra", "accepted"), [(0, True), (1, False)])
+def test_interim_cap(extra: int, accepted: bool) -> None:
+    outcome = feed([b"HTTP/1.1 100 Continue\r\n\r\n" * (MAX_INTERIM + extra) + ok(b"Content-Length: 0\r\n")])
+    if accepted:
+        assert outcome[0] == 200
+    else:
+        refused(outcome, qa.LimitExceeded, f"more than {MAX_INTERIM} interim responses")
+
+
+BODIES = {
+    "length": lambda n: ok(b"Content-Length: %d\r\n" % n, b"x" * n),
+    "chunked": lambda n: ok(CHUNKED, b"%x\r\n%s\r\n0\r\n\r\n" % (n, b"x" * n)),
+    "close": lambda n: ok(b"", b"x" * n),
+}
+
+
+@pytest.mark.parametrize("framing", sorted(BODIES))
+@pytest.mark.parametrize(("extra", "accepted"), [(0, True), (1, False)])
+def test_body_cap_for_2xx(framing: str, extra: int, accepted: bool) -> None:
+    outcome = read(BODIES[framing](20 + extra), limit=20)
+    if accepted:
+        assert outcome[2] == b"x" * 20
+    else:
+        refused(outcome, qa.LimitExceeded, "20-byte limit")
+
+
+@pytest.mark.parametrize("framing", sorted(BODIES))
+def test_body_cap_for_other_statuses(framing: str) -> None:
+    data = BODIES[framing](25).replace(b"200 OK", b"503 Busy")
+    assert read(data, limit=20) == (503, read(data)[1], b"x" * 20, False)  # cut, not refused
+
+
+@pytest.mark.parametrize(("digits", "accepted"), [(MAX_SIZE_DIGITS, True), (MAX_SIZE_DIGITS + 1, False)])
+def test_chunk_size_digits_cap(digits: int, accepted: bool) -> None:
+    outcome = read(ok(CHUNKED, b"5".rjust(digits, b"0") + b"\r\nhello\r\n0\r\n\r\n"))
+    if accepted:
+        assert outcome[2] == b"hello"
+    else:
+        refused(outcome, qa.BadFraming, "chunk size line")
+
+
+@pytest.mark.parametrize(("length", "accepted"), [(MAX_SIZE_LINE, True), (MAX_SIZE_LINE + 1, False)])
+def test_chunk_size_line_cap(length: int, accepted: bool) -> None:
+    line = b"5;e=" + b"v" * (length - 6) + b"\r\n"
+    assert len(line) == length
+    outcome = read(ok(CHUNKED, line + b"hello\r\n0\r\n\r\n"))
+    if accepted:
+        assert outcome[2] == b"hello"
+    else:
+        refused(outcome, qa.BadFraming, f"chunk size line over {MAX_SIZE_LINE} bytes")
+
+
+@pytest.mark.parametrize(
+    ("data", "error"),
+    [(b"HTTP/1.1 200 OK\r\nX: " + b"v" * MAX_LINE, qa.LimitExceeded),
+     (b"H" * (MAX_LINE + 1), qa.LimitExceeded),
+     (ok(CHUNKED, b"0" * (MAX_SIZE_DIGITS + 1)), qa.BadFraming),
+     (ok(CHUNKED, b"5x"), qa.BadFraming),
+     (ok(CHUNKED, b"5;" + b"e" * MAX_SIZE_LINE), qa.BadFraming),
+     (ok(CHUNKED, b"5\r\nhello\n"), qa.BadFraming),
+     (ok(b"Content-Length: 30\r\n", b"x" * 10), qa.LimitExceeded),
+     (ok(CHUNKED, b"1e\r\n"), qa.LimitExceeded),
+     (ok(b"", b"x" * 21), qa.LimitExceeded)],
+    ids=["field-line", "status-line", "size-digits", "size-char", "size-line", "chunk-crlf", "length",
+         "chunk-size", "until-close"],
+)  # fmt: skip
+def test_caps_are_checked_before_the_line_ends(data: bytes, error: type) -> None:
+    # No end of stream, no line end: the reader refuses from what it has, without waiting.
+    refused(read(data, limit=20, eof=False), error)
+
+
+def test_no_byte_at_all_is_told_apart() -> None:
+    refused(read(b""), qa.IncompleteMessage, "without a response")
+    refused(read(b"HTTP/1.1 200 OK\r\n"), qa.IncompleteMessage, "inside the response headers")
+    refused(read(b"HTTP/1.1 100 Continue\r\n\r\n"), qa.IncompleteMessage, "after an interim response")
+
+
+@pytest.mark.parametrize(
+    ("data", "words"),
+    [(ok(b"Content-Length: 10\r\n", b"abc"), "7 bytes of the body missing"),
+     (ok(CHUNKED, b"5\r\nhel"), "inside the chunked body"),
+     (ok(CHUNKED, b"5\r\nhello\r\n"), "inside the chunked body")],
+)  # fmt: skip
+def test_end_of_stream_inside(data: bytes, words: str) -> None:
+    refused(read(data), qa.IncompleteMessage, words)
+
+
+def test_end_of_stream_inside_the_trailers_keeps_the_whole_body() -> None:
+    # The zero-size chunk arrived: the body is whole (RFC 9112 §8); only the trailers' end is not.
+    assert read(ok(CHUNKED, b"5\r\nhello\r\n0\r\nX-T: 1\r\n"))[2:] == (b"hello", False)
+
+
+@pytest.mark.parametrize(
+    "cls", [qa.ProtocolError, qa.MalformedHead, qa.BadFraming, qa.LimitExceeded, qa.IncompleteMessage]
+)
+def test_protocol_errors_pickle_at_every_protocol(cls: type[qa.ProtocolError]) -> None:
+    error = cls("chunk data not followed by CRLF", status=200)
+    assert isinstance(error, qa.ProtocolError)
+    assert isinstance(error, qa.QAError)
+    for protocol in range(pickle.HIGHEST_PROTOCOL + 1):
+        copied = pickle.loads(pickle.dumps(error, protocol))
+        assert (type(copied), str(copied), copied.status) == (cls, str(error), 200)
+    assert copy.deepcopy(error).status == 200
+    assert cls.__name__ not in {
+        "BadStatusLine",
+        "IncompleteRead",
+        "RemoteDisconnected",
+        "LineTooLong",
+        "HTTPException",
+    }
+
+
+def test_write_request() -> None:
+    fields = (("Host", "example.com"), ("Accept", "application/json"))
+    assert write_request("GET", "/v1/models", fields) == (
+        b"GET /v1/models HTTP/1.1\r\nHost: example.com\r\nAccept: application/json\r\n\r\n"
+    )
+    post = write_request("POST", "/v1/core", fields, b'{"a": 1}')
+    assert post.endswith(b'Accept: application/json\r\nContent-Length: 8\r\n\r\n{"a": 1}')
+    assert write_request("POST", "/x", list(fields)).endswith(b"Content-Length: 0\r\n\r\n")
+    # A client writes each request's head once and finishes it per call, with the same bytes.
+    head = _wire.request_head("POST", "/v1/core", fields)
+    assert _wire.finish_request(head, "POST", b'{"a": 1}') == post
+
+
+@pytest.mark.parametrize(
+    "field",
+    [
+        ("X-A", "a\r\nInjected: 1"),
+        ("X A", "1"),
+        ("X-A", "a\x00"),
+        ("", "1"),
+        ("X:A", "1"),
+        ("X-\u20ac", "1"),
+        ("X-A", "\u20ac"),
+    ],
+    ids=repr,
+)
+def test_write_request_refuses_injection(field: tuple[str, str]) -> None:
+    with pytest.raises(qa.ProtocolError, match=r"not a valid HTTP/1\.1 field"):
+        write_request("GET", "/", (("Host", "h"), field))
+
+
+def test_the_protocol_modules_import_no_io() -> None:
+    package = Path(qa.__file__).parent
+    for module in ("_protocol", "_wire"):
+        tree = ast.parse((package / f"{module}.py").read_text(encoding="utf-8"))
+        names = {
+            alias.name.split(".")[0]
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Import)
+            for alias in node.names
+        }
+        names |= {
+            node.module.split(".")[0]
+            for node in ast.walk(tree)
+            if isinstance(node, ast.ImportFrom) and node.module and not node.level
+        }
+        assert not names & {"socket", "ssl", "select", "asyncio", "selectors"}, (module, names)
+
+
+def test_a_line_trickled_byte_by_byte_costs_linear_time() -> None:
+    # Appended in place and searched from where the last search stopped: a server sending a
+    # 64 KiB line one byte per packet must not cost the client quadratic CPU.
+    data = ok(b"X: " + b"v" * (MAX_LINE - 6) + b"\r\nContent-Length: 0\r\n")
+    started = time.process_time()
+    assert feed([data[i : i + 1] for i in range(len(data))])[0] == 200
+    assert time.process_time() - started < 2.0  # about 0.05 s; quadratic, several times this
+
+
+def test_need_data_names_itself() -> None:
+    assert repr(NEED_DATA) == "NEED_DATA"
