@@ -34,9 +34,9 @@ if TYPE_CHECKING:
 
         origin: Origin
 
-        async def attempt(
+        def attempt(
             self, request: Outgoing, call: CallState, scope: Scope, fresh: bool = False
-        ) -> tuple[int, ResponseHeaders, bytes]: ...
+        ) -> Awaitable[tuple[int, ResponseHeaders, bytes]]: ...
         def close(self) -> None: ...
 
 
@@ -50,35 +50,24 @@ class AioSender:
         self.scopes: set[Scope] = set()  # of the calls in flight
 
     async def send(
-        self,
-        loop: asyncio.AbstractEventLoop,
-        request: Outgoing,
-        policy: RetryPolicy,
-        call: CallState,
+        self, loop: asyncio.AbstractEventLoop, request: Outgoing, policy: RetryPolicy, call: CallState
     ) -> bytes:
         """As ``Sender.send``: the 2xx body, or the error SPEC.md section 5 names.
 
         The call runs in a ``Scope``, which its timeout, its ``CancelToken`` and ``aclose()``
-        (through ``scopes``) stop.
+        (through ``scopes``) stop. One coroutine for the whole call: a call in flight keeps few
+        frames, which the garbage collector walks again and again when thousands are.
         """
-        scope = Scope(loop, call)
-        scopes = self.scopes
-        scopes.add(scope)
-        try:
-            token = call.token
-            if token is None:
-                return await self._send(request, policy, call, scope)
-            with token.hooked(scope.stop_soon):  # a token already cancelled: the first check raises
-                return await self._send(request, policy, call, scope)
-        finally:
-            scope.close()
-            scopes.discard(scope)
-
-    async def _send(self, request: Outgoing, policy: RetryPolicy, call: CallState, scope: Scope) -> bytes:
         sender = self.sender
         messages, attempt = sender.messages, self.transport.attempt
         call.redact = sender.redact
         state = Attempts(sender.rules, request, policy, call)
+        scope = Scope(loop, call)
+        self.scopes.add(scope)
+        # A token already cancelled registers nothing: the first check raises.
+        hook = None if call.token is None else call.token.hooked(scope.stop_soon)
+        if hook is not None:
+            hook.__enter__()
         fresh = False
         try:
             while True:
@@ -110,6 +99,11 @@ class AioSender:
         except BaseException as exc:
             state.end(exc)
             raise
+        finally:
+            if hook is not None:
+                hook.__exit__(None, None, None)
+            scope.close()
+            self.scopes.discard(scope)
 
     async def _nap(self, seconds: float, call: CallState, scope: Scope) -> None:
         """The wait before a retry, cut short by the deadline; the scope interrupts it."""

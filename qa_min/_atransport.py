@@ -23,6 +23,7 @@ from ._transport import _NETWORK_ERRORS, _refusal, _Stale, failure
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Awaitable
     from typing import Optional
 
     from ._ascope import Scope
@@ -47,32 +48,34 @@ class AioTransport:
     def close(self) -> None:
         self.pool.close()
 
-    async def attempt(self, request: Outgoing, call: CallState, scope: Scope, fresh: bool = False) -> Result:
-        """One HTTP attempt: (status, headers, body). Raises ``Canceled`` or ``ConnectionFailed``,
-        or ``Resend`` when a reused connection failed after the request went out whole."""
-        sync = self.sync
+    def attempt(
+        self, request: Outgoing, call: CallState, scope: Scope, fresh: bool = False
+    ) -> Awaitable[Result]:
+        """One HTTP attempt, to await: (status, headers, body). Raises ``Canceled`` or
+        ``ConnectionFailed``, or ``Resend`` when a reused connection failed after the request
+        went out whole. Not a coroutine itself: a call in flight keeps one frame less."""
         try:
-            conn = None if fresh else self.pool.checkout(sync._key)
+            conn = None if fresh else self.pool.checkout(self.sync._key)
         except PoolClosed:
             raise Canceled("the client was closed") from None
-        data = encode(request)
-        result = None
-        if conn is not None:
-            try:
-                result = await self._exchange(conn, data, request.method, call, scope)
-            except _Stale as stale:
-                if stale.written:
-                    # As in Transport.attempt: it may have reached the server; the retry
-                    # decisions count it and send again.
-                    raise Resend(stale.error) from None
-        if result is None:
-            result = await self._exchange(None, data, request.method, call, scope)
-        if result[0] in (401, 407) and sync._plain_proxy:
-            sync._check_plain_proxy(result[0], result[1], result[2], request)
-        return result
+        if conn is None:
+            return self._exchange(None, encode(request), request, call, scope)
+        return self._reused(conn, encode(request), request, call, scope)
+
+    async def _reused(
+        self, conn: AioConnection, data: bytes, request: Outgoing, call: CallState, scope: Scope
+    ) -> Result:
+        try:
+            return await self._exchange(conn, data, request, call, scope)
+        except _Stale as stale:
+            if stale.written:
+                # As in Transport.attempt: it may have reached the server; the retry decisions
+                # count it and send again.
+                raise Resend(stale.error) from None
+        return await self._exchange(None, data, request, call, scope)
 
     async def _exchange(
-        self, conn: Optional[AioConnection], request: bytes, method: str, call: CallState, scope: Scope
+        self, conn: Optional[AioConnection], data: bytes, request: Outgoing, call: CallState, scope: Scope
     ) -> Result:
         sync, pool = self.sync, self.pool
         try:
@@ -85,9 +88,10 @@ class AioTransport:
                 self._opened(conn)
                 if sync.origin.scheme == "https":
                     await self._secure(conn)
-            status, headers, body, reusable = await conn.send(request, method, sync.max_body)
+            status, headers, body, reusable = await conn.send(data, request.method, sync.max_body)
             if status in (401, 407) and sync._plain_proxy:
                 reusable = False  # a refusing proxy may leave the body unread: never reuse
+                sync._check_plain_proxy(status, headers, body, request)
         except asyncio.CancelledError as exc:
             if conn is not None:
                 pool.discard(conn)
