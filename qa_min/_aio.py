@@ -160,11 +160,10 @@ class AioConnection(asyncio.Protocol):
         self._reader = ResponseReader(method, max_body)
         self._head, self._parts = None, []
         self.received = 0
-        self.sent = not self.lost
-        if self.lost:
-            waiter.set_exception(ConnectionResetError("the connection was closed"))
-        else:
-            transport.write(request)
+        # A connection found closed is never checked out, and nothing runs between the
+        # checkout and this write: the request goes out (or fails in connection_lost).
+        transport.write(request)
+        self.sent = True
         return waiter
 
     def abort(self) -> None:

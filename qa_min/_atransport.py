@@ -56,7 +56,7 @@ class AioTransport:
         went out whole. Not a coroutine itself: a call in flight keeps one frame less."""
         try:
             conn = None if fresh else self.pool.checkout(self.sync._key)
-        except PoolClosed:
+        except PoolClosed:  # pragma: no cover - aclose() stops a call before it gets here
             raise Canceled("the client was closed") from None
         if conn is None:
             return self._exchange(None, encode(request), request, call, scope)
@@ -68,11 +68,9 @@ class AioTransport:
         try:
             return await self._exchange(conn, data, request, call, scope)
         except _Stale as stale:
-            if stale.written:
-                # As in Transport.attempt: it may have reached the server; the retry decisions
-                # count it and send again.
-                raise Resend(stale.error) from None
-        return await self._exchange(None, data, request, call, scope)
+            # Handed to the transport, so it may have reached the server (the loop writes at
+            # once): as in Transport.attempt, the retry decisions count it and send it again.
+            raise Resend(stale.error) from None
 
     async def _exchange(
         self, conn: Optional[AioConnection], data: bytes, request: Outgoing, call: CallState, scope: Scope
@@ -130,7 +128,7 @@ class AioTransport:
             _tune(sock)
         try:
             self.pool.track(conn)
-        except PoolClosed:
+        except PoolClosed:  # pragma: no cover - aclose() cancels a connecting call's task first
             raise Stopped from None
 
     async def _secure(self, conn: AioConnection) -> None:

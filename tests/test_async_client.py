@@ -482,3 +482,92 @@ def test_a_token_cancelled_after_the_loop_closed_is_harmless() -> None:
     run(main())
     token.cancel()  # its hook was removed when the call ended; nothing to wake
     assert token.cancelled
+
+
+def test_a_connection_the_server_closed_while_idle_is_replaced_silently(svc: FakeService) -> None:
+    async def main() -> tuple[int, int]:
+        async with qa.AsyncClient(base_url=svc.url, trust_env=False) as client:
+            await client.ask("first", Review)
+            svc.close_idle_connections()
+            pool = client._transport.pool  # type: ignore[union-attr]
+            [conn] = [c for stack in pool._idle.values() for c in stack]
+            for _ in range(400):  # the loop sees the close while the connection idles
+                if conn.lost:
+                    break
+                await asyncio.sleep(0.005)
+            diagnostics = qa.Diagnostics()
+            await client.ask("second", Review, diagnostics=diagnostics)
+            return diagnostics.attempts, svc.connections
+
+    attempts, connections = run(main())
+    assert attempts == 1  # nothing was written to the closed one: not an attempt
+    assert connections == 2
+
+
+def test_an_idle_connection_past_idle_timeout_is_not_reused() -> None:
+    async def main() -> tuple[int, int]:
+        server, kind, url = await serve()
+        async with qa.AsyncClient(base_url=url, trust_env=False, idle_timeout=0.05) as client:
+            await client.ask("first", Review)
+            await asyncio.sleep(0.1)
+            await client.ask("second", Review)
+            first = kind.connections
+            await client.ask("third", Review)  # right after: reused
+        server.close()
+        return first, kind.connections
+
+    assert run(main()) == (2, 2)
+
+
+@pytest.mark.parametrize(
+    ("answer", "expected"),
+    [
+        (b"HTTP/1.1 200 OK\r\nContent-Length: 1x\r\n\r\n{}", ("InvalidResponse", "NoneType")),
+        (b"HTTP/1.1 200 OK\r\nX: " + b"a" * 70000 + b"\r\n\r\n", ("ConnectionFailed", "LimitExceeded")),
+        (b"HTTPX 200 OK\r\n\r\n", ("ConnectionFailed", "MalformedHead")),
+    ],
+    ids=["framing after the head", "cap in the head", "not a status line"],
+)
+def test_a_refused_response_is_the_same_error_in_both_clients(
+    answer: bytes, expected: tuple[str, str]
+) -> None:
+    from faultservers import RawServer, respond_sequence
+
+    def threaded(url: str) -> tuple[str, str]:
+        with qa.Client(base_url=url, trust_env=False, retry=qa.RetryPolicy.none) as client:
+            try:
+                client.list_models()
+            except qa.QAError as exc:
+                return type(exc).__name__, type(exc.diagnostics.transport_error).__name__
+        raise AssertionError("no error")
+
+    async def on_asyncio(url: str) -> tuple[str, str]:
+        async with qa.AsyncClient(base_url=url, trust_env=False, retry=qa.RetryPolicy.none) as client:
+            try:
+                await client.list_models()
+            except qa.QAError as exc:
+                return type(exc).__name__, type(exc.diagnostics.transport_error).__name__
+        raise AssertionError("no error")
+
+    with RawServer(respond_sequence(answer, answer)) as server:
+        assert threaded(server.url) == expected
+        assert run(on_asyncio(server.url)) == expected
+
+
+def test_a_scope_outside_a_task_and_a_stop_after_the_loop_closed() -> None:
+    from qa_min._ascope import Scope, WrongLoop
+    from qa_min._call import CallState
+
+    loop = asyncio.new_event_loop()
+    try:
+        with pytest.raises(WrongLoop, match="inside an asyncio task"):
+            Scope(loop, CallState(None, None))  # no task runs on it
+
+        async def made() -> Scope:
+            return Scope(asyncio.get_running_loop(), CallState(None, None))
+
+        scope = loop.run_until_complete(made())
+    finally:
+        loop.close()
+    scope.stop_soon()  # a token cancelled after the loop closed: nothing to wake, no error
+    assert scope.reason is None
