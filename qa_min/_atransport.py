@@ -17,9 +17,9 @@ import asyncio
 
 from ._aio import AioConnection, AioPool, open_tunnel, start_tls
 from ._connection import PoolClosed, Stopped, TunnelRefused, _tune
-from ._errors import BadFraming, Canceled, InvalidResponse, LimitExceeded, ProtocolError
+from ._errors import Canceled, InvalidResponse, ProtocolError
 from ._http import Resend, encode
-from ._transport import _NETWORK_ERRORS, _refusal, _Stale, failure
+from ._transport import _NETWORK_ERRORS, _Stale, failure
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -94,24 +94,11 @@ class AioTransport:
             if conn is not None:
                 pool.discard(conn)
             raise scope.absorb(exc) from None
-        except (BadFraming, LimitExceeded) as exc:  # as Transport._exchange
+        except (*_NETWORK_ERRORS, TunnelRefused) as exc:
             if conn is not None:
                 pool.discard(conn)
-            if exc.status is None:  # in the head: the connection, not the answer, is broken
-                raise sync._translate(exc, _as_connection(conn), call) from exc
-            call.status = exc.status  # a 2xx whose body is refused
-            raise InvalidResponse(_refusal(exc)) from None
-        except _NETWORK_ERRORS as exc:
-            if conn is not None:
-                pool.discard(conn)
-            error = sync._translate(exc, _as_connection(conn), call)
-            if isinstance(error, InvalidResponse):
-                raise error from None  # a refused 2xx body: the refusal's text is the message
-            raise error from exc
-        except TunnelRefused as exc:
-            pool.discard(conn)  # type: ignore[arg-type]
-            target = f"CONNECT to {self.origin.host}:{self.origin.port}"
-            raise sync._proxy_error(exc.status, exc.body, target) from None
+            error, cause = sync.failed(exc, _as_connection(conn), call)
+            raise error from cause
         except BaseException:
             if conn is not None:
                 pool.discard(conn)
