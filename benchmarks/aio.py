@@ -326,6 +326,7 @@ def render(samples: dict[int, dict[str, list[Optional[dict[str, float]]]]], comm
         "| K | client | wall s | x floor | CPU s | x floor | peak RSS MiB | threads | worst lag s |",
         "|---:|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
+    medians: dict[tuple[int, str], dict[str, float]] = {}
     for k, by_client in samples.items():
         floor = by_client.get("floor", [])
         for name, runs in by_client.items():
@@ -333,18 +334,46 @@ def render(samples: dict[int, dict[str, list[Optional[dict[str, float]]]]], comm
             if not done:
                 lines.append(f"| {k:,} | {name} | timed out | | | | | | |")
                 continue
-            ratio = {
-                key: _median(
-                    [r[key] / f[key] for r, f in zip(runs, floor) if r is not None and f is not None]
-                )
-                for key in ("wall", "cpu")
-            }
-            row = [_median([r[key] for r in done]) for key in ("wall", "cpu", "rss", "threads", "lag")]
+            row = {key: _median([r[key] for r in done]) for key in ("wall", "cpu", "rss", "threads", "lag")}
+            for key in ("wall", "cpu"):
+                pairs = [r[key] / f[key] for r, f in zip(runs, floor) if r is not None and f is not None]
+                row[f"{key}_x"] = _median(pairs)
+            medians[k, name] = row
             lines.append(
-                f"| {k:,} | {name} | {row[0]:.2f} | {ratio['wall']:.2f} | {row[1]:.2f} | {ratio['cpu']:.2f} |"
-                f" {row[2]:.0f} | {row[3]:.0f} | {row[4]:.2f} |"
+                f"| {k:,} | {name} | {row['wall']:.2f} | {row['wall_x']:.2f} | {row['cpu']:.2f} |"
+                f" {row['cpu_x']:.2f} | {row['rss']:.0f} | {row['threads']:.0f} | {row['lag']:.2f} |"
             )
-    return "\n".join(lines)
+    return "\n".join([*lines, "", *_verdicts(medians)])
+
+
+def _verdicts(medians: dict[tuple[int, str], dict[str, float]]) -> list[str]:
+    """The issue's targets for qa_min, each with the figure of this run and whether it holds."""
+    at = medians.get((5000, "qa_min"))
+    thousand = medians.get((1000, "qa_min"))
+    aiohttp = medians.get((5000, "aiohttp"))
+    if at is None:
+        return []
+    checks = [
+        ("wall ≤ 1.5x the floor's", at["wall_x"] <= 1.5, f"{at['wall_x']:.2f}x"),
+        ("CPU ≤ 1.6x the floor's", at["cpu_x"] <= 1.6, f"{at['cpu_x']:.2f}x"),
+        ("peak RSS ≤ 75 MiB", at["rss"] <= 75, f"{at['rss']:.0f} MiB"),
+        ("one thread", at["threads"] == 1, f"{at['threads']:.0f}"),
+    ]
+    if aiohttp is not None:
+        checks.append(
+            (
+                "ahead of aiohttp",
+                at["wall"] < aiohttp["wall"],
+                f"{at['wall']:.2f} s vs {aiohttp['wall']:.2f} s",
+            )
+        )
+    if thousand is not None:
+        checks.append(("K = 1,000 in ≤ 0.5 s", thousand["wall"] <= 0.5, f"{thousand['wall']:.2f} s"))
+    return [
+        "qa_min against the targets (at K = 5,000 unless said): "
+        + "; ".join(f"{what}: {figure} ({'met' if ok else 'NOT met'})" for what, ok, figure in checks)
+        + "."
+    ]
 
 
 def write_section(path: Path, text: str) -> None:
