@@ -21,6 +21,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Optional
 
+import pytest
 from faultservers import RawServer, answer_once
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
@@ -234,6 +235,9 @@ def open_sockets() -> int:
     return count
 
 
+# 500 examples over real sockets take about 5 s alone and over 30 s on a loaded 2-core machine
+# (four suites at once): a bound for the whole property, not for one example.
+@pytest.mark.timeout(180)
 @settings(
     max_examples=500,
     derandomize=True,
