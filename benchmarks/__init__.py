@@ -21,7 +21,7 @@ imports only modules listed before it:
    and ``cold``), then ``__main__``.
 
 Beside them, the self-contained modes, which import ``common`` and ``fake`` at most: ``aio``
-(mode ``asyncio``), ``batch``, ``engines``, ``ratelimit``, ``redaction``.
+(mode ``asyncio``), ``batch``, ``engines``, ``fleet``, ``ratelimit``, ``redaction``.
 
 This file imports nothing: every client process imports the ``benchmarks`` package before its
 client library, and whatever it imported would blur the import-time and memory measurements.

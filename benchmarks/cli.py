@@ -37,6 +37,7 @@ MODES: dict[str, tuple[str, str]] = {
     "batch": ("benchmarks.batch:main", "`qa-min batch` on a million lines: memory, first line, resuming"),
     "cold": ("benchmarks.cli:cold_main", "cold starts: whole processes up to the first answer, vs raw"),
     "engines": ("benchmarks.engines:main", "process pools, Dask, Ray, Spark (needs the extra 'engines')"),
+    "fleet": ("benchmarks.fleet:main", "fleets of 1-8 client processes sharing one rate limit"),
     "ratelimit": ("benchmarks.ratelimit:main", "a rate-limited service, with and without the limiter"),
     "redaction": ("benchmarks.redaction:main", "hiding the key in an 8 MiB body; the nesting check"),
     "steady": ("benchmarks.cli:steady_main", "CPU per call, calls/s, import time, RSS vs raw (the default)"),

@@ -25,6 +25,8 @@ if TYPE_CHECKING:
     from ._config import Origin
     from ._diagnostics import ResponseHeaders
     from ._http import Outgoing
+    from ._limiter import Limiter
+    from ._pacer import Priority, Waiter
     from ._retrying import Sender
 
     Sleep = Callable[[float], Awaitable[object]]
@@ -72,8 +74,13 @@ class AioSender:
         try:
             while True:
                 call.check()
-                if state.slot() is not None or state.wait is not None:
-                    await self._nap(state.wait or 0.0, call, scope)
+                slot = state.slot()
+                if slot is not None:
+                    limiter = sender.rules.limiter
+                    assert limiter is not None
+                    state.ticket = await self._acquire(limiter, slot[0], slot[1], call, scope)
+                elif state.wait is not None:
+                    await self._nap(state.wait, call, scope)
                 if messages.hooks is not None:
                     messages.emit("before_attempt", request, call.attempts + 1)
                 started = time.monotonic()
@@ -105,14 +112,69 @@ class AioSender:
             scope.close()
             self.scopes.discard(scope)
 
-    async def _nap(self, seconds: float, call: CallState, scope: Scope) -> None:
-        """The wait before a retry, cut short by the deadline; the scope interrupts it."""
-        call.delay = seconds
-        call.rate_limit_wait = 0.0
-        if call.deadline is not None:
-            seconds = min(seconds, max(0.0, call.deadline - time.monotonic()))
+    async def _acquire(
+        self, limiter: Limiter, delay: Optional[float], priority: Priority, call: CallState, scope: Scope
+    ) -> float:
+        """``Limiter.acquire`` on the loop: its ``begin``/``step`` decisions, each wait awaited (one
+        the limiter may end early, ``arm``ed with a future), the slot given back on a stop."""
+        waiter, first = limiter.begin(delay, priority)
         try:
-            await self._sleep(seconds)
+            if first is not None:
+                await self._nap(first[0], call, scope, first[1])
+            while True:
+                wait = limiter.step(waiter)
+                if wait is None:
+                    return waiter.slot
+                await self._nap(wait[0], call, scope, wait[0], (limiter, waiter) if wait[1] else None)
+        except BaseException:
+            limiter.abandon(waiter)
+            raise
+
+    async def _nap(
+        self,
+        seconds: float,
+        call: CallState,
+        scope: Scope,
+        held: float = 0.0,
+        woken: Optional[tuple[Limiter, Waiter]] = None,
+    ) -> None:
+        """One wait before an attempt, as ``Sender._nap``: ``held`` seconds of it the limiter's;
+        cut short by the deadline, ended early by what ``woken``'s waiter is held for; the call's
+        scope interrupts it (its timeout, its token, ``aclose()``)."""
+        if call.deadline is not None:
+            left = max(0.0, call.deadline - time.monotonic())
+            held = min(held, left)
+        call.delay = max(0.0, seconds - held)
+        call.rate_limit_wait = held
+        call.rate_limit_total += held
+        if call.deadline is not None:
+            seconds = min(seconds, left)
+        try:
+            if woken is not None and self._sleep is asyncio.sleep:
+                await _until_woken(woken[0], woken[1], seconds)
+            else:
+                await self._sleep(seconds)
         except asyncio.CancelledError as exc:
             raise scope.absorb(exc) from None
         call.check()
+
+
+async def _until_woken(limiter: Limiter, waiter: Waiter, seconds: float) -> None:
+    """Wait ``seconds``, or until the limiter wakes ``waiter`` (an answer it was held for came).
+
+    The limiter belongs to one client, which belongs to one loop: it wakes the waiter on the
+    loop's thread, from ``report``, so the future is set directly.
+    """
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[None] = loop.create_future()
+
+    def wake() -> None:
+        if not future.done():
+            future.set_result(None)
+
+    timer = loop.call_later(seconds, wake)
+    limiter.arm(waiter, wake)
+    try:
+        await future
+    finally:
+        timer.cancel()

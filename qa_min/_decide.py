@@ -10,7 +10,8 @@ the client's ``random`` and wall clock come with its ``Rules``.
 
 The rate limiter is touched in one place, the section at the end of the class: ``slot()`` says
 whether the next attempt must ask the limiter for a slot (the driver's ``acquire`` waits for
-it), ``_tell`` reports each outcome to it.
+it), ``_tell`` reports each outcome to it (and hands it every response's headers, for an
+announced limit), ``_absorbs`` says whether it absorbs a 429 beyond ``max_retries``.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from __future__ import annotations
 from ._backoff import backoff_ms, server_delay_ms, should_retry
 from ._errors import ConnectionFailed, ProxyError, QAError
 from ._http import Resend
+from ._limiter import ABSORBED
+from ._pacer import Priority
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -94,7 +97,18 @@ class Decision:
 class Attempts:
     """The retry state of one call: how many retries were made, what the next attempt waits."""
 
-    __slots__ = ("call", "policy", "request", "resending", "retries", "rules", "throttled", "ticket", "wait")
+    __slots__ = (
+        "absorbed",
+        "call",
+        "policy",
+        "request",
+        "resending",
+        "retries",
+        "rules",
+        "throttled",
+        "ticket",
+        "wait",
+    )
 
     def __init__(self, rules: Rules, request: Outgoing, policy: RetryPolicy, call: CallState) -> None:
         self.rules = rules
@@ -102,6 +116,7 @@ class Attempts:
         self.policy = policy
         self.call = call
         self.retries = 0
+        self.absorbed = 0  # 429s with a delay the limiter absorbed (not counted in retries)
         self.wait: Optional[float] = None  # seconds before the next attempt; None: at once
         self.throttled = False  # the last attempt got a 429/529
         self.ticket: Optional[float] = None  # the limiter's, for the attempt in flight
@@ -115,6 +130,8 @@ class Attempts:
         call.status = status
         call.headers = headers
         rules = self.rules
+        if rules.limiter is not None:
+            rules.limiter.hear(headers.items())  # an announced limit paces before the first 429
         if 200 <= status < 300:
             if rules.limiter is not None:
                 self._tell(status, None, started)
@@ -180,12 +197,18 @@ class Attempts:
         # A 429/529 retried after the delay the server asked for is announced pacing, not the
         # failure storm the budget guards against: it spends no budget.
         exempt = throttled and delay is not None
-        if self.retries >= policy.max_retries or not (exempt or budget is None or budget.try_spend()):
+        absorb = exempt and self._absorbs()
+        if not absorb and (
+            self.retries >= policy.max_retries or not (exempt or budget is None or budget.try_spend())
+        ):
             return None
         if delay is None:
             delay = backoff_ms(policy, self.retries, self.rules.random())
         self.wait = delay / 1000.0
-        self.retries += 1
+        if absorb:
+            self.absorbed += 1
+        else:
+            self.retries += 1
         return self.wait
 
     def _record(
@@ -207,7 +230,7 @@ class Attempts:
 
     # -- the rate limiter: every exchange with it is here --------------------------------------
 
-    def slot(self) -> Optional[tuple[Optional[float], int]]:
+    def slot(self) -> Optional[tuple[Optional[float], Priority]]:
         """Whether the next attempt asks the limiter for a slot: (its own wait, its priority),
         or None (then it only waits ``wait``). The driver's ``acquire`` returns ``ticket``."""
         limiter = self.rules.limiter
@@ -218,8 +241,21 @@ class Attempts:
         if limiter is None or not limiter.engaged:
             return None
         # One sleep covers both the call's own delay and its slot in the schedule.
-        front = (2 if self.retries >= self.policy.max_retries else 1) if self.throttled else 0
-        return self.wait, front
+        if not self.throttled:
+            return self.wait, Priority.NEW
+        last = self.retries >= self.policy.max_retries and not self._absorbs()
+        return self.wait, Priority.LAST if last else Priority.RETRY
+
+    def _absorbs(self) -> bool:
+        """Whether the limiter absorbs this 429 (it had a delay): not counted in ``max_retries``,
+        ``ABSORBED`` at most a call, while it paces a fleet's share (``Limiter.absorbs``)."""
+        limiter = self.rules.limiter
+        return (
+            limiter is not None
+            and self.policy.max_retries > 0
+            and self.absorbed < ABSORBED
+            and limiter.absorbs()
+        )
 
     def _tell(self, status: Optional[int], pause: Optional[float], started: float) -> None:
         """Report an attempt's outcome to the limiter (``status`` None: no response)."""

@@ -24,7 +24,16 @@ from dataclasses import dataclass
 from typing import Final
 
 from ._fakehttp import ConnState, Server, accept_loop, shutdown
-from ._fakerules import RecordedRequest, Reply, Step, TokenBucket, apply_rules, throttle_headers
+from ._fakerules import (
+    HeaderPairs,
+    RecordedRequest,
+    Reply,
+    Step,
+    TokenBucket,
+    announce_headers,
+    apply_rules,
+    throttle_headers,
+)
 
 # Bounds every join so that a bug in a handler cannot hang the test run that owns the fake.
 JOIN_TIMEOUT: Final = 10.0
@@ -50,7 +59,7 @@ class ServiceState:
     """Everything a fake service knows, and the lock that guards it; ``FakeService`` forwards here.
 
     ``rate_limit`` is ``(rate, burst)`` or None; ``retry_after`` is ``"seconds"``, ``"ms"``,
-    ``"both"`` or ``"none"`` (checked by the facade).
+    ``"both"`` or ``"none"``; ``announce`` one of ``ANNOUNCE_STYLES`` (checked by the facade).
     """
 
     def __init__(
@@ -62,6 +71,7 @@ class ServiceState:
         address: tuple[str, int],
         rate_limit: tuple[float, float] | None,
         retry_after: str,
+        announce: str = "none",
     ) -> None:
         self._api_key = api_key
         self._models = tuple(models)
@@ -70,6 +80,7 @@ class ServiceState:
         self._address = address
         self._rate_limit = rate_limit
         self._retry_after = retry_after
+        self._announce = announce
         self.url: str | None = None
         self._cond = threading.Condition()
         self._closed = False
@@ -203,13 +214,18 @@ class ServiceState:
             return self._cond.wait_for(lambda: self._closed, seconds)
 
     def respond(self, recorded: RecordedRequest) -> Reply:
+        announced: HeaderPairs = ()
         with self._cond:
             overrides = self._overrides
             wait = None if self._bucket is None else self._bucket.take(time.monotonic())
             if wait is not None:
                 self._throttled += 1
+            if self._bucket is not None and self._rate_limit is not None:
+                rate, burst = self._rate_limit
+                announced = announce_headers(self._announce, self._bucket.tokens, rate, burst, time.time())
         if wait is not None:
-            return 429, _THROTTLED_BODY, throttle_headers(wait, self._retry_after)
-        return apply_rules(
+            return 429, _THROTTLED_BODY, throttle_headers(wait, self._retry_after) + announced
+        status, payload, headers = apply_rules(
             recorded, overrides, api_key=self._api_key, prefix=self._prefix, models=self._models
         )
+        return status, payload, headers + announced

@@ -14,6 +14,7 @@ import hashlib
 import json
 import math
 import re
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Literal
@@ -82,6 +83,11 @@ class TokenBucket:
         self._tokens = burst
         self._updated = now
 
+    @property
+    def tokens(self) -> float:
+        """The tokens left after the latest ``take``."""
+        return self._tokens
+
     def take(self, now: float) -> float | None:
         """Take a token: None when there was one, else the seconds until there will be."""
         self._tokens = min(self._burst, self._tokens + (now - self._updated) * self._rate)
@@ -98,6 +104,62 @@ def throttle_headers(wait: float, style: str) -> HeaderPairs:
     seconds = ("Retry-After", str(max(1, math.ceil(wait))))
     millis = ("retry-after-ms", f"{math.ceil(wait * 1e6) / 1000:.3f}")
     return {"seconds": (seconds,), "ms": (millis,), "both": (millis, seconds)}.get(style, ())
+
+
+ANNOUNCE_STYLES: Final[tuple[str, ...]] = ("none", "ietf", "ietf-draft", "openai", "anthropic")
+"""How a fake may announce its limit on every response (see ``announce_headers``)."""
+
+
+def announce_headers(style: str, tokens: float, rate: float, burst: float, wall: float) -> HeaderPairs:
+    """The fields that announce a token bucket of ``burst`` refilled at ``rate`` a second,
+    holding ``tokens`` now, in ``style``; ``wall`` is the time in epoch seconds.
+
+    * ``ietf``: draft-11, ``RateLimit-Policy: "default";q=<rate>;w=1`` and
+      ``RateLimit: "default";r=<remaining>;t=<whole seconds until full>``;
+    * ``ietf-draft``: ``RateLimit-Limit: <burst>``, ``RateLimit-Remaining``, ``RateLimit-Reset``
+      (whole seconds until full) and ``RateLimit-Policy: <burst>;w=<seconds to refill it>``;
+    * ``openai``: ``x-ratelimit-{limit,remaining,reset}-requests`` (reset a duration, ``12ms``);
+    * ``anthropic``: ``anthropic-ratelimit-requests-{limit,remaining,reset}`` (reset an RFC 3339
+      time, to the microsecond);
+    * ``none``: nothing.
+    """
+    if style == "none":
+        return ()
+    remaining = str(max(0, math.floor(tokens)))
+    to_full = max(0.0, (burst - tokens) / rate)
+    limit = f"{burst:g}"
+    if style == "ietf":
+        return (
+            ("RateLimit-Policy", f'"default";q={rate:g};w=1'),
+            ("RateLimit", f'"default";r={remaining};t={math.ceil(to_full)}'),
+        )
+    if style == "ietf-draft":
+        return (
+            ("RateLimit-Limit", limit),
+            ("RateLimit-Remaining", remaining),
+            ("RateLimit-Reset", str(math.ceil(to_full))),
+            ("RateLimit-Policy", f"{limit};w={burst / rate:g}"),
+        )
+    if style == "openai":
+        millis = math.ceil(to_full * 1000)
+        if millis < 1000:
+            reset = f"{millis}ms"
+        else:  # as Go prints a duration: 1.5s, 6m0s
+            minutes, rest = divmod(millis, 60000)
+            reset = f"{minutes}m{rest / 1000:g}s" if minutes else f"{rest / 1000:g}s"
+        return (
+            ("x-ratelimit-limit-requests", limit),
+            ("x-ratelimit-remaining-requests", remaining),
+            ("x-ratelimit-reset-requests", reset),
+        )
+    moment = wall + to_full
+    whole = math.floor(moment)
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(whole)) + f".{round((moment - whole) * 1e6):06d}Z"
+    return (
+        ("anthropic-ratelimit-requests-limit", limit),
+        ("anthropic-ratelimit-requests-remaining", remaining),
+        ("anthropic-ratelimit-requests-reset", stamp),
+    )
 
 
 # The request rules.

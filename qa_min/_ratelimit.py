@@ -2,7 +2,7 @@
 
 ``RateLimit`` is what a client is given (``Client(rate_limit=...)``); ``RateLimitState`` is what
 ``client.rate_limit`` shows of it. The engine that applies a ``RateLimit``, one per client, is
-``_limiter.Limiter``, whose docstring tells the strategy.
+``_limiter.Limiter``; the algorithm is told once, in ``_policy``'s docstring.
 """
 
 from __future__ import annotations
@@ -14,6 +14,8 @@ from ._errors import InvalidOption
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Optional
+
+    from ._announced import Announcement
 
 
 def _check(name: str, value: object, whole: bool) -> None:
@@ -120,26 +122,56 @@ class RateLimitState(_ReadOnly):
         limit: The ``RateLimit`` the client was given.
         state: ``"unlimited"`` (nothing gates calls), ``"paced"`` (a ceiling is in force) or
             ``"paused"`` (waiting out a delay a 429/529 asked for).
-        per_second: The ceiling in force now, or None for none.
+        per_second: The ceiling in force now (given, learned from 429s, or set by the
+            announced limit), or None for none.
         paused_for: Seconds left of the pause (0.0 when not paused).
         throttles: 429 and 529 responses seen so far.
+        announced: The limit the service announced on its latest response, or None: a dict
+            with ``style`` (``"ietf"``, ``"ietf-draft"``, ``"openai"``, ``"anthropic"`` or
+            ``"github"``), ``limit``, ``remaining``, ``reset`` (seconds until the quota is
+            back) and ``refill`` (requests per second; 0.0 when not told).
     """
 
-    __slots__ = ("limit", "paused_for", "per_second", "state", "throttles")
+    __slots__ = ("announced", "limit", "paused_for", "per_second", "state", "throttles")
 
     limit: RateLimit
     state: str
     per_second: Optional[float]
     paused_for: float
     throttles: int
+    announced: Optional[dict[str, object]]
 
     def __init__(
-        self, limit: RateLimit, per_second: Optional[float], paused_for: float, throttles: int
+        self,
+        limit: RateLimit,
+        per_second: Optional[float],
+        paused_for: float,
+        throttles: int,
+        announced: Optional[Announcement] = None,
     ) -> None:
         state = "paused" if paused_for > 0 else "unlimited" if per_second is None else "paced"
-        self._set(limit=limit, state=state, per_second=per_second, paused_for=paused_for, throttles=throttles)
+        told = None
+        if announced is not None:
+            told = {
+                "style": announced.style,
+                "limit": announced.limit,
+                "remaining": announced.remaining,
+                "reset": announced.reset,
+                "refill": announced.refill,
+            }
+        self._set(
+            limit=limit,
+            state=state,
+            per_second=per_second,
+            paused_for=paused_for,
+            throttles=throttles,
+            announced=told,
+        )
 
     def __repr__(self) -> str:
         pace = "unlimited" if self.per_second is None else f"paced at {self.per_second:.1f}/s"
         text = f"paused for {self.paused_for:.2f} s, then {pace}" if self.paused_for > 0 else pace
+        told = self.announced
+        if told is not None:
+            text += f", announced {told['remaining']:g} of {told['limit']:g} left ({told['style']})"
         return f"RateLimitState({text}, throttles={self.throttles})"

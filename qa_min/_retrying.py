@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from ._errors import QAError
     from ._hooks import Hook
     from ._http import Outgoing
+    from ._pacer import Waiter
     from ._ratelimit import RateLimit
     from ._transport import TransportLike
 
@@ -74,7 +75,9 @@ class Sender:
                 if slot is not None:
                     limiter = self.rules.limiter
                     assert limiter is not None
-                    state.ticket = limiter.acquire(slot[0], slot[1], lambda s, held: self._nap(s, call, held))
+                    state.ticket = limiter.acquire(
+                        slot[0], slot[1], lambda s, held, waiter=None: self._nap(s, call, held, waiter)
+                    )
                 elif state.wait is not None:
                     self._nap(state.wait, call)
                 decision = self._attempt(request, state, call, fresh)
@@ -113,8 +116,11 @@ class Sender:
         """Hide the key in ``exc``'s message and in every exception chained to it."""
         self.messages.scrub(exc)
 
-    def _nap(self, seconds: float, call: CallState, held: float = 0.0) -> None:
-        """One wait before an attempt; ends at once if the call is cancelled or the client closes.
+    def _nap(
+        self, seconds: float, call: CallState, held: float = 0.0, waiter: Optional[Waiter] = None
+    ) -> None:
+        """One wait before an attempt; ends at once if the call is cancelled or the client closes,
+        or, for a ``waiter`` of the rate limiter, when the answer it is held for comes.
 
         ``held`` seconds of it are the rate limiter's, the rest the backoff or the server's delay.
         """
@@ -123,4 +129,11 @@ class Sender:
         call.delay = max(0.0, seconds - held)
         call.rate_limit_wait = held
         call.rate_limit_total += held
-        call.wait(seconds, self._sleep)
+        sleep, limiter = self._sleep, self.limiter
+        if waiter is not None and limiter is not None:
+
+            def sleep(seconds: float, wake: threading.Event) -> object:
+                limiter.arm(waiter, wake.set)  # the limiter wakes it: no polling
+                return self._sleep(seconds, wake)
+
+        call.wait(seconds, sleep)

@@ -47,6 +47,23 @@ Rate limiting:
     token is free), both or neither. `FakeService.request_count` and
     `FakeService.rate_limited_count` count what arrived and what the limit refused.
 
+    ``FakeService(rate_limit=..., announce=...)`` also announces the limit on every response
+    of the rules (2xx, 4xx and the 429s alike), as real services do, so that a client's pacing
+    by announced limits, or a whole fleet of clients, can be tested:
+
+    * ``"ietf"``: draft-11 structured fields, ``RateLimit-Policy: "default";q=<rate>;w=1`` and
+      ``RateLimit: "default";r=<tokens left>;t=<whole seconds until full>``;
+    * ``"ietf-draft"``: the older drafts' ``RateLimit-Limit: <burst>``, ``RateLimit-Remaining``,
+      ``RateLimit-Reset`` (whole seconds until full) and ``RateLimit-Policy: <burst>;w=<seconds
+      to refill it>``;
+    * ``"openai"``: ``x-ratelimit-limit-requests: <burst>``, ``x-ratelimit-remaining-requests``
+      and ``x-ratelimit-reset-requests`` (the time until full as a duration, ``120ms``, ``1.5s``);
+    * ``"anthropic"``: ``anthropic-ratelimit-requests-limit``, ``-remaining`` and ``-reset`` (the
+      time it is full again, RFC 3339 to the microsecond);
+    * ``"none"`` (the default): nothing.
+
+    The command line plays the same: ``qa-min fake --rate-limit 200 50 --announce openai``.
+
 Example:
     ::
 
@@ -74,7 +91,7 @@ from collections.abc import Mapping, Sequence
 from typing import Final
 
 from ._fake import ServiceState
-from ._fakerules import DEFAULT_MODELS, RecordedRequest, Step, answer, classify
+from ._fakerules import ANNOUNCE_STYLES, DEFAULT_MODELS, RecordedRequest, Step, answer, classify
 from ._mock import MockTransport
 
 __all__ = [
@@ -202,11 +219,15 @@ class FakeService:
         retry_after: What a 429 of the rate limit says about when to retry: ``"seconds"``
             (``Retry-After``, whole seconds rounded up), ``"ms"`` (``retry-after-ms``, the exact
             time until a token is free, to the microsecond), ``"both"`` or ``"none"``.
+        announce: How every response announces the rate limit: ``"none"`` (default),
+            ``"ietf"``, ``"ietf-draft"``, ``"openai"`` or ``"anthropic"`` (see "Rate limiting"
+            in this module's docstring). Needs ``rate_limit``.
 
     Raises:
         TypeError: ``models`` is a str, or ``rate_limit`` not a pair of numbers.
-        ValueError: ``rate_limit`` holds a rate that is not > 0 or a burst below 1, or
-            ``retry_after`` is not one of the four styles.
+        ValueError: ``rate_limit`` holds a rate that is not > 0 or a burst below 1,
+            ``retry_after`` is not one of the four styles, ``announce`` not one of its five,
+            or ``announce`` is given without ``rate_limit``.
     """
 
     def __init__(
@@ -219,11 +240,16 @@ class FakeService:
         port: int = 0,
         rate_limit: tuple[float, float] | None = None,
         retry_after: str = "seconds",
+        announce: str = "none",
     ) -> None:
         if isinstance(models, str):
             raise TypeError("models must be a sequence of names, not a str")
         if retry_after not in _RETRY_AFTER:
             raise ValueError(f"retry_after must be one of {', '.join(_RETRY_AFTER)}, not {retry_after!r}")
+        if announce not in ANNOUNCE_STYLES:
+            raise ValueError(f"announce must be one of {', '.join(ANNOUNCE_STYLES)}, not {announce!r}")
+        if announce != "none" and rate_limit is None:
+            raise ValueError(f"announce={announce!r} needs a rate_limit to announce")
         self._state = ServiceState(
             api_key=api_key,
             models=models,
@@ -231,6 +257,7 @@ class FakeService:
             address=(host, port),
             rate_limit=None if rate_limit is None else _bucket(rate_limit),
             retry_after=retry_after,
+            announce=announce,
         )
 
     @property

@@ -25,13 +25,15 @@ LAYERS: tuple[str, ...] = (
     "_errors",
     "_typing",
     "_redact",
-    "_schedule",
+    "_pacer",
+    "_announced",
     # the HTTP/1.1 protocol, no I/O, on the leaves only: its grammar and events, then the reader
     "_wire",
     "_protocol",
     # the request value that travels down the stack, its head written by the protocol
     "_http",
     # values and per-call primitives, on the leaves only
+    "_policy",
     "_limiter",
     "_ratelimit",
     "_call",

@@ -50,6 +50,11 @@ SMOKE: dict[str, tuple[list[str], str, tuple[pytest.MarkDecorator, ...]]] = {
         "| processes (spawn) | ",
         (pytest.mark.engines, pytest.mark.timeout(120)),
     ),
+    "fleet": (
+        ["--quick", "--calls", "60", "--modes", "announced"],
+        "| announced (openai) | 2 | retry-after-ms | 60 | ",
+        (),
+    ),
     "ratelimit": (
         ["--calls", "120", "--in-flight", "4", "--headers", "retry-after-ms", "--modes", "RateLimit(190)"],
         "| retry-after-ms | 4 | RateLimit(190) | 120 | ",

@@ -523,10 +523,15 @@ def calls_stuck_in_backoff(count: int) -> Iterator[tuple[str, Callable[[qa.Clien
         svc.script(*[reply(429, headers=[("Retry-After", "30")])] * count)
 
         def all_sleeping(client: qa.Client) -> bool:
-            # Threads may share connections; once every 429 is in and every connection is back
-            # in the pool, no thread is still reading one.
-            return svc.wait_for_requests(count, BOUND) and wait_until(
-                lambda: client._transport.pool.idle_count() == svc.connections
+            # The first 429 pauses the whole client (SPEC 7a): the calls not yet sent wait for
+            # the limiter, the others for their backoff. Threads may share connections; once
+            # every connection is back in the pool, no thread is still reading one.
+            def paused() -> bool:
+                state = client.rate_limit
+                return state is not None and state.paused_for > 0
+
+            return svc.wait_for_requests(1, BOUND) and wait_until(
+                lambda: paused() and client._transport.pool.idle_count() == svc.connections
             )
 
         yield svc.url, all_sleeping

@@ -38,9 +38,18 @@ class Limiter:
         self.engaged = engaged
         self.succeeded: list[float] = []
         self.reports: list[tuple[Optional[float], Optional[int], Optional[float]]] = []
+        self.heard = 0
 
     def report(self, ticket: Optional[float], status: Optional[int], pause: Optional[float]) -> None:
         self.reports.append((ticket, status, pause))
+
+    # The limiter seam of issue 22: every response's headers (announced limits), and whether a
+    # 429 with a delay is absorbed beyond max_retries (a busy or paced client; never here).
+    def hear(self, headers: object) -> None:
+        self.heard += 1
+
+    def absorbs(self) -> bool:
+        return False
 
 
 def attempts(

@@ -156,7 +156,9 @@ def chunked_framing(draw: st.DrawFn, body: bytes) -> tuple[bytes, bool]:
     if fault != "truncated":
         trailers = draw(st.lists(st.sampled_from([b"X-T: 1", b"X-Sum: abc"]), max_size=2))
         out.append(b"0" + newline + b"".join(t + newline for t in trailers) + newline)
-    return b"".join(out), fault is None
+    # A chunk's size line and its data end in CRLF (RFC 9112 section 7.1): the bare LF that a
+    # head may use (section 2.2) is no chunk ending, and qa_min refuses it as h11's CVE fix does.
+    return b"".join(out), fault is None and newline == b"\r\n"
 
 
 @st.composite

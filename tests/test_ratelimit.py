@@ -12,7 +12,7 @@ Spec line -> tests (SPEC.md 7a; the rate-limit issue):
       test_adaptive_ceiling_binds_only_when_more_than_one_attempt_is_out
   a 429/529 delay pauses the whole client; promised slots stay; the throttled call goes first
       test_pause_holds_every_caller_once_there_is_a_pace,
-      test_pause_without_a_pace_holds_only_throttled_calls,
+      test_pause_holds_every_call_from_the_first_429_even_without_a_pace,
       test_pause_only_limiter_holds_everyone, test_slots_promised_after_a_pause_stay_valid,
       test_sleeper_whose_slot_a_new_pause_covers_waits_once_more,
       test_throttled_call_overtakes_and_moves_the_sleepers_back
@@ -28,11 +28,13 @@ Spec line -> tests (SPEC.md 7a; the rate-limit issue):
       test_measured_cut_keeps_at_least_70_percent, test_long_pauses_estimate_the_rate_from_two_stretches,
       test_long_stretches_take_what_got_through_or_keep_the_estimate
   regrowth and recovery, with log lines
-      test_measured_ceiling_regrows_slowly, test_explicit_ceiling_is_regained_and_told,
+      test_measured_ceiling_regrows_slowly_then_cubically, test_explicit_ceiling_is_regained_and_told,
       test_adaptive_ceiling_is_lifted_after_a_quiet_minute,
       test_engaging_again_starts_from_the_last_ceiling_measured
   thread safety
       test_threads_sharing_a_limiter_get_distinct_evenly_spaced_slots
+  which 429s the limiter absorbs (beyond max_retries, ABSORBED at most)
+      test_the_limiter_absorbs_429s_only_for_a_busy_or_paced_client
 """
 
 from __future__ import annotations
@@ -48,6 +50,8 @@ import pytest
 
 import qa_min as qa
 from qa_min._limiter import Limiter
+from qa_min._pacer import ALONE, Priority, Waiter
+from qa_min._policy import CUBE, PLATEAU, REGROW_MIN, REGROW_SHORT
 
 # -- RateLimit, the value ------------------------------------------------------------------
 
@@ -168,13 +172,13 @@ class Naps:
         self.calls: list[tuple[float, float]] = []
         self.during: Optional[Callable[[], object]] = None
 
-    def __call__(self, seconds: float, held: float) -> None:
+    def __call__(self, seconds: float, held: float, waiter: Optional[Waiter] = None) -> None:
         self.calls.append((seconds, held))
         during, self.during = self.during, None
         if during is not None:
             during()
-        if self.advance:
-            self.clock.now += seconds
+        if self.advance and not (waiter is not None and waiter.woken):
+            self.clock.now += seconds  # a wait an answer ended took no time
 
 
 def near(actual: list[tuple[float, float]], expected: list[tuple[float, float]], rel: float = 1e-6) -> bool:
@@ -215,7 +219,7 @@ def test_explicit_ceiling_paces_from_the_first_call_with_its_burst() -> None:
     lim, clock = limiter(100)  # 10 ms apart; the default burst is 50 ms worth: 6 at once
     assert lim.engaged
     naps = Naps(clock, advance=False)
-    slots = [lim.acquire(None, False, naps) for _ in range(8)]
+    slots = [lim.acquire(None, Priority.NEW, naps) for _ in range(8)]
     assert slots[:6] == [pytest.approx(100.0)] * 6
     assert slots[6:] == [pytest.approx(100.01), pytest.approx(100.02)]
     assert near(naps.calls, [(0.01, 0.01), (0.02, 0.02)])
@@ -223,7 +227,7 @@ def test_explicit_ceiling_paces_from_the_first_call_with_its_burst() -> None:
     lim, clock = limiter(10, burst=1)  # one at a time, 100 ms apart, even alone
     naps = Naps(clock)
     for k in range(3):
-        assert lim.acquire(None, False, naps) == pytest.approx(100 + 0.1 * k)
+        assert lim.acquire(None, Priority.NEW, naps) == pytest.approx(100 + 0.1 * k)
         lim.report(clock.now, 200, None)
     assert near(naps.calls, [(0.1, 0.1)] * 2)
 
@@ -235,11 +239,11 @@ def test_adaptive_ceiling_binds_only_when_more_than_one_attempt_is_out() -> None
     clock.now += 0.01  # after the 429's pause
     naps = Naps(clock, advance=False)
     for _ in range(5):  # one at a time, far faster than the ceiling: never paced
-        ticket = lim.acquire(None, False, naps)
+        ticket = lim.acquire(None, Priority.NEW, naps)
         lim.report(ticket, 200, None)
     assert naps.calls == []
-    first = lim.acquire(None, False, naps)  # two out at once: the second waits its slot
-    second = lim.acquire(None, False, naps)
+    first = lim.acquire(None, Priority.NEW, naps)  # two out at once: the second waits its slot
+    second = lim.acquire(None, Priority.NEW, naps)
     assert second - first == pytest.approx(0.1, rel=0.01)  # the guess has grown 0.35%
     assert near(naps.calls, [(0.1, 0.1)], rel=0.01)
 
@@ -249,25 +253,27 @@ def test_pause_holds_every_caller_once_there_is_a_pace() -> None:
     lim = engaged_at(400, clock, pause=2.0)
     naps = Naps(clock, advance=False)
     clock.now += 0.5
-    assert lim.acquire(None, False, naps) == pytest.approx(102.0)  # a first attempt waits too
+    assert lim.acquire(None, Priority.NEW, naps) == pytest.approx(102.0)  # a first attempt waits too
     assert near(naps.calls, [(1.5, 1.5)])
     # The throttled call's retry: one sleep of its own delay, none of it the limiter's.
     other = Naps(clock, advance=False)
     clock.now = 100.0
-    assert lim.acquire(2.0, True, other) == pytest.approx(102.0)
+    assert lim.acquire(2.0, Priority.RETRY, other) == pytest.approx(102.0)
     assert other.calls == [(2.0, 0.0)]
 
 
-def test_pause_without_a_pace_holds_only_throttled_calls() -> None:
+def test_pause_holds_every_call_from_the_first_429_even_without_a_pace() -> None:
+    # SPEC.md 7a: the server asked the client to wait; the whole client waits, from the first 429.
     lim, clock = limiter()
     lim.report(None, 429, 30.0)  # nothing measured before: no pace
     assert lim.engaged
     assert ceiling(lim) is None
     naps = Naps(clock, advance=False)
-    assert lim.acquire(None, False, naps) == 100.0
-    assert naps.calls == []
-    assert lim.acquire(30.0, True, naps) == pytest.approx(130.0)
-    assert naps.calls == [(30.0, 0.0)]
+    assert lim.acquire(None, Priority.NEW, naps) == pytest.approx(130.0)
+    assert near(naps.calls, [(30.0, 30.0)])  # all of it the limiter's: the call had no delay
+    naps.calls.clear()
+    assert lim.acquire(30.0, Priority.RETRY, naps) == pytest.approx(130.0)
+    assert naps.calls == [(30.0, 0.0)]  # the throttled call: exactly its own delay
 
 
 def test_pause_only_limiter_holds_everyone() -> None:
@@ -277,31 +283,31 @@ def test_pause_only_limiter_holds_everyone() -> None:
     assert lim.engaged
     assert ceiling(lim) is None
     naps = Naps(clock)
-    assert lim.acquire(None, False, naps) == pytest.approx(103.0)
+    assert lim.acquire(None, Priority.NEW, naps) == pytest.approx(103.0)
     assert near(naps.calls, [(3.0, 3.0)])
     lim.report(103.0, 200, None)
     clock.now += 1
-    assert lim.acquire(None, False, naps) == pytest.approx(104.0)  # the pause is over: fast path again
+    assert lim.acquire(None, Priority.NEW, naps) == pytest.approx(104.0)  # the pause is over: fast path again
     assert not lim.engaged
 
 
 def test_slots_promised_after_a_pause_stay_valid() -> None:
     lim, clock = limiter(10, burst=1)
     naps = Naps(clock, advance=False)
-    promised = [lim.acquire(None, False, naps) for _ in range(6)]
+    promised = [lim.acquire(None, Priority.NEW, naps) for _ in range(6)]
     assert promised == [pytest.approx(100 + 0.1 * k) for k in range(6)]
     lim.report(promised[0], 429, 0.25)
     # Slots after the pause stay; a new caller queues behind them; the throttled call, first.
-    assert lim.acquire(None, False, naps) == pytest.approx(100.6)
-    assert lim.acquire(0.25, True, naps) == pytest.approx(100.25)
+    assert lim.acquire(None, Priority.NEW, naps) == pytest.approx(100.6)
+    assert lim.acquire(0.25, Priority.RETRY, naps) == pytest.approx(100.25)
 
 
 def test_sleeper_whose_slot_a_new_pause_covers_waits_once_more() -> None:
     lim, clock = limiter(10, burst=1)
     naps = Naps(clock)
-    lim.acquire(None, False, naps)
+    lim.acquire(None, Priority.NEW, naps)
     naps.during = lambda: lim.report(100.0, 429, 0.5)  # while it sleeps, a 429 asks for 0.5 s
-    ticket = lim.acquire(None, False, naps)
+    ticket = lim.acquire(None, Priority.NEW, naps)
     assert ticket >= 100.6
     assert len(naps.calls) == 2
     assert near(naps.calls[:1], [(0.1, 0.1)])
@@ -310,12 +316,12 @@ def test_sleeper_whose_slot_a_new_pause_covers_waits_once_more() -> None:
 def test_throttled_call_overtakes_and_moves_the_sleepers_back() -> None:
     lim, clock = limiter(10, burst=1)
     other = Naps(clock, advance=False)
-    promised = [lim.acquire(None, False, other) for _ in range(3)]
+    promised = [lim.acquire(None, Priority.NEW, other) for _ in range(3)]
     assert promised == [pytest.approx(100 + k / 10) for k in range(3)]
     naps = Naps(clock)
     # While this caller sleeps towards 100.3, a throttled call takes the slot at 100.1.
-    naps.during = lambda: lim.acquire(0.1, True, other)
-    assert lim.acquire(None, False, naps) == pytest.approx(100.4)
+    naps.during = lambda: lim.acquire(0.1, Priority.RETRY, other)
+    assert lim.acquire(None, Priority.NEW, naps) == pytest.approx(100.4)
     assert near(naps.calls, [(0.3, 0.3), (0.1, 0.1)])
 
 
@@ -323,22 +329,22 @@ def test_a_stopped_wait_gives_the_slot_back_and_lifts_an_orphan_pause() -> None:
     lim, clock = limiter(10, burst=1)
     lim.report(None, 429, 30.0)
 
-    def stop(seconds: float, held: float) -> None:
+    def stop(seconds: float, held: float, waiter: Optional[Waiter] = None) -> None:
         raise qa.Canceled("the call was cancelled")
 
     with pytest.raises(qa.Canceled):
-        lim.acquire(30.0, True, stop)
+        lim.acquire(30.0, Priority.RETRY, stop)
     assert lim.snapshot()[1] == 0.0  # nobody waited for that pause any more
-    assert lim._inflight == 0
+    assert lim.pacer.inflight == 0
 
     lim.report(None, 429, 30.0)
     naps = Naps(clock, advance=False)
-    waiting = lim.acquire(None, False, naps)  # someone else still waits for it...
+    waiting = lim.acquire(None, Priority.NEW, naps)  # someone else still waits for it...
     with pytest.raises(qa.Canceled):
-        lim.acquire(30.0, True, stop)
+        lim.acquire(30.0, Priority.RETRY, stop)
     assert lim.snapshot()[1] == pytest.approx(30.0)  # ...so the pause stays
     lim.report(waiting, 200, None)
-    assert lim._inflight == 0
+    assert lim.pacer.inflight == 0
 
 
 def test_first_ceiling_is_half_the_pace_of_the_latest_successes() -> None:
@@ -362,14 +368,17 @@ def test_a_guess_is_halved_by_a_fresh_throttle_and_doubles_each_second() -> None
     lim = engaged_at(400, clock)  # a guess of 200/s
     naps = Naps(clock, advance=False)
     clock.now += 0.05
-    ticket = lim.acquire(None, False, naps)
+    ticket = lim.acquire(None, Priority.NEW, naps)
     lim.report(ticket, 429, 0.005)  # still throttled soon after the guess: halve it
     halved = 0.5 * 200 * 2**0.045  # the guess had grown for 45 ms since its pause ended
     assert ceiling(lim) == pytest.approx(halved)
     clock.now += 0.005 + 1.0  # a second after the pause: a guess doubles
     assert ceiling(lim) == pytest.approx(2 * halved)
     clock.now += 1.0
-    assert ceiling(lim) == pytest.approx(4 * halved)
+    # ...but never past the pace that was throttled first (400/s here), nor GUESS_SPAN times itself
+    assert ceiling(lim) == pytest.approx(400)
+    clock.now += 10.0
+    assert ceiling(lim) == pytest.approx(400)
 
 
 def test_throttle_of_an_attempt_sent_before_the_cut_does_not_cut() -> None:
@@ -424,7 +433,7 @@ def test_long_pauses_estimate_the_rate_from_two_stretches() -> None:
     assert ceiling(lim) == pytest.approx(1000.0)
 
     def stretch(rate: float) -> None:
-        clock.now = lim._paused_until
+        clock.now = lim.pacer.paused_until
         length = 50 / (rate - 200)
         measured(clock, lim, rate, length)
         lim.report(clock.now - 0.001, 429, 1.0)
@@ -435,19 +444,31 @@ def test_long_pauses_estimate_the_rate_from_two_stretches() -> None:
     assert ceiling(lim) == pytest.approx(0.95 * 200, rel=0.03)
 
 
-def test_measured_ceiling_regrows_slowly() -> None:
-    lim, clock = limiter(1000)
+def test_measured_ceiling_regrows_slowly_then_cubically() -> None:
+    lim, clock = limiter(2000)
     clock.now += 0.5
-    measured(clock, lim, 100, 1.0)
-    lim.report(clock.now - 0.002, 429, 0.005)  # 700/s, then 0.5% a second
-    clock.now += 0.005 + 10.0
-    assert ceiling(lim) == pytest.approx(700 * 1.05)
+    measured(clock, lim, 200, 1.0)
+    lim.report(clock.now - 0.002, 429, 0.005)  # 1400/s, then 0.5% a second for PLATEAU seconds
+    clock.now += 0.005 + PLATEAU
+    assert ceiling(lim) == pytest.approx(1400 * (1 + 0.005 * PLATEAU))
+    clock.now += 4.0  # then a cube of the time beyond, the same in calls/s for every client
+    assert ceiling(lim) == pytest.approx(1400 * (1 + 0.005 * (PLATEAU + 4)) + CUBE * 4**3)
+    clock.now += 20.0  # peers gone: their share is back within tens of seconds
+    assert ceiling(lim) == pytest.approx(2000)
+
+
+@pytest.mark.parametrize(("pause", "least"), [(0.005, REGROW_SHORT), (1.0, REGROW_MIN)])
+def test_a_low_ceiling_regrows_by_whole_calls_a_second(pause: float, least: float) -> None:
+    # The same number of calls/s for every client (fleets' shares meet); faster where a
+    # throttle costs only a short pause (exact delays), slower where it costs a second.
     lim, clock = limiter(10)
     clock.now += 0.5
     measured(clock, lim, 5, 1.0)
-    lim.report(clock.now - 0.002, 429, 0.005)  # 7/s, then at least 1 call/s each second
-    clock.now += 0.005 + 2.0
-    assert ceiling(lim) == pytest.approx(9.0)
+    lim.report(clock.now - 0.002, 429, pause)
+    low = ceiling(lim)
+    assert low is not None
+    clock.now += pause + 1.0
+    assert ceiling(lim) == pytest.approx(min(10.0, low + least))
 
 
 def test_explicit_ceiling_is_regained_and_told() -> None:
@@ -457,7 +478,7 @@ def test_explicit_ceiling_is_regained_and_told() -> None:
     measured(clock, lim, 100, 1.0)
     lim.report(clock.now - 0.002, 429, 0.005)
     clock.now += 0.005 + (1000 - 700) / 3.5 + 1  # 0.5% of 700: 3.5 calls/s more each second
-    lim.acquire(None, False, Naps(clock))
+    lim.acquire(None, Priority.NEW, Naps(clock))
     assert ceiling(lim) == 1000.0
     assert news[-1] == "rate limit recovered: back to 1000 calls/s"
 
@@ -468,10 +489,10 @@ def test_adaptive_ceiling_is_lifted_after_a_quiet_minute() -> None:
     lim = engaged_at(400, clock)
     lim._notify = news.append
     clock.now += 59.9
-    lim.acquire(None, False, Naps(clock, advance=False))
+    lim.acquire(None, Priority.NEW, Naps(clock, advance=False))
     assert lim.engaged
     clock.now += 0.2
-    lim.acquire(None, False, Naps(clock, advance=False))
+    lim.acquire(None, Priority.NEW, Naps(clock, advance=False))
     assert not lim.engaged
     assert ceiling(lim) is None
     assert news == ["rate limit recovered: no 429/529 for 60 s, no ceiling any more"]
@@ -489,7 +510,7 @@ def test_threads_sharing_a_limiter_get_distinct_evenly_spaced_slots() -> None:
         naps = Naps(clock, advance=False)
         start.wait(5)
         for _ in range(rounds):
-            ticket = lim.acquire(None, False, naps)
+            ticket = lim.acquire(None, Priority.NEW, naps)
             with lock:
                 tickets.append(ticket)
             lim.report(ticket, 200, None)
@@ -501,7 +522,7 @@ def test_threads_sharing_a_limiter_get_distinct_evenly_spaced_slots() -> None:
         worker.join(10)
     assert not any(worker.is_alive() for worker in workers)
     assert sorted(tickets) == [pytest.approx(100 + k / 1000) for k in range(threads * rounds)]
-    assert lim._inflight == 0
+    assert lim.pacer.inflight == 0
 
 
 def test_long_stretches_take_what_got_through_or_keep_the_estimate() -> None:
@@ -509,7 +530,7 @@ def test_long_stretches_take_what_got_through_or_keep_the_estimate() -> None:
     lim = engaged_at(2000, clock, pause=1.0)
 
     def stretch(rate: float, length: float) -> None:
-        clock.now = lim._paused_until
+        clock.now = lim.pacer.paused_until
         measured(clock, lim, rate, length)
         lim.report(clock.now - 0.001, 429, 1.0)
 
@@ -518,7 +539,7 @@ def test_long_stretches_take_what_got_through_or_keep_the_estimate() -> None:
     stretch(1000, 50 / 800)  # drained at once: the slope against the long one
     assert ceiling(lim) == pytest.approx(0.95 * (5000 - 62) / (20 - 50 / 800), rel=0.01)
     stretch(200, 19.0)  # long: the slope (197/s) or its last second (200/s), the larger
-    assert lim._estimate == pytest.approx(200, rel=0.01)
+    assert lim.policy._estimate == pytest.approx(200, rel=0.01)
     assert ceiling(lim) == pytest.approx(190, rel=0.01)
     stretch(3, 19.5)  # too few successes at the end to tell, as long as the last: keep 200/s
     assert ceiling(lim) == pytest.approx(190, rel=0.01)
@@ -529,14 +550,14 @@ def test_a_slope_that_makes_no_sense_is_not_an_estimate() -> None:
     lim = engaged_at(2000, clock, pause=1.0)
 
     def stretch(rate: float, length: float) -> None:
-        clock.now = lim._paused_until
+        clock.now = lim.pacer.paused_until
         measured(clock, lim, rate, length)
         lim.report(clock.now - 0.001, 429, 1.0)
 
     stretch(800, 0.5)  # drained at once, at its ceiling: halve (the guess of 1000/s was too high)
     assert ceiling(lim) == pytest.approx(0.5 * 1000 * 1.1**0.5, rel=0.01)  # it grew for 0.5 s
     stretch(100, 1.2)  # longer, with fewer successes: a negative slope, no estimate...
-    assert lim._estimate is None
+    assert lim.policy._estimate is None
     # ...and a client that could not keep up with its ceiling: a little less than its pace.
     assert ceiling(lim) == pytest.approx(0.95 * 100, rel=0.01)
 
@@ -544,14 +565,14 @@ def test_a_slope_that_makes_no_sense_is_not_an_estimate() -> None:
 def test_failed_attempts_give_their_slot_back_and_few_throttled_slots_are_remembered() -> None:
     lim, clock = limiter(1000, burst=1)
     naps = Naps(clock, advance=False)
-    ticket = lim.acquire(None, False, naps)
+    ticket = lim.acquire(None, Priority.NEW, naps)
     lim.report(ticket, None, None)  # the connection failed: no response, nothing measured
-    assert lim._inflight == 0
+    assert lim.pacer.inflight == 0
     lim.report(None, 429, 0.001)
     for _ in range(300):
-        lim.report(lim.acquire(0.001, True, naps), 200, None)
-    assert len(lim._jumps) <= 256
-    assert lim._jumped == 300
+        lim.report(lim.acquire(0.001, Priority.RETRY, naps), 200, None)
+    assert len(lim.pacer._jumps) <= 256
+    assert lim.pacer._jumped == 300
 
 
 def test_engaging_again_starts_from_the_last_ceiling_measured() -> None:
@@ -562,7 +583,7 @@ def test_engaging_again_starts_from_the_last_ceiling_measured() -> None:
     lim.report(clock.now - 0.002, 429, 0.005)  # measured: 95% of 200/s
     assert ceiling(lim) == pytest.approx(190, rel=0.01)
     clock.now += 61
-    lim.acquire(None, False, Naps(clock, advance=False))
+    lim.acquire(None, Priority.NEW, Naps(clock, advance=False))
     assert not lim.engaged  # a quiet minute: no ceiling
     lim.report(None, 429, 0.005)  # the successes since were too few to tell a pace
     assert ceiling(lim) == pytest.approx(190, rel=0.01)
@@ -572,14 +593,14 @@ def test_a_last_chance_waits_for_the_pace_to_settle() -> None:
     clock = Clock()
     lim = engaged_at(400, clock)  # a guess, cut at 100.0
     naps = Naps(clock, advance=False)
-    first = lim.acquire(0.005, 1, naps)
+    first = lim.acquire(0.005, Priority.RETRY, naps)
     assert first == pytest.approx(100.005)  # a throttled call: the pause's end
     naps.during = lambda: lim.report(first, 200, None)  # it answers while the next one waits
-    last = lim.acquire(0.005, 2, naps)
+    last = lim.acquire(0.005, Priority.LAST, naps)
     assert last == pytest.approx(100.3)  # its last attempt: after 0.3 s
     lim.report(last, 200, None)
     clock.now = 100.4
-    assert lim.acquire(0.005, 2, naps) == pytest.approx(100.405)  # the guess has settled by now
+    assert lim.acquire(0.005, Priority.LAST, naps) == pytest.approx(100.405)  # the guess has settled by now
 
 
 def on_naps(naps: Naps, *actions: Callable[[], object]) -> None:
@@ -597,46 +618,46 @@ def on_naps(naps: Naps, *actions: Callable[[], object]) -> None:
 def test_a_last_chance_goes_once_every_attempt_out_has_answered() -> None:
     lim, clock = limiter(100)  # 10 ms apart, 50 ms of burst
     naps = Naps(clock)
-    first, second = lim.acquire(None, 0, naps), lim.acquire(None, 0, naps)
+    first, second = lim.acquire(None, Priority.NEW, naps), lim.acquire(None, Priority.NEW, naps)
     lim.report(first, 429, 0.005)  # paused until 100.005; ``second`` is still out
     on_naps(naps, lambda: None, lambda: lim.report(second, 200, None))
-    last = lim.acquire(0.005, 2, naps)
-    assert last == pytest.approx(100.007)  # one look (2 ms) after its delay: ``second`` answered
-    assert near(naps.calls, [(0.005, 0.0), (0.002, 0.002)])
+    last = lim.acquire(0.005, Priority.LAST, naps)
+    assert last == pytest.approx(100.005)  # woken by ``second``'s answer: no polling
+    assert near(naps.calls, [(0.005, 0.0), (ALONE, ALONE)])  # a wait the answer ended
 
 
 def test_others_wait_for_a_last_chance_then_go_on_without_a_burst() -> None:
     lim, clock = limiter(100)
     naps = Naps(clock)
-    first, second = lim.acquire(None, 0, naps), lim.acquire(None, 0, naps)
+    first, second = lim.acquire(None, Priority.NEW, naps), lim.acquire(None, Priority.NEW, naps)
     lim.report(second, 200, None)
     lim.report(first, 429, 0.005)
-    last = lim.acquire(0.005, 2, naps)  # out alone at 100.005
+    last = lim.acquire(0.005, Priority.LAST, naps)  # out alone at 100.005
     assert last == pytest.approx(100.005)
     naps = Naps(clock)
     on_naps(naps, lambda: None, lambda: lim.report(last, 200, None))
-    other = lim.acquire(None, 0, naps)
-    # Its slot (100.025) comes while the last chance is out: held one look (2 ms), then a fresh
-    # slot one interval after the answer, not a burst's worth at once.
+    other = lim.acquire(None, Priority.NEW, naps)
+    # Its slot (100.025) comes while the last chance is out: held until its answer wakes it (at
+    # most ALONE), then a fresh slot one interval after the answer, not a burst's worth at once.
     assert other == pytest.approx(100.035)
-    assert near(naps.calls, [(0.02, 0.02), (0.002, 0.002), (0.008, 0.008)])
+    assert near(naps.calls, [(0.02, 0.02), (9.98, 9.98), (0.01, 0.01)])
 
 
 def test_a_lone_callers_last_chance_waits_only_the_servers_delay() -> None:
     lim, clock = limiter(100)
     naps = Naps(clock)
-    ok = lim.acquire(None, 0, naps)
+    ok = lim.acquire(None, Priority.NEW, naps)
     lim.report(ok, 200, None)
-    throttled = lim.acquire(None, 0, naps)
+    throttled = lim.acquire(None, Priority.NEW, naps)
     lim.report(throttled, 429, 0.001)
-    assert lim.acquire(0.001, 2, naps) == pytest.approx(100.001)  # no gap after the success
+    assert lim.acquire(0.001, Priority.LAST, naps) == pytest.approx(100.001)  # no gap after the success
     assert near(naps.calls, [(0.001, 0.0)])
 
 
 def test_a_stopped_last_chance_holds_nobody_back() -> None:
     lim, clock = limiter(100)
     naps = Naps(clock)
-    first, _out = lim.acquire(None, 0, naps), lim.acquire(None, 0, naps)
+    first, _out = lim.acquire(None, Priority.NEW, naps), lim.acquire(None, Priority.NEW, naps)
     lim.report(first, 429, 0.005)
 
     def stop() -> None:
@@ -644,18 +665,33 @@ def test_a_stopped_last_chance_holds_nobody_back() -> None:
 
     on_naps(naps, lambda: None, stop)  # it waits for ``second`` to answer, and is canceled
     with pytest.raises(qa.Canceled):
-        lim.acquire(0.005, 2, naps)
+        lim.acquire(0.005, Priority.LAST, naps)
     naps = Naps(clock)
-    assert lim.acquire(None, 0, naps) == pytest.approx(100.025)  # its slot; no look, no hold
+    assert lim.acquire(None, Priority.NEW, naps) == pytest.approx(100.025)  # its slot; no look, no hold
     assert near(naps.calls, [(0.02, 0.02)])
 
 
 def test_a_last_chance_that_never_answers_holds_the_others_ten_seconds_at_most() -> None:
     lim, clock = limiter(100)
     naps = Naps(clock)
-    first = lim.acquire(None, 0, naps)
+    first = lim.acquire(None, Priority.NEW, naps)
     lim.report(first, 429, 0.005)
-    last = lim.acquire(0.005, 2, naps)
+    last = lim.acquire(0.005, Priority.LAST, naps)
     assert last == pytest.approx(100.005)
-    other = lim.acquire(None, 0, Naps(clock))
+    other = lim.acquire(None, Priority.NEW, Naps(clock))
     assert 110.005 <= other <= 110.005 + 0.1
+
+
+def test_the_limiter_absorbs_429s_only_for_a_busy_or_paced_client() -> None:
+    lim, clock = limiter()
+    assert not lim.absorbs()  # a fresh client: its 429s count against max_retries
+    lim.report(None, 429, 0.005)  # nothing learned from one 429 without successes before
+    assert lim.engaged
+    assert not lim.absorbs()  # a lone call: still not
+    naps = Naps(clock)
+    ticket = lim.acquire(None, Priority.NEW, naps)  # another attempt of the client is out
+    assert lim.absorbs()  # a busy client finding its share
+    lim.report(ticket, 200, None)
+    assert not lim.absorbs()
+    paced = engaged_at(400, clock)  # a ceiling learned from the latest successes
+    assert paced.absorbs()

@@ -17,9 +17,13 @@ Spec line -> tests (SPEC.md 7a, 6; the rate-limit issue):
       test_wait_for_the_limiter_ends_at_once_on_cancel_timeout_and_close
   a throttled call retried after the server's delay spends no retry budget; max_retries holds
       test_throttled_retry_after_the_servers_delay_spends_no_budget,
-      test_throttled_call_still_obeys_max_retries
+      test_throttled_call_without_a_delay_or_a_pace_or_retries_still_obeys_max_retries
+  a 429 with a delay met while paced is absorbed, ABSORBED of them at most beyond max_retries
+      test_throttled_call_absorbs_a_bounded_number_of_429s_with_a_delay
   retry-after-ms: 0 asks for no client-wide pause
       test_zero_retry_after_ms_pauses_nobody_but_the_call_still_waits
+  the first 429 pauses the whole client, before any pace is learned (SPEC 7a)
+      test_the_first_429_pauses_the_whole_default_client
   INFO log lines when the ceiling drops
       test_lowered_ceiling_is_logged_at_info
 """
@@ -36,6 +40,7 @@ import pytest
 from support import BOUND, SleepRecorder, make_recording_client, wait_until
 
 import qa_min as qa
+from qa_min._limiter import ABSORBED
 from qa_min.testing import FakeService, reply
 
 STATE = "Some text"
@@ -110,6 +115,10 @@ class Spy:
 
     def __init__(self) -> None:
         self.succeeded: list[float] = []
+        self.heard: list[object] = []
+
+    def hear(self, headers: object) -> None:
+        self.heard.append(headers)  # the headers, for an announced limit; none here
 
     def acquire(self, *args: object) -> float:
         raise AssertionError("acquire() on the fast path")
@@ -126,6 +135,7 @@ def test_never_throttled_client_only_reads_engaged_and_notes_successes(svc: Fake
             client.ask(STATE, Review)
         client.list_models()
     assert len(spy.succeeded) == 6
+    assert len(spy.heard) == 6
     assert spy.succeeded == sorted(spy.succeeded)
 
 
@@ -274,14 +284,44 @@ def ask_error(client: qa.Client, **options: Any) -> qa.QAError:
     return caught.value
 
 
-def test_throttled_call_still_obeys_max_retries(svc: FakeService) -> None:
-    svc.script(*[busy(("retry-after-ms", "2"))] * 5)
+@pytest.mark.parametrize(("throttles", "answered"), [(2 + ABSORBED, True), (3 + ABSORBED, False)])
+def test_throttled_call_absorbs_a_bounded_number_of_429s_with_a_delay(
+    svc: FakeService, throttles: int, answered: bool
+) -> None:
+    # max_retries (2) plus ABSORBED 429s that carried a delay: a fleet converging loses no call,
+    # and a service answering 429 forever still ends it.
     sleep = SleepRecorder()
     with make_recording_client(svc.url, sleep) as client:
-        error = ask_error(client)
+        for _ in range(8):  # successes to learn a pace from at the first 429
+            client.ask(STATE, Review)
+        svc.script(*[busy(("retry-after-ms", "2"))] * throttles)
+        diag = qa.Diagnostics()
+        if answered:
+            client.ask(STATE, Review, diagnostics=diag)
+        else:
+            diag = ask_error(client).diagnostics
+    assert diag.attempts == 3 + ABSORBED
+    assert [a.status for a in diag.history].count(429) == throttles if answered else 3 + ABSORBED
+    assert sleep.seconds == [pytest.approx(0.002)] * (2 + ABSORBED)
+
+
+def test_throttled_call_without_a_delay_or_a_pace_or_retries_still_obeys_max_retries(
+    svc: FakeService,
+) -> None:
+    with make_recording_client(svc.url) as client:
+        for _ in range(8):
+            client.ask(STATE, Review)
+        svc.script(busy(("retry-after-ms", "2")), *[busy()] * 5)
+        error = ask_error(client)  # one absorbed with its delay, then none without one
     assert isinstance(error, qa.RateLimited)
-    assert error.diagnostics.attempts == 3
-    assert sleep.seconds == [pytest.approx(0.002)] * 2
+    assert error.diagnostics.attempts == 4
+    for limit in (qa.RateLimit(), qa.RateLimit(1000)):
+        svc.script(*[busy(("retry-after-ms", "2"))] * 5)
+        with make_recording_client(svc.url, rate_limit=limit) as client:  # no pace learned: none absorbed
+            assert ask_error(client).diagnostics.attempts == 3
+    svc.script(busy(("retry-after-ms", "2")))
+    with make_recording_client(svc.url) as client:
+        assert ask_error(client, retry=qa.RetryPolicy.none).diagnostics.attempts == 1
 
 
 def test_zero_retry_after_ms_pauses_nobody_but_the_call_still_waits(svc: FakeService) -> None:
@@ -336,3 +376,31 @@ def test_threads_of_one_client_share_the_pause(svc: FakeService) -> None:
     # The first slot after the pause is kept for a throttled call; then one a millisecond.
     assert len(sleep.seconds) == 8
     assert all(29.0 < seconds <= 30.01 for seconds in sleep.seconds)
+
+
+def test_the_first_429_pauses_the_whole_default_client(svc: FakeService) -> None:
+    """SPEC 7a, from the first one: a default client that has learned nothing yet still holds
+    every other call until the delay the service asked for has passed (the injected sleep
+    returns at once; each call's sleep is the limiter's wait for the pause)."""
+    sleep = SleepRecorder()
+    with make_recording_client(svc.url, sleep) as client:
+        svc.script(busy(("Retry-After", "30")))
+        with pytest.raises(qa.RateLimited):
+            client.ask(STATE, Review, retry=qa.RetryPolicy.none)
+        state = client.rate_limit
+        assert state is not None
+        assert state.per_second is None  # no pace learned: nothing measured before the 429
+        assert 29.0 < state.paused_for <= 30.0
+        diags = [qa.Diagnostics() for _ in range(4)]
+        threads = [
+            threading.Thread(target=client.ask, args=(STATE, Review), kwargs={"diagnostics": d})
+            for d in diags
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(BOUND)
+    assert len(svc.requests) == 5
+    assert len(sleep.seconds) == 4
+    assert all(29.0 < seconds <= 30.0 for seconds in sleep.seconds)
+    assert all(29.0 < d.rate_limit_wait <= 30.0 for d in diags)

@@ -88,10 +88,12 @@ def fake(args: argparse.Namespace, out: Output) -> int:
             prefix=args.prefix,
             rate_limit=args.rate_limit,
             retry_after=args.retry_after,
+            announce=args.announce,
         )
         service.start()
     except ValueError as exc:
-        raise UsageError(f"--rate-limit: {exc}") from None
+        option = "--announce" if "announce" in str(exc) else "--rate-limit"
+        raise UsageError(f"{option}: {exc}") from None
     except OSError as exc:
         print(f"error: cannot listen on {args.host}:{args.port}: {exc.strerror or exc}", file=sys.stderr)
         return 1

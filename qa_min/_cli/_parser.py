@@ -207,6 +207,14 @@ def _add_fake_options(sub: argparse.ArgumentParser) -> None:
         default="seconds",
         help="what a 429 says: Retry-After in seconds (default), retry-after-ms, both, or neither",
     )
+    sub.add_argument(
+        "--announce",
+        choices=("none", "ietf", "ietf-draft", "openai", "anthropic"),
+        default="none",
+        help="announce the rate limit on every response: IETF RateLimit/RateLimit-Policy (ietf), "
+        "RateLimit-Limit/-Remaining/-Reset (ietf-draft), x-ratelimit-*-requests (openai), "
+        "anthropic-ratelimit-requests-* (anthropic), or not at all (none, the default)",
+    )
     # dest api_key, default SUPPRESS: `qa-min --api-key K fake` works too, and the environment's
     # key is never required by accident.
     sub.add_argument("--api-key", default=argparse.SUPPRESS, help="require this key (default: none)")

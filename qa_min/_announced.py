@@ -1,0 +1,230 @@
+"""Announced rate limits: the response fields that say what the limit is, parsed. A leaf, pure.
+
+``parse(headers, wall)`` reads, in this order, the first family a response carries:
+
+* IETF draft-11 structured fields: ``RateLimit-Policy: "default";q=100;w=10`` and
+  ``RateLimit: "default";r=50;t=30`` (quota ``q`` per ``w`` seconds; ``r`` remaining, ``t``
+  seconds until the quota is back);
+* the older drafts: ``RateLimit: limit=100, remaining=50, reset=5``, or ``RateLimit-Limit``,
+  ``RateLimit-Remaining``, ``RateLimit-Reset`` (with ``RateLimit-Policy: 100;w=10`` when sent);
+* OpenAI's ``x-ratelimit-{limit,remaining,reset}-requests`` (reset a duration: ``12ms``, ``1s``,
+  ``6m0s``, ``1h2m3.5s``);
+* Anthropic's ``anthropic-ratelimit-requests-{limit,remaining,reset}`` (reset an RFC 3339 time);
+* GitHub's ``x-ratelimit-{limit,remaining,reset}`` (reset in epoch seconds).
+
+A reset may be seconds, a duration, epoch seconds or an RFC 3339 time. Several policies in one
+field: the most restrictive (the lowest refill rate, else the least remaining per second). A
+malformed field is ignored: ``parse`` never raises; it returns None when nothing usable is there.
+"""
+
+from __future__ import annotations
+
+import re
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+    from typing import Optional
+
+EPOCH = 1e9  # a reset this large is a time (epoch seconds), not a delay
+_DURATION = r"(?:(\d+(?:\.\d*)?)h)?(?:(\d+(?:\.\d*)?)m(?!s))?(?:(\d+(?:\.\d*)?)s)?(?:(\d+(?:\.\d*)?)ms)?"
+_RFC3339 = r"(\d{4})-(\d\d)-(\d\d)[Tt ](\d\d):(\d\d):(\d\d)(\.\d+)?(?:([Zz])|([+-])(\d\d):(\d\d))"
+_OPENAI = ("x-ratelimit-limit-requests", "x-ratelimit-remaining-requests", "x-ratelimit-reset-requests")
+_ANTHROPIC = tuple(f"anthropic-ratelimit-requests-{part}" for part in ("limit", "remaining", "reset"))
+_GITHUB = ("x-ratelimit-limit", "x-ratelimit-remaining", "x-ratelimit-reset")
+_DRAFT = ("ratelimit-limit", "ratelimit-remaining", "ratelimit-reset")
+
+
+class Announcement:
+    """One response's announced limit: ``limit`` requests, ``remaining`` of them now, ``reset``
+    seconds until the quota is back (0 when it is), ``refill`` requests/s (0: not told), and
+    the ``style`` it came in."""
+
+    __slots__ = ("limit", "refill", "remaining", "reset", "style")
+
+    def __init__(self, limit: float, remaining: float, reset: float, refill: float, style: str) -> None:
+        self.limit, self.remaining, self.reset, self.refill, self.style = (
+            limit,
+            remaining,
+            reset,
+            refill,
+            style,
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"Announcement({self.style}: {self.remaining:g} of {self.limit:g} left, back in "
+            f"{self.reset:g} s, refill {self.refill:g}/s)"
+        )
+
+
+def parse(headers: Iterable[tuple[str, str]], wall: float) -> Optional[Announcement]:
+    """The limit ``headers`` announce, or None; ``wall`` is the time now in epoch seconds."""
+    fields: dict[str, str] = {}
+    for name, value in headers:
+        lower = name.lower()
+        if "ratelimit" in lower and lower not in fields:
+            fields[lower] = value
+    if not fields:
+        return None
+    if "ratelimit" in fields and "=" in fields["ratelimit"]:
+        found = _structured(fields) or _older(fields["ratelimit"], fields.get("ratelimit-policy"), wall)
+        if found is not None:
+            return found
+    for names, style, bucket in (
+        (_DRAFT, "ietf-draft", False),
+        (_OPENAI, "openai", True),
+        (_ANTHROPIC, "anthropic", True),
+        (_GITHUB, "github", False),
+    ):
+        if names[1] in fields:
+            limit, remaining, reset = (fields.get(name) for name in names)
+            window = _policy_rate(fields.get("ratelimit-policy")) if style == "ietf-draft" else None
+            found = _made(_leading(limit), _number(remaining), _reset(reset, wall), window, style, bucket)
+            if found is not None:
+                return found
+    return None
+
+
+def _made(
+    limit: Optional[float],
+    remaining: Optional[float],
+    reset: Optional[float],
+    refill: Optional[float],
+    style: str,
+    bucket: bool,
+) -> Optional[Announcement]:
+    if remaining is None:
+        return None
+    limit = remaining if limit is None or limit < remaining else limit
+    reset = 0.0 if reset is None else reset
+    if refill is None:
+        # A bucket's reset is the time until it is full again: what it lacks, refilled by then.
+        refill = (limit - remaining) / reset if bucket and reset > 0 and limit > remaining else 0.0
+    return Announcement(limit, remaining, reset, refill, style)
+
+
+def _number(text: Optional[str]) -> Optional[float]:
+    """A finite number >= 0, or None."""
+    if text is None:
+        return None
+    text = text.strip()
+    if not text or not (text[0].isdigit() or text[0] == "."):
+        return None
+    try:
+        value = float(text)
+    except (ValueError, OverflowError):
+        return None
+    return value if value < 1e300 else None
+
+
+def _leading(text: Optional[str]) -> Optional[float]:
+    """The first number of a list such as ``100, 100;w=10``."""
+    return None if text is None else _number(text.split(",", 1)[0].split(";", 1)[0])
+
+
+def _reset(text: Optional[str], wall: float) -> Optional[float]:
+    """Seconds from now: seconds, a duration, epoch seconds or an RFC 3339 time."""
+    if text is None:
+        return None
+    text = text.strip()
+    seconds = _number(text)
+    if seconds is None:
+        seconds = _duration(text)
+    if seconds is None:
+        stamp = _timestamp(text)
+        return None if stamp is None else max(0.0, stamp - wall)
+    return max(0.0, seconds - wall) if seconds >= EPOCH else seconds
+
+
+def _duration(text: str) -> Optional[float]:
+    """``12ms``, ``1s``, ``6m0s``, ``1h2m3.5s``, in seconds; None for anything else."""
+    match = re.fullmatch(_DURATION, text)  # compiled once, cached by re
+    if match is None or not text:
+        return None
+    hours, minutes, seconds, millis = (float(part) if part else 0.0 for part in match.groups())
+    return hours * 3600 + minutes * 60 + seconds + millis / 1000
+
+
+def _timestamp(text: str) -> Optional[float]:
+    """An RFC 3339 time in epoch seconds; None if malformed."""
+    import calendar
+
+    match = re.fullmatch(_RFC3339, text)
+    if match is None:
+        return None
+    year, month, day, hour, minute, second = (int(part) for part in match.groups()[:6])
+    if not (1 <= month <= 12 and 1 <= day <= 31 and hour < 24 and minute < 60 and second < 61):
+        return None
+    stamp = calendar.timegm((year, month, day, hour, minute, second, 0, 0, 0)) + float(match[7] or 0)
+    if match[9]:
+        offset = int(match[10]) * 3600 + int(match[11]) * 60
+        stamp -= offset if match[9] == "+" else -offset
+    return stamp
+
+
+def _items(text: str) -> list[tuple[str, dict[str, str]]]:
+    """A structured-field list, loosely: (item, {parameter: value}) for each member."""
+    members = []
+    for member in text.split(","):
+        item, *params = member.strip().split(";")
+        values = {}
+        for param in params:
+            key, _, value = param.strip().partition("=")
+            values[key.strip().lower()] = value.strip()
+        members.append((item.strip().strip('"'), values))
+    return members
+
+
+def _structured(fields: dict[str, str]) -> Optional[Announcement]:
+    """Draft-11: ``RateLimit: "p";r=50;t=30`` with ``RateLimit-Policy: "p";q=100;w=10``."""
+    policies = {}
+    for name, params in _items(fields.get("ratelimit-policy", "")):
+        quota, window = _number(params.get("q")), _number(params.get("w", "1"))
+        if quota is not None and window:
+            policies[name] = (quota, quota / window)
+    found = []
+    for name, params in _items(fields["ratelimit"]):
+        remaining = _number(params.get("r"))
+        if remaining is None:
+            continue
+        quota, refill = policies.get(name, (None, None))
+        made = _made(quota, remaining, _number(params.get("t")), refill, "ietf", False)
+        if made is not None:
+            found.append(made)
+    return _tightest(found)
+
+
+def _older(text: str, policy: Optional[str], wall: float) -> Optional[Announcement]:
+    """Older drafts: ``RateLimit: limit=100, remaining=50, reset=5``."""
+    values = {}
+    for part in text.split(","):
+        key, _, value = part.strip().partition("=")
+        values[key.strip().lower()] = value.strip()
+    limit, remaining = _leading(values.get("limit")), _number(values.get("remaining"))
+    return _made(
+        limit, remaining, _reset(values.get("reset"), wall), _policy_rate(policy), "ietf-draft", False
+    )
+
+
+def _policy_rate(policy: Optional[str]) -> Optional[float]:
+    """The lowest quota per second an older ``RateLimit-Policy: 100;w=10, 1000;w=3600`` names."""
+    if policy is None:
+        return None
+    rates = []
+    for item, params in _items(policy):
+        quota, window = _number(item), _number(params.get("w"))
+        if quota is not None and window:
+            rates.append(quota / window)
+    return min(rates) if rates else None
+
+
+def _tightest(found: list[Announcement]) -> Optional[Announcement]:
+    """The most restrictive: the lowest refill rate, else the least remaining per second."""
+    if not found:
+        return None
+
+    def allows(one: Announcement) -> float:
+        return one.refill if one.refill else one.remaining / max(one.reset, 1e-3)
+
+    return min(found, key=allows)

@@ -1,0 +1,251 @@
+"""The rate limiter's pacer: slots, pauses and who goes next. Pure decisions, no lock, no clock.
+
+Every method takes ``now`` and the ceiling in force (a ``Pace``, from ``_policy``) and answers
+with a time: "go at t", "wait until woken", or "go now". Waiting is not done here: the limiter
+(``_limiter``) owns the lock and blocks a thread on its ``Waiter``; an asyncio shell would await a
+future per ``Waiter`` instead, over the same decisions. What the rules are:
+
+* **One schedule** (the generic cell rate algorithm, 50 ms of burst unless ``burst`` says
+  otherwise). A ceiling the policy learned binds only when more than one attempt is in flight
+  or waiting; an explicit one always.
+* **Shared pauses** (SPEC.md 7a): a 429/529's delay pauses every attempt of the client, from
+  the first one, with no burst at its end. Slots promised for after it stay; a sleeper whose
+  slot a newer pause covers moves behind it.
+* **Throttled calls first.** A throttled call's retry takes the next slot (``Priority.RETRY``)
+  and the slots promised behind it move back one each, so no call absorbs repeated 429s.
+* **A last chance goes alone** (``Priority.LAST``): it waits until every attempt out has
+  answered, for the latest pause and, with others waiting, two intervals after the latest
+  success; then it goes while the others wait for its answer (``ALONE`` at most).
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Callable, Optional
+
+INF = math.inf
+EPSILON = 1e-9  # s: a slot this close is now (sums of intervals round)
+BURST_SECONDS = 0.05  # burst tolerance unless ``burst`` is given: attempts at the ceiling in 50 ms
+JUMPS = 256  # throttled calls' slots remembered, to move back the sleepers they overtook
+ALONE = 10.0  # s: the longest a last chance holds the others back (its answer ends it sooner)
+
+
+class Priority(enum.IntEnum):
+    """Who goes next: a throttled call's retry before new work, its last attempt alone."""
+
+    NEW = 0
+    RETRY = 1
+    LAST = 2
+
+
+class Pace:
+    """The ceiling the policy has in force: ``rate`` attempts/s (inf: none), and until when a
+    fresh guess of it is unsettled (then throttled calls go no faster than ``spacing``);
+    ``follow``: the ceiling moves often (announced limits), and the slots promised follow it."""
+
+    __slots__ = ("follow", "rate", "settles", "spacing")
+
+    def __init__(
+        self, rate: float, settles: float = -INF, spacing: float = 0.0, follow: bool = False
+    ) -> None:
+        self.rate, self.settles, self.spacing, self.follow = rate, settles, spacing, follow
+
+
+class Waiter:
+    """One attempt waiting for its slot; the limiter's shell and the pacer share it.
+
+    ``wake`` is what ends its current wait early (set by the shell, e.g. an event's ``set`` or a
+    future's ``set_result``); ``woken`` says an event it waited for came before ``wake`` was set.
+    """
+
+    __slots__ = ("due", "held", "loose", "priority", "queued", "seen", "slot", "wake", "woken")
+
+    def __init__(self, priority: int) -> None:
+        self.priority = Priority(priority)  # a plain 0, 1 or 2 names its priority too
+        self.slot, self.loose = -INF, False
+        self.seen = (0, 0)  # (pauses and cuts, throttled jumps) when the slot was last checked
+        self.due = False  # its wait lasted until its slot
+        self.held = self.queued = False  # held back by a last chance; counted among them
+        self.wake: Optional[Callable[[], object]] = None
+        self.woken = False
+
+
+class Pacer:
+    """The slots of one client's attempts; see the module docstring. Not thread-safe: its
+    owner holds a lock around every call. ``capped``: the ceiling is explicit, so it binds
+    even a lone caller."""
+
+    def __init__(self, burst: Optional[int], capped: bool) -> None:
+        self._burst, self._capped = burst, capped
+        self.tat = -INF  # the schedule's theoretical arrival time...
+        self._rate = INF  # ...at this ceiling
+        self.front = self.paused_until = -INF  # the throttled calls' next slot; a pause
+        self.epoch = self.inflight = 0  # pauses and cuts; attempts waiting or out
+        self.out = self._solo = 0  # attempts sent and not answered; last chances waiting
+        self.alone_until = self.last_ok = -INF  # a last chance out alone; the latest success
+        self.token = 0.0  # the longest short server delay asked for: about a request's worth
+        self._jumped = 0  # throttled calls that took a slot ahead of the schedule...
+        self._jumps: list[tuple[int, float]] = []  # ...and, for the latest, (number, slot)
+        self.waiters: dict[Waiter, None] = {}  # those waiting to be woken by an answer, in order
+
+    def spacing(self, rate: float) -> tuple[float, float]:
+        """The interval between slots at ``rate``, and the burst tolerance."""
+        interval = 1.0 / rate
+        return interval, BURST_SECONDS if self._burst is None else (self._burst - 1) * interval
+
+    def reserve(self, now: float, delay: Optional[float], waiter: Waiter, pace: Pace) -> float:
+        """Take a slot for ``waiter`` (``delay``: the call's own wait, None before a first
+        attempt); the time it may go."""
+        self.inflight += 1
+        waiter.slot, waiter.loose = self._slot(now, delay, waiter.priority, pace)
+        waiter.seen = (self.epoch, self._jumped)
+        return waiter.slot
+
+    def next(self, now: float, waiter: Waiter, pace: Pace) -> Optional[float]:
+        """After a wait: None, it goes now (counted out); else how long to wait again (inf:
+        until woken by an answer)."""
+        if waiter.woken:  # an answer ended the wait early: look again from now
+            waiter.woken, waiter.due = False, True
+            waiter.slot = min(waiter.slot, now)
+        moved = self._moved(now, waiter, pace)
+        waiter.seen = (self.epoch, self._jumped)
+        if moved is not None:
+            (waiter.slot, waiter.loose), waiter.due = moved, moved[0] <= now + EPSILON
+        if waiter.due:  # the clock may read a little before the slot the wait was for
+            now = max(now, waiter.slot)
+        hold = self._hold(now, waiter.priority, pace) if waiter.due else waiter.slot - now
+        if hold is None and waiter.held:  # let go after a last chance: a fresh slot
+            waiter.slot, waiter.loose = self._slot(now, None, waiter.priority, pace)
+            waiter.held, waiter.due = False, waiter.slot <= now + EPSILON
+            hold = None if waiter.due else waiter.slot - now
+        if hold is None:
+            self.out += 1
+            self._solo -= waiter.queued
+            waiter.queued = False
+            if waiter.priority is Priority.LAST:
+                self.alone_until = now + ALONE
+            return None
+        if waiter.due:
+            waiter.held = waiter.priority is not Priority.LAST
+            waiter.slot = now + hold if hold < INF else now
+            if waiter.priority is Priority.LAST and not waiter.queued:
+                waiter.queued, self._solo = True, self._solo + 1
+        return hold
+
+    def gave_up(self, now: float, waiter: Waiter) -> bool:
+        """``waiter`` stopped waiting (cancelled, timed out, closed); whether to wake the others."""
+        self.inflight -= 1
+        self._solo -= waiter.queued
+        if waiter.priority and self.inflight == 0:
+            # Nobody waits for this pause any more; the next call probes afresh.
+            self.paused_until = min(self.paused_until, now)
+        return waiter.queued
+
+    def answered(self, now: float, ok: bool, pace: Pace) -> bool:
+        """An attempt out answered (or failed); whether the waiters held for it may go."""
+        self.inflight -= 1
+        self.out -= 1
+        if ok:
+            self.last_ok = now
+        if self.out == 0 and self.alone_until > now:
+            # A last chance answered: the others go on from now, without a burst.
+            self.alone_until = -INF
+            if pace.rate < INF:
+                interval, tolerance = self.spacing(pace.rate)
+                self.tat = max(self.tat, now + tolerance + interval)
+            return True
+        return self.out == 0 and bool(self._solo)
+
+    def pause(self, now: float, until: float, pace: Pace) -> None:
+        """A server delay: nothing goes before ``until``, and then no burst."""
+        self.paused_until = until
+        self.epoch += 1
+        self.front = max(self.front, until)
+        if pace.rate < INF:
+            # No burst at the end of a pause: the first slot is a throttled call's.
+            interval, tolerance = self.spacing(pace.rate)
+            self.tat = max(self.tat, until + tolerance + interval)
+
+    def _hold(self, now: float, priority: Priority, pace: Pace) -> Optional[float]:
+        """How long an attempt due now is held back for a last chance; None: it goes; inf:
+        until an answer wakes it."""
+        if now < self.alone_until:
+            return INF  # until its answer (ALONE at most)
+        if priority is not Priority.LAST:
+            return INF if self._solo else None
+        if self.out:
+            return INF
+        ready = self.paused_until
+        if self.inflight > 1:
+            spacing = 2.0 / pace.rate if pace.rate < INF else 0.0
+            ready = max(ready, self.last_ok + max(2 * self.token, spacing))
+        return ready - now if ready > now + EPSILON else None
+
+    def _slot(self, now: float, delay: Optional[float], priority: Priority, pace: Pace) -> tuple[float, bool]:
+        """The time an attempt may go, taken from the schedule, and whether it was taken
+        without a ceiling (so that a first ceiling moves it)."""
+        # SPEC.md 7a: a server's delay holds every attempt of the client, from the first 429.
+        earliest = max(now if delay is None else now + delay, self.paused_until)
+        rate = pace.rate
+        if rate == INF and pace.settles == -INF and pace.spacing and priority and self.inflight > 1:
+            # No ceiling yet, just throttled with exact delays: a delay is about the time to
+            # free one request, so throttled calls go that far apart, not all at once.
+            slot = max(earliest, self.front)
+            self.front = slot + pace.spacing
+            return slot, True
+        if rate == INF:
+            return earliest, True
+        interval, tolerance = self.spacing(rate)
+        start = max(now, self.paused_until + tolerance + interval)
+        if pace.follow and rate != self._rate and self.tat > start and self._rate < INF:
+            # A new ceiling: the slots promised after now (and any pause) are stretched or
+            # shrunk to it, so that a client whose ceiling rose is not held back by slots spaced
+            # for the old one.
+            self.tat = start + (self.tat - start) * self._rate / rate
+        self._rate = rate
+        if not self._capped and self.inflight <= 1:
+            # Alone, a caller is not paced by a learned ceiling; it still uses up schedule,
+            # but never more than a burst's worth ahead of itself.
+            self.tat = min(max(self.tat, earliest) + interval, earliest + tolerance + interval)
+            return earliest, False
+        if priority is Priority.NEW:
+            slot = max(earliest, self.tat - tolerance)
+            self.tat = max(self.tat, slot) + interval
+            return slot, False
+        # Throttled calls go first, one slot apart, and the slots promised behind them move
+        # back one each (``_moved``). While the ceiling is a fresh guess, no faster than the
+        # longest short pause asked for (with exact delays, about the time to free a slot),
+        guessing = now < pace.settles
+        if guessing:  # and a call's last chance waits for the pace to settle, then moves
+            interval = max(interval, pace.spacing)
+            if priority is Priority.LAST:
+                earliest = max(earliest, pace.settles)
+        slot = max(earliest, self.front)
+        self.front = slot + interval
+        self.tat = max(self.tat + interval, self.front + tolerance)
+        self._jumped += 1
+        self._jumps.append((self._jumped, slot))
+        if len(self._jumps) > JUMPS:
+            del self._jumps[: JUMPS // 2]
+        return slot, guessing and priority is Priority.LAST
+
+    def _moved(self, now: float, waiter: Waiter, pace: Pace) -> Optional[tuple[float, bool]]:
+        """Where a sleeper's slot went while it slept, or None if it still holds."""
+        epoch, jumped = waiter.seen
+        slot, loose = waiter.slot, waiter.loose
+        if self.epoch != epoch and (loose or self.paused_until > slot):
+            return self._slot(now, None, waiter.priority, pace)  # a pause covers it, or a first ceiling
+        rate = pace.rate
+        if waiter.priority or loose or rate == INF or self._jumped == jumped:
+            return None
+        jumps = [when for number, when in self._jumps if number > jumped]
+        ahead, moved = 0, slot
+        while True:  # each jump it is moved past may bring another into its way
+            count = sum(1 for when in jumps if when <= moved)
+            if count == ahead:
+                return (moved, False) if ahead else None
+            ahead, moved = count, slot + count / rate

@@ -1,0 +1,365 @@
+"""The rate limiter's policy: what 429/529s, successes and announced limits teach. Pure: no
+lock, no clock of its own (``now`` is passed in), no I/O. The algorithm, written once:
+
+**Disengaged** until the first 429/529 or the first announced limit (an explicit ceiling
+engages it at once): nothing is paced, and the retry loop only notes each success's send time.
+
+**Announced limits** (``_announced`` parses them) pace before any 429. Each response tells the
+bucket's level (``remaining``) and, from the policy or the reset, its refill rate R (smoothed).
+The slope of the level over the last ``SLOPE_SPAN`` gives the whole fleet's rate, F = R - slope,
+without knowing how many clients share the bucket. The fleet's target is R, raised or lowered by
+how full the bucket will be ``HORIZON`` ahead on that slope (``LEVEL_GAIN`` around ``LEVEL``
+full: a fuller bucket absorbs the fleet's jitter).
+A client's first announced pace is low (``START_SHARE`` of R, as for a newcomer to a bucket
+others share) and grows by ``SLOW_START`` a step until its first step down. Then, at each
+control step (``STEP``, a late step counting for up to ``MAX_SCALE``), each client moves its
+ceiling toward the target from its own pace (at most ``HEADROOM`` times what it sends, so that an
+unused ceiling does not pile up): up by the same absolute amount as every other client
+(``ADD_SHARE`` of the gap), down by the same fraction (``CUT_SHARE`` of it), so that unequal
+shares meet (additive increase, multiplicative decrease). A 429 meanwhile cuts by ``BETA``. An
+announcement older than ``STALE`` no longer paces. With no refill told (a fixed window), the
+target is what is left over what is left of the window.
+
+**Without announcements, 429s teach** ("measured", notes/rate-limiting.md):
+
+* The first ceiling is a guess: half the pace of the latest successes (or the last measured
+  ceiling, if higher). A guess is halved by a throttle within ``WINDOW`` and grows fast until
+  throttled (doubling each second after short pauses, 10% after long ones), though never past
+  the pace first throttled nor ``GUESS_SPAN`` times itself.
+* A **long pause** (>= ``LONG_PAUSE``) refilled the server's bucket: the rate is the slope
+  between two throttled stretches (extra successes over extra time), or the last second of a
+  long stretch if more; the ceiling is ``SHARE`` of it (half, if the bucket drained at once).
+* A **short pause**: ``SHARE`` of the successes per second of the last second, at most every
+  ``WINDOW``, by at most 1 - ``FLOOR`` (half, of a guess). A throttle while ``JITTER`` of the
+  ceiling gets through is jitter. Only attempts sent after the latest cut can cut again.
+* **Regrowth** of a measured ceiling: 0.5%/s, or at least ``REGROW_MIN`` call/s each second
+  (``REGROW_SHORT`` where the latest throttle cost only a short pause, so probing is cheap), for
+  ``PLATEAU`` seconds, then faster and faster: ``CUBE`` times the cube of the time beyond, in
+  calls/s, the same for every client. A client whose peers stopped takes their share back in
+  tens of seconds, while a lone client probes above the service's rate only every ~``PLATEAU``
+  + a few seconds. An explicit ceiling is regained in full; an adaptive one is lifted after
+  ``QUIET`` s without a throttle.
+
+The pacer (``_pacer``) applies the ceiling; a 429/529's delay pauses the whole client there.
+"""
+
+from __future__ import annotations
+
+from ._pacer import INF, Pace
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+    from typing import Optional
+
+    from ._announced import Announcement
+
+WINDOW = 0.3  # s: how long a fresh guess of the ceiling is unsettled
+LONG_PAUSE = 0.2  # s: a pause this long refills a server's bucket while the client waits
+COUNTED = 4  # successes needed before their pace means anything
+RECENT = 1.0  # s: successes per second are measured over at most the last second
+JITTER = 0.98  # a throttle while this share of the ceiling gets through cuts nothing
+SHARE = 0.95  # a cut sets the ceiling to this share of the measured rate
+FLOOR = 0.7  # a cut after a short pause keeps at least this share of the ceiling
+MIN_RATE = 0.5  # calls/s: the lowest adaptive ceiling
+GROW_SHORT, GROW_LONG = 2.0, 1.1  # a guess grows a second: fast, or slower where throttles cost 1 s
+GUESS_SPAN = 8.0  # a guess grows to this multiple of itself at most (nor past the pace first throttled)
+REGROW, REGROW_MIN = 0.005, 1.0  # regrowth each second: this share, or at least 1 call/s
+REGROW_SHORT = 5.0  # calls/s each second at least, where a throttle costs a short pause only
+PLATEAU = 6.0  # s after a cut when regrowth turns from linear to cubic
+CUBE = 0.05  # calls/s per s**3 beyond the plateau: the same for every client (so they grow equal)
+QUIET = 60.0  # s without a throttle after which an adaptive ceiling is lifted
+SAMPLE, SAMPLES = 0.05, 40  # the success count is sampled every 50 ms, for two seconds
+# Announced limits.
+STEP = 0.1  # s between two control steps
+MAX_SCALE = 2.0  # a step after a long silence counts for this many steps at most
+SLOPE_SPAN = 0.3  # s of levels the slope is measured over
+FIRST_SLOPE = 0.05  # s of levels enough for a first slope
+HORIZON = 0.3  # s: the level is judged this far ahead, on its slope
+LEVEL, LEVEL_GAIN = 0.6, 0.5  # the fleet's target: R * (1 + LEVEL_GAIN * (level / capacity - LEVEL))
+HEADROOM = 1.25  # an announced ceiling stays within this multiple of the client's own pace
+START_SHARE = 0.125  # of the refill rate: the most a client's first announced pace may be
+SLOW_START = 1.25  # a first announced pace grows this much a step, until its first step down
+ADD_SHARE, CUT_SHARE = 0.09, 0.5  # of the gap to the target closed at each step
+BETA = 0.9  # a 429 while paced by announcements keeps this share of the ceiling
+STALE = 5.0  # s: an announcement older than this paces no more
+
+
+class Policy:
+    """The ceiling of one client; see the module docstring. Not thread-safe (the limiter locks)."""
+
+    def __init__(self, per_second: Optional[float], adaptive: bool) -> None:
+        self.cap = INF if per_second is None else float(per_second)
+        self.adaptive = adaptive
+        self.engaged = False
+        self.cuts = self.throttles = 0  # ceilings set; 429/529 responses seen
+        self._base = INF  # the adaptive ceiling at its last cut; inf: none below the cap
+        self._guess = 0.0  # for a ceiling that is a guess, not a measurement: its growth a second
+        self._grow_from = self._last_cut = self._since = self._last_throttle = -INF
+        self._known = 0.0  # the last ceiling measured, not guessed
+        self._first = INF  # the pace of the successes before the first throttle
+        self._short = False  # the latest throttle asked for a short pause
+        self._longest = 0.0  # the longest short pause asked for since engaging
+        self._ok = self._ok_since = 0  # successes counted while engaged
+        self._samples: list[tuple[float, int]] = []  # (time, successes), one per SAMPLE
+        self._stretch_start = -INF  # the end of the last pause...
+        self._stretch_ok: Optional[int] = None  # ...and the successes counted by then
+        self._prev: Optional[tuple[float, int]] = None  # (length, successes) of stretches
+        self._ended: Optional[tuple[float, int]] = None
+        self._estimate: Optional[float] = None
+        self.announced: Optional[Announcement] = None  # the latest announcement...
+        self._heard = -INF  # ...and when
+        self._paced = INF  # the ceiling announcements set
+        self._levels: list[tuple[float, float]] = []  # (time, remaining) over SLOPE_SPAN
+        self._capacity = 0.0  # the fullest the bucket was seen
+        self._stepped = -INF
+        self.refill = 0.0  # the bucket's refill rate, told or estimated
+        self._slow_start = True  # a first announced pace grows fast until a step down
+
+    def rate(self, now: float) -> float:
+        """The ceiling in force: attempts per second, inf for none."""
+        if now - self._heard < STALE:
+            return min(self._paced, self.cap)
+        base = self._base
+        if base == INF:
+            return self.cap
+        elapsed = max(0.0, now - self._grow_from)
+        if self._guess:  # a halving may have gone too far: grow fast until throttled again,
+            # though never past the pace that was throttled first
+            grown = min(
+                base * self._guess ** min(elapsed, 64.0), max(base, min(self._first, GUESS_SPAN * base))
+            )
+        else:
+            beyond = max(0.0, elapsed - PLATEAU)
+            least = REGROW_SHORT if self._short else REGROW_MIN
+            grown = base + max(least, base * REGROW) * elapsed + CUBE * beyond**3
+        return grown if grown < self.cap else self.cap
+
+    def learned(self, now: float) -> bool:
+        """Whether a ceiling learned from 429s, or announced, is in force."""
+        return self.engaged and (self._base < INF or now - self._heard < STALE)
+
+    def pace(self, now: float) -> Pace:
+        settles = self._last_cut + WINDOW if self._guess else -INF
+        return Pace(self.rate(now), settles, self._longest, now - self._heard < STALE)
+
+    def engage(self, now: float) -> None:
+        self.engaged = True
+        self._since = self._last_cut = now
+        self._ok_since = self._ok
+        self._samples = []
+        self._stretch_start = max(self._stretch_start, now)
+        self._ended = None
+        self._longest = 0.0
+
+    def tick(self, now: float, paused_until: float) -> Optional[str]:
+        """Regaining the cap, or disengaging after a quiet spell; the news, if any."""
+        if self._base < INF and self.rate(now) >= self.cap:
+            self._base = INF
+            return f"rate limit recovered: back to {self.cap:g} calls/s"
+        quiet = not self.adaptive or now - self._last_throttle >= QUIET
+        if self.cap == INF and quiet and now >= paused_until and now - self._heard >= STALE:
+            # Nothing to pace and no pause: back to the fast path until the next throttle.
+            cut = self._base < INF
+            self.engaged = False
+            self._base = INF
+            self._prev = self._ended = self._estimate = None
+            if cut:
+                return f"rate limit recovered: no 429/529 for {QUIET:g} s, no ceiling any more"
+        return None
+
+    def succeeded(self, now: float, ticket: float) -> None:
+        """A 2xx for an attempt sent at ``ticket`` while engaged."""
+        if ticket < self._since:
+            return  # only what was sent engaged tells the pace
+        self._ok += 1
+        if self._stretch_ok is None and now >= self._stretch_start:
+            self._stretch_ok = self._ok - 1
+        samples = self._samples
+        if not samples or now - samples[-1][0] >= SAMPLE:
+            samples.append((now, self._ok))
+            if len(samples) > SAMPLES:
+                del samples[0]
+
+    def paused(self, now: float, until: float) -> None:
+        """A server delay until ``until``: the stretch since the last pause ended with it."""
+        if now >= self._stretch_start:
+            ok = self._ok if self._stretch_ok is None else self._stretch_ok
+            self._ended = (now - self._stretch_start, self._ok - ok)
+        self._stretch_start = until
+        self._stretch_ok = None
+
+    def throttled(
+        self, now: float, ticket: Optional[float], pause: Optional[float], until: float, sent: Iterable[float]
+    ) -> Optional[str]:
+        """A 429/529 for an attempt sent at ``ticket`` (None: disengaged); ``pause`` its delay,
+        ``until`` the client's pause now, ``sent`` the latest successes' send times. The news."""
+        self.throttles += 1
+        if pause is not None and pause < LONG_PAUSE and now - self._since < WINDOW:
+            self._longest = max(self._longest, pause)
+        if not self.adaptive:
+            self.engaged = True
+            return None
+        self._last_throttle = now
+        self._short = pause is not None and pause < LONG_PAUSE
+        if now - self._heard < STALE:
+            self.engaged = True
+            current = self.rate(now)
+            if current == INF:  # not paced yet: start from what gets through
+                current = self.seen(now, now - RECENT) or INF
+            return self._cut(now, BETA * current, until) if ticket is not None else None
+        if not self.engaged:
+            self.engage(now)
+            return self._first_ceiling(now, pause, until, sent)
+        if ticket is None or ticket < self._last_cut:
+            return None  # sent before the latest cut: it says nothing new
+        current = self.rate(now)
+        if pause is not None and pause >= LONG_PAUSE:
+            new = self._by_stretches(now, pause, current)
+        else:
+            new = self._by_recent(now, current)
+        return None if new is None else self._cut(now, new[0], until, new[1])
+
+    def _first_ceiling(
+        self, now: float, pause: Optional[float], until: float, sent: Iterable[float]
+    ) -> Optional[str]:
+        """Half the pace of the latest successes, or the last ceiling measured if higher."""
+        recent = [t for t in sent if t >= now - RECENT]
+        if len(recent) >= COUNTED and now > recent[0]:
+            half = 0.5 * len(recent) / (now - recent[0])
+            if half > self._known:
+                self._first = 2 * half
+                return self._cut(now, half, until, GROW_LONG if (pause or 0) >= LONG_PAUSE else GROW_SHORT)
+        return self._cut(now, self._known, until) if self._known else None
+
+    def _cut(self, now: float, new: float, until: float, guess: float = 0.0) -> Optional[str]:
+        current = self.rate(now)
+        if new >= current:
+            return None
+        if now - self._heard < STALE:
+            self._paced = max(new, MIN_RATE)
+        else:
+            self._base = max(new, MIN_RATE)
+            self._guess = guess
+            if not guess:
+                self._known = self._base
+            self._grow_from = max(now, until)
+        self._last_cut = now
+        self.cuts += 1
+        was = "no ceiling" if current == INF else f"{current:.1f}/s"
+        return f"rate limit lowered to {max(new, MIN_RATE):.1f} calls/s after 429/529 responses (was {was})"
+
+    def _by_recent(self, now: float, current: float) -> Optional[tuple[float, float]]:
+        """Short pauses: the successes per second seen over the last second, SHARE of it; or,
+        while the ceiling is still a guess, half of it again. (The new ceiling, a guess?)"""
+        if now - self._last_cut < WINDOW and (self._guess or current == INF):
+            # Still throttled soon after a guess: halve it (or, with none, guess twice what
+            # gets through), though never below what gets through since engaging.
+            count, span = self._ok - self._ok_since, now - self._since
+            through = count / span if count >= COUNTED and span > 0 else 0.0
+            if current == INF:
+                return (2 * through, GROW_SHORT) if through else None
+            return max(0.5 * current, SHARE * through), GROW_SHORT
+        # The guesses of the first WINDOW do not restart the measuring window.
+        start = self._since if self._last_cut < self._since + WINDOW else self._last_cut
+        if now - start < WINDOW:
+            return None
+        seen = self.seen(now, start)
+        if seen is None or seen >= JITTER * current:
+            return None
+        # A stalled client (a busy machine) sees less than the service allows.
+        floor = 0.0 if current == INF else current * (0.5 if self._guess else FLOOR)
+        return max(SHARE * seen, floor), 0.0
+
+    def seen(self, now: float, start: float) -> Optional[float]:
+        """Successes per second since ``start``, or over the last second if that is shorter;
+        None when too few to tell."""
+        # Samples are taken at successes, so before the first one the count was ``_ok_since``.
+        start = max(start, now - RECENT, self._since)
+        base_t, base_ok = start, self._ok_since
+        for t, ok in self._samples:
+            if t > start:
+                break
+            base_t, base_ok = t, ok
+        count = self._ok - base_ok
+        return count / (now - base_t) if count >= COUNTED and now > base_t else None
+
+    def _by_stretches(self, now: float, pause: float, current: float) -> Optional[tuple[float, float]]:
+        """Long pauses: the service's rate from the stretches between them. (The new ceiling,
+        and how fast it grows if it is a guess.)"""
+        ended, self._ended = self._ended, None
+        if ended is None or ended[0] <= 0 or ended[1] < COUNTED:
+            return None  # nothing got through: nothing measured (the pauses still hold)
+        length, successes = ended
+        prev, self._prev = self._prev, ended
+        pace, estimate = successes / length, 0.0
+        # Two stretches that differ enough, by enough successes that one more or less matters
+        # little: a stretch holds the bucket the pause refilled plus the rate times its length.
+        if (
+            prev is not None
+            and abs(length - prev[0]) >= 0.25 * max(length, prev[0])
+            and abs(successes - prev[1]) >= 16
+        ):
+            slope = (successes - prev[1]) / (length - prev[0])
+            estimate = slope if 0 < slope <= pace else 0.0
+        if length >= 2 * pause:
+            # Long enough that its last second shows what gets through once the bucket is
+            # empty; a client that was not always faster than the service makes the slope low.
+            estimate = max(estimate, self.seen(now, now - RECENT) or 0.0)
+        if estimate:
+            self._estimate = estimate
+            return SHARE * estimate, 0.0
+        if length < 2 * pause:
+            # Drained at once: half the ceiling, or less than the pace that got through (which
+            # holds the service's rate) when the client could not keep up with its ceiling.
+            return (0.5 * current, GROW_LONG) if 0.5 * current < SHARE * pace else (SHARE * pace, 0.0)
+        return None if self._estimate is None else (SHARE * self._estimate, 0.0)
+
+    def heard(self, now: float, news: Announcement) -> None:
+        """An announced limit: move the ceiling toward the fleet's share of it (module docstring)."""
+        if not self.engaged:
+            self.engage(now)
+        first = now - self._heard >= STALE
+        self.announced, self._heard = news, now
+        if news.refill > 0:  # an estimate from a reset is noisy: smoothed
+            self.refill = news.refill if first or not self.refill else 0.8 * self.refill + 0.2 * news.refill
+        levels = self._levels
+        levels.append((now, news.remaining))
+        while len(levels) > 2 and now - levels[1][0] >= SLOPE_SPAN:
+            del levels[0]
+        self._capacity = max(self._capacity, news.remaining)
+        if first:
+            # A first pace: low, as for a newcomer to a bucket others share; the equal steps
+            # up then bring it to its share (a lone client's within a second or so).
+            self._paced = START_SHARE * self.refill if self.refill > 0 else INF
+            self._slow_start = True
+            self._stepped = now
+            return
+        # A fixed window without a policy: what is left, spread over what is left of it.
+        refill = self.refill or (news.remaining / news.reset if news.reset > 0 else 0.0)
+        if refill <= 0 or now - self._stepped < STEP or now - levels[0][0] < FIRST_SLOPE:
+            return
+        dt, self._stepped = now - self._stepped, now
+        slope = (news.remaining - levels[0][1]) / (now - levels[0][0])
+        fleet = max(refill - slope, 1e-9)
+        # The level a little ahead (the slope lags by half its span): act before it is empty.
+        ahead = news.remaining + slope * HORIZON
+        full = min(1.0, max(0.0, ahead / self._capacity)) if self._capacity else 0.5
+        target = refill * (1.0 + LEVEL_GAIN * (full - LEVEL))
+        # From what this client sends, not a ceiling it does not use: a ceiling far above its
+        # pace would let it jump when it has more to send.
+        sent = self.seen(now, now - RECENT)
+        own = self._paced if sent is None else min(self._paced, HEADROOM * sent)
+        if own == INF:
+            own = START_SHARE * refill
+        scale = min(MAX_SCALE, dt / STEP)  # a slow client steps less often, by as much a second
+        # Up by the same amount as every other client, down by the same fraction: unequal
+        # shares meet (additive increase, multiplicative decrease).
+        if target >= fleet and self._slow_start:  # until the first step down: grow fast
+            paced = own * SLOW_START**scale
+        elif target >= fleet:
+            paced = own + ADD_SHARE * scale * (target - fleet)
+        else:
+            self._slow_start = False
+            paced = own * (1.0 - CUT_SHARE * (1.0 - target / fleet)) ** scale
+        self._paced = max(paced, MIN_RATE)

@@ -1,0 +1,296 @@
+"""Announced rate limits: parsing every form (``_announced``), the fake announcing them, and the
+client pacing by them and showing them.
+
+Spec line -> tests (SPEC.md 7a; the rate-limit and fleet issue):
+
+  IETF draft-11 RateLimit/RateLimit-Policy; several policies: the most restrictive
+      test_ietf_structured_fields, test_several_policies_take_the_most_restrictive
+  older drafts: RateLimit: limit=, remaining=, reset=; RateLimit-Limit/-Remaining/-Reset
+      test_older_draft_forms
+  OpenAI x-ratelimit-*-requests (reset a duration); Anthropic (reset an RFC 3339 time);
+  GitHub x-ratelimit-* (reset epoch seconds)
+      test_openai_durations, test_anthropic_rfc3339_reset, test_github_epoch_reset
+  a malformed field is ignored, never an error
+      test_malformed_fields_are_ignored, test_the_parser_never_raises (hypothesis)
+  the fake announces in each style; qa-min fake --announce; bad values refused
+      test_fake_announces_its_bucket_in_each_style, test_fake_refuses_a_bad_announce_style,
+      test_cli_fake_accepts_announce
+  client.rate_limit shows the announced limit; a client paces by it before any 429
+      test_client_shows_the_announced_limit_and_paces_by_it
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import qa_min as qa
+from qa_min._announced import Announcement, parse
+from qa_min._fakerules import ANNOUNCE_STYLES, announce_headers
+from qa_min.testing import FakeService
+
+WALL = 1_764_000_000.0  # 2025-11-24T16:00:00Z
+
+
+def one(*fields: tuple[str, str]) -> Announcement:
+    found = parse(fields, WALL)
+    assert found is not None
+    return found
+
+
+def test_ietf_structured_fields() -> None:
+    found = one(("RateLimit-Policy", '"default";q=100;w=10'), ("RateLimit", '"default";r=50;t=30'))
+    assert (found.style, found.limit, found.remaining, found.reset) == ("ietf", 100, 50, 30)
+    assert found.refill == pytest.approx(10.0)
+    # Without the policy: remaining and reset alone, no refill told.
+    bare = one(("ratelimit", '"default";r=5;t=2'))
+    assert (bare.remaining, bare.reset, bare.refill) == (5, 2, 0.0)
+
+
+def test_several_policies_take_the_most_restrictive() -> None:
+    found = one(
+        ("RateLimit-Policy", '"burst";q=100;w=1, "daily";q=1000;w=86400'),
+        ("RateLimit", '"burst";r=99;t=1, "daily";r=900;t=40000'),
+    )
+    assert found.refill == pytest.approx(1000 / 86400)
+    assert found.remaining == 900
+    older = one(
+        ("RateLimit-Limit", "100"), ("RateLimit-Remaining", "7"), ("RateLimit-Policy", "100;w=10, 50;w=60")
+    )
+    assert older.refill == pytest.approx(50 / 60)
+
+
+def test_older_draft_forms() -> None:
+    found = one(("RateLimit", "limit=100, remaining=50, reset=5"))
+    assert (found.style, found.limit, found.remaining, found.reset, found.refill) == (
+        "ietf-draft",
+        100,
+        50,
+        5,
+        0.0,
+    )
+    split = one(("RateLimit-Limit", "100"), ("RateLimit-Remaining", "0"), ("RateLimit-Reset", "12"))
+    assert (split.limit, split.remaining, split.reset) == (100, 0, 12)
+    stamped = one(("RateLimit-Limit", "10"), ("RateLimit-Remaining", "3"), ("RateLimit-Reset", str(WALL + 7)))
+    assert stamped.reset == pytest.approx(7.0)
+
+
+@pytest.mark.parametrize(
+    ("reset", "seconds"),
+    [("12ms", 0.012), ("1s", 1.0), ("6m0s", 360.0), ("1h2m3.5s", 3723.5), ("0.5", 0.5), ("20ms", 0.02)],
+)
+def test_openai_durations(reset: str, seconds: float) -> None:
+    found = one(
+        ("x-ratelimit-limit-requests", "60"),
+        ("x-ratelimit-remaining-requests", "59"),
+        ("x-ratelimit-reset-requests", reset),
+    )
+    assert found.style == "openai"
+    assert found.reset == pytest.approx(seconds)
+    assert found.refill == pytest.approx(1 / seconds)  # a bucket: what it lacks, back by then
+
+
+def test_anthropic_rfc3339_reset() -> None:
+    found = one(
+        ("anthropic-ratelimit-requests-limit", "50"),
+        ("anthropic-ratelimit-requests-remaining", "40"),
+        ("anthropic-ratelimit-requests-reset", "2025-11-24T16:00:02.5Z"),
+    )
+    assert (found.style, found.remaining) == ("anthropic", 40)
+    assert found.reset == pytest.approx(2.5)
+    assert found.refill == pytest.approx(10 / 2.5)
+    offset = one(
+        ("anthropic-ratelimit-requests-limit", "50"),
+        ("anthropic-ratelimit-requests-remaining", "40"),
+        ("anthropic-ratelimit-requests-reset", "2025-11-24T17:00:04+01:00"),
+    )
+    assert offset.reset == pytest.approx(4.0)
+
+
+def test_github_epoch_reset() -> None:
+    found = one(
+        ("X-RateLimit-Limit", "5000"),
+        ("X-RateLimit-Remaining", "4999"),
+        ("X-RateLimit-Reset", str(int(WALL) + 60)),
+    )
+    assert (found.style, found.remaining, found.reset, found.refill) == ("github", 4999, 60.0, 0.0)
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        [],
+        [("Content-Type", "application/json")],
+        [("RateLimit", "garbage")],
+        [("RateLimit", '"default";r=-1;t=2')],
+        [("RateLimit", "limit=x, remaining=y")],
+        [("x-ratelimit-remaining-requests", "nan")],
+        [("x-ratelimit-remaining-requests", "1e999")],
+        [("anthropic-ratelimit-requests-remaining", "")],
+        [("x-ratelimit-tokens-remaining", "5")],  # tokens, not requests: not a request limit
+    ],
+)
+def test_malformed_fields_are_ignored(fields: list[tuple[str, str]]) -> None:
+    assert parse(fields, WALL) is None
+
+
+def test_a_malformed_reset_is_no_reset() -> None:
+    found = one(("x-ratelimit-remaining-requests", "5"), ("x-ratelimit-reset-requests", "soon"))
+    assert (found.remaining, found.reset) == (5, 0.0)
+    bad_date = one(
+        ("anthropic-ratelimit-requests-remaining", "5"),
+        ("anthropic-ratelimit-requests-reset", "2025-13-40T99:00:00Z"),
+    )
+    assert bad_date.reset == 0.0
+
+
+NAMES = [
+    "RateLimit",
+    "RateLimit-Policy",
+    "RateLimit-Limit",
+    "RateLimit-Remaining",
+    "RateLimit-Reset",
+    "x-ratelimit-limit-requests",
+    "x-ratelimit-remaining-requests",
+    "x-ratelimit-reset-requests",
+    "anthropic-ratelimit-requests-remaining",
+    "anthropic-ratelimit-requests-reset",
+    "x-ratelimit-remaining",
+    "x-ratelimit-reset",
+]
+PIECES = st.sampled_from(
+    [
+        '"default"',
+        ";",
+        ",",
+        "=",
+        "q",
+        "w",
+        "r",
+        "t",
+        "limit",
+        "remaining",
+        "reset",
+        "ms",
+        "s",
+        "m",
+        "h",
+        "T",
+        "Z",
+        ":",
+        "-",
+        "+",
+        ".",
+        " ",
+        "1e308",
+        "nan",
+        "inf",
+        "-0",
+        "0",
+    ]
+)
+VALUES = st.one_of(
+    st.text(max_size=40),
+    st.lists(st.one_of(PIECES, st.integers(0, 10**12).map(str)), max_size=12).map("".join),
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(NAMES), VALUES), max_size=6), st.floats(allow_nan=False))
+def test_the_parser_never_raises(fields: list[tuple[str, str]], wall: float) -> None:
+    found = parse(fields, wall)
+    if found is not None:
+        for value in (found.limit, found.remaining, found.reset, found.refill):
+            assert math.isfinite(value)
+            assert value >= 0
+        assert found.limit >= found.remaining
+
+
+@pytest.mark.parametrize("style", [s for s in ANNOUNCE_STYLES if s != "none"])
+def test_fake_announces_its_bucket_in_each_style(style: str) -> None:
+    # The fake's fields parse back into its bucket: 20.6 of 50 tokens, refilled at 200/s.
+    found = parse(announce_headers(style, 20.6, 200.0, 50.0, WALL), WALL)
+    assert found is not None
+    assert found.style == style
+    assert found.remaining == 20
+    assert found.refill == pytest.approx(200.0, rel=0.05)
+    assert announce_headers("none", 20.6, 200.0, 50.0, WALL) == ()
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "words"),
+    [
+        ({"rate_limit": (10, 5), "announce": "loud"}, "announce must be one of none, ietf"),
+        ({"announce": "openai"}, "needs a rate_limit"),
+    ],
+)
+def test_fake_refuses_a_bad_announce_style(kwargs: dict[str, object], words: str) -> None:
+    with pytest.raises(ValueError, match=words):
+        FakeService(**kwargs)  # type: ignore[arg-type]
+
+
+def test_cli_fake_accepts_announce() -> None:
+    from qa_min._cli._parser import build_parser
+
+    args = build_parser().parse_args(["fake", "--rate-limit", "200", "50", "--announce", "anthropic"])
+    assert args.announce == "anthropic"
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["fake", "--announce", "loud"])
+
+
+class Review(qa.Questions):
+    toxic = qa.YesNo("The text insults someone", "The text insults no one")
+
+
+def test_client_shows_the_announced_limit_and_paces_by_it() -> None:
+    # 40 calls on 8 threads against 100/s with a burst of 10, announced OpenAI-style: the
+    # client paces before any 429 (it starts low and grows), and shows what it was told.
+    with FakeService(rate_limit=(100, 10), announce="openai") as svc:
+        with qa.Client(base_url=svc.url, trust_env=False, max_workers=8) as client:
+            assert client.rate_limit is not None
+            assert client.rate_limit.announced is None
+            started = time.monotonic()
+            calls = [client.submit(client.ask, f"text {i}", Review) for i in range(40)]
+            for call in calls:
+                call.result(timeout=30)
+            state = client.rate_limit
+            assert state is not None
+            assert state.announced is not None
+            assert state.announced["style"] == "openai"
+            assert state.announced["limit"] == 10.0
+            assert 0 <= float(state.announced["remaining"]) <= 10  # type: ignore[arg-type]
+            assert state.per_second is not None  # paced by the announcement
+            assert "announced" in repr(state)
+            assert "(openai)" in repr(state)
+            assert time.monotonic() - started < 30
+        assert svc.rate_limited_count <= 4  # paced before 429s: at most the first burst's
+
+
+def test_hear_is_thread_safe_and_cheap_without_fields() -> None:
+    from qa_min._limiter import Limiter
+
+    lim = Limiter(None, None, True)
+    plain = (("Content-Type", "application/json"), ("request-id", "r1"), ("Content-Length", "42"))
+    assert lim.hear(plain) is None
+    assert not lim.engaged  # nothing announced: the fast path stays
+    errors: list[BaseException] = []
+
+    def hear() -> None:
+        try:
+            for _ in range(200):
+                lim.hear(announce_headers("openai", 5.0, 100.0, 10.0, time.time()))
+        except BaseException as exc:  # pragma: no cover - a failure shows in the assert
+            errors.append(exc)
+
+    threads = [threading.Thread(target=hear) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(10)
+    assert not errors
+    assert lim.engaged
