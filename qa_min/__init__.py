@@ -10,7 +10,8 @@
 
 Only the question, error and client classes load with ``import qa_min``; the transport loads
 with the first ``Client``, and ``RetryPolicy``, ``Call`` and ``AsyncClient`` (with asyncio) on
-first use, so that importing the package stays cheap. ``qa_min.testing`` holds a fake service to test against.
+first use, so that importing the package stays cheap. ``qa_min.testing`` holds a fake service
+to test against.
 """
 
 from __future__ import annotations
