@@ -20,8 +20,8 @@ imports only modules listed before it:
 5. ``report`` (the markdown of both), then ``cli`` (the modes; the command line of ``steady``
    and ``cold``), then ``__main__``.
 
-Beside them, the self-contained modes, which import ``common`` and ``fake`` at most: ``batch``,
-``engines``, ``fleet``, ``ratelimit``, ``redaction``.
+Beside them, the self-contained modes, which import ``common`` and ``fake`` at most: ``aio``
+(mode ``asyncio``), ``batch``, ``engines``, ``fleet``, ``ratelimit``, ``redaction``.
 
 This file imports nothing: every client process imports the ``benchmarks`` package before its
 client library, and whatever it imported would blur the import-time and memory measurements.

@@ -30,6 +30,10 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
 MODES: dict[str, tuple[str, str]] = {
+    "asyncio": (
+        "benchmarks.aio:main",
+        "K concurrent asyncio calls: AsyncClient, aiohttp, httpx, a raw floor",
+    ),
     "batch": ("benchmarks.batch:main", "`qa-min batch` on a million lines: memory, first line, resuming"),
     "cold": ("benchmarks.cli:cold_main", "cold starts: whole processes up to the first answer, vs raw"),
     "engines": ("benchmarks.engines:main", "process pools, Dask, Ray, Spark (needs the extra 'engines')"),

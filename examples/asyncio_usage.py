@@ -1,8 +1,10 @@
-"""asyncio: await qa_min calls without blocking the event loop.
+"""asyncio: ``qa.AsyncClient``, the same client native on asyncio (no thread, nothing blocking).
 
-``client.submit`` runs a call on the client's own threads and returns a ``Call`` (a
-``concurrent.futures.Future``); ``asyncio.wrap_future`` makes it awaitable. Cancelling the
-awaiting task (``asyncio.wait_for`` does on timeout) cancels the call and aborts its request.
+``await client.ask(...)`` takes the same per-call options as ``Client.ask``: ``timeout=`` (the
+call raises ``qa.Canceled`` when it expires), ``cancel=``, ``retry=``, ``diagnostics=``.
+Cancelling the task that awaits a call raises ``asyncio.CancelledError`` at once and closes its
+connection. Mixed code that already has a threaded ``Client`` can await its calls through
+``asyncio.wrap_future(client.submit(...))``, at most ``max_workers`` at a time.
 
     python examples/asyncio_usage.py
 
@@ -31,33 +33,35 @@ TEXTS = [
 ]
 
 
-async def ask(client: qa.Client, text: str) -> qa.AskResponse[Review]:
-    return await asyncio.wrap_future(client.submit(client.ask, text, Review))
-
-
-async def ask_with_deadline(client: qa.Client, text: str, seconds: float) -> qa.AskResponse[Review] | None:
-    try:
-        return await asyncio.wait_for(ask(client, text), seconds)
-    except asyncio.TimeoutError:  # the builtin TimeoutError from Python 3.11 on
-        return None
-
-
 async def run(base_url: str | None) -> None:
-    # max_workers bounds how many calls run at once; the others wait for a thread.
-    with qa.Client(base_url=base_url, max_workers=4) as client:
-        first = await ask_with_deadline(client, TEXTS[0], 0.5)
-        if first is None:
-            print("no answer within 0.5 s: the call was cancelled")
-        else:
+    async with qa.AsyncClient(base_url=base_url) as client:
+        try:
+            first = await client.ask(TEXTS[0], Review, timeout=0.5)
             print(f"answered within 0.5 s: toxic={first.answers.toxic}")
+        except qa.Canceled:
+            print("no answer within 0.5 s: the call was cancelled")
 
-        responses = await asyncio.gather(*(ask(client, text) for text in TEXTS))
+        # Any number of calls at once, on one thread, over a keep-alive pool.
+        responses = await asyncio.gather(*(client.ask(text, Review) for text in TEXTS))
         for text, response in zip(TEXTS, responses):
             print(f"{text[:30]!r:34} toxic={response.answers.toxic!s:5} quality={response.answers.quality}")
 
         # return_exceptions=True: one failed call does not hide the others' answers.
-        results = await asyncio.gather(ask(client, TEXTS[0]), ask(client, "  "), return_exceptions=True)
+        results = await asyncio.gather(
+            client.ask(TEXTS[0], Review), client.ask("  ", Review), return_exceptions=True
+        )
         print(" / ".join(type(r).__name__ for r in results))
+
+        # Cancelling the awaiting task: CancelledError at once, the connection closed.
+        task = asyncio.ensure_future(client.ask(TEXTS[1], Review))
+        await asyncio.sleep(0)
+        task.cancel()
+        try:
+            await task
+        except asyncio.CancelledError:
+            print("task cancelled: CancelledError")
+        else:
+            print("answered before the cancel")
 
 
 def main(base_url: str | None = None) -> None:

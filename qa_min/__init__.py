@@ -9,8 +9,9 @@
         print(client.ask("Some text", Review).answers.toxic)
 
 Only the question, error and client classes load with ``import qa_min``; the transport loads
-with the first ``Client``, and ``RetryPolicy`` and ``Call`` on first use, so that importing the
-package stays cheap. ``qa_min.testing`` holds a fake service to test against.
+with the first ``Client``, and ``RetryPolicy``, ``Call`` and ``AsyncClient`` (with asyncio) on
+first use, so that importing the package stays cheap. ``qa_min.testing`` holds a fake service
+to test against.
 """
 
 from __future__ import annotations
@@ -63,6 +64,7 @@ from ._responses import AskResponse, CoreResponse, Model, ModelList
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from ._aclient import AsyncClient as AsyncClient
     from ._futures import Call as Call
     from ._retry import RetryPolicy as RetryPolicy
 
@@ -71,6 +73,7 @@ __all__ = [
     "PUBLIC_BASE_URL",
     "APIStatusError",
     "AskResponse",
+    "AsyncClient",
     "Attempt",
     "BadFraming",
     "BadRequest",
@@ -137,8 +140,13 @@ def __getattr__(name: str) -> object:
         from ._futures import Call
 
         return Call
+    if name == "AsyncClient":
+        # asyncio loads with the first use of AsyncClient, never with ``import qa_min``.
+        from ._aclient import AsyncClient
+
+        return AsyncClient
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | {"RetryPolicy", "Call"})
+    return sorted(set(globals()) | {"RetryPolicy", "Call", "AsyncClient"})

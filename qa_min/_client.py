@@ -233,10 +233,7 @@ class Client:
             InvalidResponse: The response or an answer does not fit the questions.
             Canceled: ``cancel`` was cancelled, ``timeout`` expired, or the client closed.
         """
-        if not (isinstance(questions, type) and issubclass(questions, Questions)):
-            raise InvalidQuestion(f"ask() takes a Questions subclass, got {questions!r}")
-        spec = questions._qa_spec()
-        body = spec.body(state, self._model if model is None else check_model(model))
+        spec, body = self._ask_body(state, questions, model)
         call = self._call(cancel, timeout, diagnostics)
         data = self._sender.send(self._endpoints.core.with_body(body), self._policy(retry), call)
         answers, usage = self._decode(data, spec, call)
@@ -262,10 +259,7 @@ class Client:
         Raises:
             The same errors as ``ask``.
         """
-        if not isinstance(request, Request):
-            raise InvalidOption(f"core() takes a qa_min.Request, got {short(request)}")
-        chosen = model if model is not None else request.model
-        body = request._spec.body(request.state, self._model if chosen is None else check_model(chosen))
+        body = self._core_body(request, model)
         call = self._call(cancel, timeout, diagnostics)
         data = self._sender.send(self._endpoints.core.with_body(body), self._policy(retry), call)
         answers, usage = self._decode(data, request._spec, call)
@@ -286,15 +280,7 @@ class Client:
         """
         call = self._call(cancel, timeout, diagnostics)
         data = self._sender.send(self._endpoints.models, self._policy(retry), call)
-        try:
-            models = models_of(parse_object(data))
-        except BadShape as exc:
-            problem = str(exc)
-        else:
-            models.diagnostics = call.fill()
-            return models
-        # Raised outside the except clause, so that no __context__ carries the raw text along.
-        raise self._invalid(problem, call)
+        return self._models(data, call)
 
     def submit(self, fn: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -> Call[R]:
         """Run ``client.ask``, ``client.core`` or ``client.list_models`` on the client's executor.
@@ -334,7 +320,33 @@ class Client:
     ) -> None:
         self.close()
 
-    # -- the call machinery -----------------------------------------------------------------
+    # -- the call machinery (shared with AsyncClient) ---------------------------------------
+
+    def _ask_body(self, state: str, questions: type[Questions], model: Optional[str]) -> tuple[_Spec, bytes]:
+        """The checked question set and the body of an ``ask``."""
+        if not (isinstance(questions, type) and issubclass(questions, Questions)):
+            raise InvalidQuestion(f"ask() takes a Questions subclass, got {questions!r}")
+        spec = questions._qa_spec()
+        return spec, spec.body(state, self._model if model is None else check_model(model))
+
+    def _core_body(self, request: Request, model: Optional[str]) -> bytes:
+        """The body of a ``core`` call; its model is ``model``, else the request's, else ours."""
+        if not isinstance(request, Request):
+            raise InvalidOption(f"core() takes a qa_min.Request, got {short(request)}")
+        chosen = model if model is not None else request.model
+        return request._spec.body(request.state, self._model if chosen is None else check_model(chosen))
+
+    def _models(self, data: bytes, call: CallState) -> ModelList:
+        """The ``ModelList`` of a ``/v1/models`` body."""
+        try:
+            models = models_of(parse_object(data))
+        except BadShape as exc:
+            problem = str(exc)
+        else:
+            models.diagnostics = call.fill()
+            return models
+        # Raised outside the except clause, so that no __context__ carries the raw text along.
+        raise self._invalid(problem, call)
 
     def _call(self, cancel: object, timeout: Timeout, diagnostics: object) -> CallState:
         self._life.check()

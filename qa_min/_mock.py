@@ -92,20 +92,31 @@ class MockTransport:
     def _serve(
         self, recorded: RecordedRequest, prefix: str, call: CallState
     ) -> tuple[int, bytes, HeaderPairs]:
+        step = self._take(recorded)
+        if step is not None and step.kind in ("hang", "delay"):
+            _wait_for_stop(call, step.seconds if step.kind == "delay" else None)
+        return self._answer(step, recorded, prefix)
+
+    def _take(self, recorded: RecordedRequest) -> Optional[Step]:
+        """Record the request and ask the handler: its step; raises what a failing step stands for.
+
+        What both clients' mocks share; only the wait of a ``hang`` or ``delay`` step differs.
+        """
         with self._lock:
             self._requests.append(recorded)
         step = None if self._handler is None else self._handler(recorded)
         if step is not None and not isinstance(step, Step):
             raise TypeError(f"a MockTransport handler returns a Step (reply(...)) or None, got {step!r}")
-        kind = "normal" if step is None else step.kind
-        failure = _failure(kind)
+        failure = None if step is None else _failure(step.kind)
         if failure is not None:
             raise failure
-        if kind == "hang":
-            _wait_for_stop(call, None)
-        elif kind == "delay":
-            _wait_for_stop(call, step.seconds)  # type: ignore[union-attr]
-        if step is not None and kind == "reply":
+        return step
+
+    def _answer(
+        self, step: Optional[Step], recorded: RecordedRequest, prefix: str
+    ) -> tuple[int, bytes, HeaderPairs]:
+        """The response of a step that answers: the scripted reply, or the fake service's rules."""
+        if step is not None and step.kind == "reply":
             return step.status, step.body, step.headers
         status, payload, headers = apply_rules(
             recorded, {}, api_key=self._api_key, prefix=prefix, models=self._models
@@ -137,19 +148,28 @@ class _Bound:
         self, request: Outgoing, call: CallState, fresh: bool = False
     ) -> tuple[int, ResponseHeaders, bytes]:
         """One attempt, answered by the mock: as ``Transport.attempt``, without a socket."""
-        # Values as a server reads them: without the SP/HTAB around them (RFC 9110 section 5.5).
-        fields = Headers((name, value.strip(" \t")) for name, value in wire_fields(request))
-        recorded = RecordedRequest(request.method, request.target, fields, request.body)
+        recorded = self.recorded(request)
         try:
             status, body, headers = self.mock._serve(recorded, self.origin.path, call)
-            # A cancel or close that came while the handler ran wins, as it would over a socket.
-            call.check()
-            body = cap_body(status, body, self.max_body)
+            return self.delivered(status, body, headers, call)
         except (OSError, ProtocolError) as exc:
             error = failure(exc, self.origin, call)
-            if isinstance(error, InvalidResponse):
-                raise error from None  # as the socket transport: the refusal's text is the message
-            raise error from exc
+            # As the socket transport: a refused body's text is the message, raised from None.
+            raise error from (None if isinstance(error, InvalidResponse) else exc)
+
+    def recorded(self, request: Outgoing) -> RecordedRequest:
+        """The request as the handler sees it: as a server reads what the socket transport writes."""
+        # Values as a server reads them: without the SP/HTAB around them (RFC 9110 section 5.5).
+        fields = Headers((name, value.strip(" \t")) for name, value in wire_fields(request))
+        return RecordedRequest(request.method, request.target, fields, request.body)
+
+    def delivered(
+        self, status: int, body: bytes, headers: HeaderPairs, call: CallState
+    ) -> tuple[int, ResponseHeaders, bytes]:
+        """What a socket would have delivered of the handler's answer."""
+        # A cancel or close that came while the handler ran wins, as it would over a socket.
+        call.check()
+        body = cap_body(status, body, self.max_body)
         answer = list(headers)  # spelled and ordered as the handler gave them
         if not any(name.lower() == "content-length" for name, _ in answer):
             answer.append(("Content-Length", str(len(body))))

@@ -153,23 +153,11 @@ class Transport:
                 # A proxy that refused may leave the request body unread and the connection
                 # dead while calling it keep-alive (squid does): never reuse it.
                 reusable = False
-        except (BadFraming, LimitExceeded) as exc:
+        except (*_NETWORK_ERRORS, TunnelRefused) as exc:
             if conn is not None:
                 self.pool.discard(conn)
-            if exc.status is None:  # in the head: the connection, not the answer, is broken
-                raise self._translate(exc, conn, call) from exc
-            call.status = exc.status  # a 2xx whose body is refused
-            raise InvalidResponse(_refusal(exc)) from None
-        except _NETWORK_ERRORS as exc:
-            if conn is not None:
-                self.pool.discard(conn)
-            error = self._translate(exc, conn, call)
-            if isinstance(error, InvalidResponse):
-                raise error from None  # a refused 2xx body: the refusal's text is the message
-            raise error from exc
-        except TunnelRefused as exc:
-            target = f"CONNECT to {self.origin.host}:{self.origin.port}"
-            raise self._proxy_error(exc.status, exc.body, target) from None
+            error, cause = self.failed(exc, conn, call)
+            raise error from cause
         except BaseException:
             if conn is not None:
                 self.pool.discard(conn)
@@ -226,6 +214,21 @@ class Transport:
         error.diagnostics.status = status
         error.diagnostics.body = text
         return error
+
+    def failed(
+        self, exc: BaseException, conn: Optional[Connection], call: CallState
+    ) -> tuple[BaseException, Optional[BaseException]]:
+        """What an exchange that raised ``exc`` (a network or protocol error, a refused tunnel)
+        becomes: (the error to raise, its cause). Both clients' transports raise what it says."""
+        if isinstance(exc, TunnelRefused):
+            target = f"CONNECT to {self.origin.host}:{self.origin.port}"
+            return self._proxy_error(exc.status, exc.body, target), None
+        if isinstance(exc, (BadFraming, LimitExceeded)) and exc.status is not None:
+            call.status = exc.status  # a 2xx whose body is refused; in the head, the connection is
+            return InvalidResponse(_refusal(exc)), None
+        error = self._translate(exc, conn, call)
+        # A refused 2xx body: the refusal's text is the message, no cause shown.
+        return error, (None if isinstance(error, InvalidResponse) else exc)
 
     def _translate(self, exc: BaseException, conn: Optional[Connection], call: CallState) -> BaseException:
         error = failure(exc, self.origin, call)

@@ -49,6 +49,7 @@ LAYERS: tuple[str, ...] = (
     "_messages",
     "_decide",
     "_connection",
+    "_aio",
     "_transport",
     "_retrying",
     "_futures",
@@ -58,6 +59,11 @@ LAYERS: tuple[str, ...] = (
     "_fakehttp",
     "_mock",
     "_client",
+    # the asyncio client: cancellation scopes, the retry loop awaited, the facade
+    "_ascope",
+    "_atransport",
+    "_asender",
+    "_aclient",
     # the public facade, then what is built on the public names only
     "__init__",
     "_fake",

@@ -25,6 +25,11 @@ STEADY_SMALL += ["--warmup", "5", "--thread-calls", "64", "--rss-calls", "20", "
 
 # mode: (arguments, a line the output holds, marks)
 SMOKE: dict[str, tuple[list[str], str, tuple[pytest.MarkDecorator, ...]]] = {
+    "asyncio": (
+        ["--ks", "20", "--rounds", "1", "--clients", "floor,qa_min", "--output", "-"],
+        "| 20 | qa_min | ",
+        (pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/status"),),
+    ),
     "batch": (
         ["--lines", "2000", "--scenarios", "sigint"],
         "| sigint | 130 | ",  # interrupted, then resumed: the row ends with its output check

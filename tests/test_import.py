@@ -14,6 +14,8 @@ Spec line -> tests:
   RetryPolicy and Call are available lazily
       test_retry_policy_and_call_load_on_first_use, test_dir_lists_the_lazy_names,
       test_unknown_attribute_is_attribute_error
+  S7b ``import qa_min`` does not import asyncio; the first use of ``qa.AsyncClient`` does
+      test_import_does_not_load_asyncio, test_async_client_loads_asyncio_on_first_use
   The cold path (issue 14): ``import qa_min; Client(base_url="http://h")`` loads nothing
   beyond what ``import http.client, json`` loads, qa_min's own modules and COLD_ALLOWED
       test_cold_path_loads_only_what_http_client_and_json_load,
@@ -53,11 +55,14 @@ for name in sorted(after_import - before):
     module = sys.modules.get(name)
     files[name] = getattr(module, "__file__", None)
 lazy = {}
-for attr, module in (("RetryPolicy", "qa_min._retry"), ("Call", "qa_min._futures")):
+asyncio_after_import = "asyncio" in sys.modules
+for attr, module in (
+    ("RetryPolicy", "qa_min._retry"), ("Call", "qa_min._futures"), ("AsyncClient", "qa_min._aclient")
+):
     loaded_before = module in sys.modules
     value = getattr(qa_min, attr)
     lazy[attr] = [loaded_before, module in sys.modules, value.__name__]
-print(json.dumps({"new": files, "lazy": lazy}))
+print(json.dumps({"new": files, "lazy": lazy, "asyncio": [asyncio_after_import, "asyncio" in sys.modules]}))
 """
 
 
@@ -141,8 +146,23 @@ def test_retry_policy_and_call_load_on_first_use(probe: dict[str, Any]) -> None:
     assert Call is RealCall
 
 
+def test_import_does_not_load_asyncio(probe: dict[str, Any]) -> None:
+    assert "asyncio" not in probe["new"]
+    assert not any(name.startswith("asyncio.") for name in probe["new"])
+    assert probe["asyncio"][0] is False
+
+
+def test_async_client_loads_asyncio_on_first_use(probe: dict[str, Any]) -> None:
+    assert probe["lazy"]["AsyncClient"] == [False, True, "AsyncClient"]
+    assert probe["asyncio"][1] is True
+    from qa_min import AsyncClient
+    from qa_min._aclient import AsyncClient as RealAsyncClient
+
+    assert AsyncClient is RealAsyncClient
+
+
 def test_dir_lists_the_lazy_names() -> None:
-    assert {"RetryPolicy", "Call"} <= set(dir(qa))
+    assert {"RetryPolicy", "Call", "AsyncClient"} <= set(dir(qa))
 
 
 def test_unknown_attribute_is_attribute_error() -> None:
@@ -226,7 +246,7 @@ def test_all_is_complete() -> None:
         and name != "TYPE_CHECKING"
         and not isinstance(value, (types.ModuleType, type(future.annotations)))
     }
-    assert public | {"RetryPolicy", "Call", "__version__"} == set(qa.__all__)
+    assert public | {"RetryPolicy", "Call", "AsyncClient", "__version__"} == set(qa.__all__)
 
 
 def test_every_error_class_of_the_package_is_exported() -> None:

@@ -13,12 +13,13 @@ skip elsewhere. ``Call`` is the one class that refuses: it is a call running in 
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import enum
 import pickle
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Optional
 
 import pytest
 from support import make_client
@@ -114,12 +115,35 @@ def client_of(c: qa.Client) -> tuple[object, ...]:
     )
 
 
+def async_client_of(c: qa.AsyncClient) -> tuple[object, ...]:
+    async def answered() -> Optional[int]:
+        async with c:  # an open client on a loop of its own, with a working pool
+            return (await c.list_models()).diagnostics.status
+
+    status = asyncio.run(answered())
+    state, core = c.rate_limit, c._core
+    limit = None if state is None else state.limit
+    return (c.base_url, c.model, core._key, core._timeout, core._retry, limit, status)
+
+
 # name -> (samples from the made objects, what must come through equal)
 Fingerprint = Callable[[Any], object]
 CASES: dict[str, tuple[Callable[[Made], list[Any]], Fingerprint]] = {
     "AskResponse": (
         lambda m: [m.ask],
         lambda r: (r.answers, dict(r.usage), diagnostics_of(r.diagnostics), r.answers.tone is Tone.formal),
+    ),
+    "AsyncClient": (
+        lambda m: [
+            qa.AsyncClient(
+                base_url=m.url,
+                api_key="sk-pickle-0123456789",
+                timeout=5.0,
+                rate_limit=qa.RateLimit(50).split(2),
+                trust_env=False,
+            )
+        ],
+        async_client_of,
     ),
     "Attempt": (lambda m: [*m.ask.diagnostics.history, *m.error.diagnostics.history], lambda a: (a, repr(a))),
     "CancelToken": (lambda m: [qa.CancelToken(), cancelled_token()], lambda t: t.cancelled),

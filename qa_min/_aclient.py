@@ -1,0 +1,232 @@
+"""``AsyncClient``: the same client, native on asyncio.
+
+An ``AsyncClient`` holds a ``Client`` built from the same arguments, and shares with it every
+decision that is not I/O: the configuration and its checks, validation, request encoding,
+response decoding, the retry loop's decisions (``Sender``), the retry budget, the rate
+limiter, hooks, redaction, ``Diagnostics``, ``MockTransport``. That client's transport never
+opens a socket and its executor never starts: the I/O is ``_atransport``'s on the running
+loop, and the waiting is ``_asender``'s. See ``_ascope`` for cancellation.
+
+A client belongs to the event loop it first ran on: its connections are that loop's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+
+from ._aio import AioPool
+from ._ascope import WrongLoop
+from ._asender import AioSender
+from ._atransport import AioMock, AioTransport
+from ._client import Client
+from ._constants import MAX_RESPONSE_BYTES
+from ._errors import InvalidOption
+from ._responses import AskResponse, CoreResponse
+from ._typing import UNSET, Unset, readonly, short
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import ssl
+    from collections.abc import Awaitable, Mapping, Sequence
+    from types import TracebackType
+    from typing import Any, Callable, Optional, TypeVar, Union
+
+    from ._backoff import RetryPolicy
+    from ._call import CancelToken, RetryBudget
+    from ._errors import Diagnostics
+    from ._hooks import HookEvent
+    from ._mock import MockTransport
+    from ._questions import Questions, Request
+    from ._ratelimit import RateLimit, RateLimitState
+    from ._responses import ModelList
+
+    Q = TypeVar("Q", bound=Questions)
+    Timeout = Union[float, None, Unset]
+
+
+def _rebuild(options: dict[str, Any]) -> AsyncClient:
+    return AsyncClient(**options)
+
+
+class AsyncClient:
+    """A client of the question-answering service for asyncio: ``await client.ask(...)``.
+
+    It takes ``Client``'s arguments (see there), but for ``max_workers``, and ``sleep``, which
+    here is an ``async`` function of the seconds to wait (for tests; default
+    ``asyncio.sleep``). Hooks and ``MockTransport`` handlers run on the loop's thread.
+
+    Raises:
+        MissingApiKey, InvalidBaseUrl, InvalidOption: As ``Client``.
+    """
+
+    def __init__(
+        self,
+        api_key: Optional[str] = None,
+        base_url: Optional[str] = None,
+        model: Optional[str] = None,
+        retry: Optional[RetryPolicy] = None,
+        extra_headers: Sequence[tuple[str, str]] = (),
+        timeout: Optional[float] = None,
+        *,
+        max_idle_per_host: int = 10,
+        idle_timeout: float = 30.0,
+        max_response_bytes: int = MAX_RESPONSE_BYTES,
+        ssl_context: Optional[ssl.SSLContext] = None,
+        proxy: Optional[str] = None,
+        trust_env: bool = True,
+        retry_budget: Union[RetryBudget, Unset, None] = UNSET,
+        rate_limit: Union[RateLimit, Unset, None] = UNSET,
+        sleep: Optional[Callable[[float], Awaitable[object]]] = None,
+        random: Optional[Callable[[], float]] = None,
+        hooks: Optional[Mapping[str, Sequence[Callable[[HookEvent], object]]]] = None,
+        transport: Optional[MockTransport] = None,
+    ) -> None:
+        if sleep is not None and not inspect.iscoroutinefunction(sleep):
+            raise InvalidOption(f"sleep must be an async function of the seconds, got {short(sleep)}")
+        self._core = core = Client(
+            api_key,
+            base_url,
+            model,
+            retry,
+            extra_headers,
+            timeout,
+            max_idle_per_host=max_idle_per_host,
+            idle_timeout=idle_timeout,
+            max_response_bytes=max_response_bytes,
+            ssl_context=ssl_context,
+            proxy=proxy,
+            trust_env=trust_env,
+            retry_budget=retry_budget,
+            rate_limit=rate_limit,
+            random=random,
+            hooks=hooks,
+            transport=transport,
+        )
+        sync = core._transport
+        if transport is None:
+            pool = AioPool(sync.pool.max_idle, sync.pool.idle_timeout)
+            self._transport: Union[AioTransport, AioMock] = AioTransport(sync, pool)
+        else:
+            self._transport = AioMock(sync)  # type: ignore[arg-type]
+        self._sender = AioSender(core._sender, self._transport, sleep)
+        self._loop: Optional[asyncio.AbstractEventLoop] = None
+        self.base_url = core.base_url
+        self._options = {**core._options, "sleep": sleep}
+        del self._options["max_workers"]
+
+    def __reduce__(self) -> tuple[object, ...]:
+        """Pickle and copy as the configuration, as ``Client``: a fresh client, the key included."""
+        self._core.__reduce__()  # the same refusal of an ssl_context
+        return (_rebuild, (self._options,))
+
+    @property
+    def model(self) -> str:
+        """The model used when a call names none."""
+        return self._core.model
+
+    @property
+    def rate_limit(self) -> Optional[RateLimitState]:
+        """A snapshot of the rate limiter now: its ceiling and any pause; None when turned off."""
+        return self._core.rate_limit
+
+    def __repr__(self) -> str:
+        return f"AsyncClient(base_url={self.base_url!r}, model={self.model!r})"
+
+    # -- operations -------------------------------------------------------------------------
+
+    async def ask(
+        self,
+        state: str,
+        questions: type[Q],
+        *,
+        model: Optional[str] = None,
+        retry: Optional[RetryPolicy] = None,
+        diagnostics: Optional[Diagnostics] = None,
+        cancel: Optional[CancelToken] = None,
+        timeout: Timeout = UNSET,
+    ) -> AskResponse[Q]:
+        """As ``Client.ask``; cancelling the awaiting task raises ``CancelledError``."""
+        loop = self._bind()
+        core = self._core
+        spec, body = core._ask_body(state, questions, model)
+        call = core._call(cancel, timeout, diagnostics)
+        data = await self._sender.send(loop, core._endpoints.core.with_body(body), core._policy(retry), call)
+        answers, usage = core._decode(data, spec, call)
+        return AskResponse(questions._qa_from(answers), usage, call.fill())
+
+    async def core(
+        self,
+        request: Request,
+        *,
+        model: Optional[str] = None,
+        retry: Optional[RetryPolicy] = None,
+        diagnostics: Optional[Diagnostics] = None,
+        cancel: Optional[CancelToken] = None,
+        timeout: Timeout = UNSET,
+    ) -> CoreResponse:
+        """As ``Client.core``."""
+        loop = self._bind()
+        core = self._core
+        body = core._core_body(request, model)
+        call = core._call(cancel, timeout, diagnostics)
+        data = await self._sender.send(loop, core._endpoints.core.with_body(body), core._policy(retry), call)
+        answers, usage = core._decode(data, request._spec, call)
+        return CoreResponse(readonly(answers), usage, call.fill())
+
+    async def list_models(
+        self,
+        *,
+        retry: Optional[RetryPolicy] = None,
+        diagnostics: Optional[Diagnostics] = None,
+        cancel: Optional[CancelToken] = None,
+        timeout: Timeout = UNSET,
+    ) -> ModelList:
+        """As ``Client.list_models``."""
+        loop = self._bind()
+        core = self._core
+        call = core._call(cancel, timeout, diagnostics)
+        data = await self._sender.send(loop, core._endpoints.models, core._policy(retry), call)
+        return core._models(data, call)
+
+    async def aclose(self) -> None:
+        """Release every connection; calls in flight end with ``Canceled``. Idempotent.
+
+        Calls made afterwards raise ``ClientClosed``.
+        """
+        if self._loop is not None:
+            self._bind()
+        self._core.close()  # the closing token: every call and wait stops; no call starts
+        for scope in list(self._sender.scopes):
+            scope.stop("the client was closed")
+        self._transport.close()
+        await asyncio.sleep(0)  # the loop closes the sockets on its next turn: let it
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: Optional[type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> None:
+        await self.aclose()
+
+    # -- the call machinery -----------------------------------------------------------------
+
+    def _bind(self) -> asyncio.AbstractEventLoop:
+        """The running loop, which must be this client's (it becomes so on first use)."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            raise WrongLoop("an AsyncClient call must be awaited inside a running event loop") from None
+        if self._loop is None:
+            self._loop = loop
+        elif loop is not self._loop:
+            state = "closed" if self._loop.is_closed() else "still running"
+            raise WrongLoop(
+                f"this AsyncClient belongs to the event loop it first ran on ({state}), not the one "
+                "running now; create one client per event loop"
+            )
+        return loop

@@ -1,0 +1,271 @@
+"""The asyncio connection layer: one keep-alive connection as an ``asyncio.Protocol``, and its pool.
+
+The threaded client blocks a thread in ``recv``; here the event loop calls ``data_received``
+and the bytes go to a response reader that does no I/O. A call awaits one future per exchange,
+which the protocol resolves with the response or fails with what broke. No task is created per
+call and no thread is started: name resolution is the loop's (``loop.create_connection``), TLS
+and CONNECT tunnels go through ``loop.start_tls``.
+
+States of an ``AioConnection`` (as ``_connection``'s)::
+
+    open_connection() ──> busy ──exchange ok, reusable──> idle (in the pool) ──checkout──> busy
+                           │                                  │
+                           └─error, cancel, not reusable──────┴─peer closed / too old──> closed
+
+While idle, the loop keeps reading the socket: a server that closes an idle connection is seen
+at once (``lost``), and bytes it sends unasked make it unfit (``dirty``). That replaces the
+zero-timeout poll the threaded pool makes before reuse.
+
+Deadlines and cancellation are not handled here: the call's task is cancelled (see
+``_ascope``) and every ``except BaseException`` below aborts the connection, so an interrupted
+exchange never reaches the pool.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from ._connection import PoolClosed, Stopped, TunnelRefused, idle_clock
+from ._errors import MalformedHead, ProtocolError
+from ._protocol import NEED_DATA, Data, Head, ResponseReader
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import ssl
+    from collections.abc import Hashable
+    from typing import Optional
+
+    from ._diagnostics import ResponseHeaders
+
+    Result = tuple[int, ResponseHeaders, bytes, bool]
+
+
+class AioConnection(asyncio.Protocol):
+    """A connection to one origin (or proxy), serving one request at a time."""
+
+    __slots__ = (
+        "_head",
+        "_parts",
+        "_reader",
+        "_waiter",
+        "aborted",
+        "dirty",
+        "idle_since",
+        "key",
+        "lost",
+        "received",
+        "sent",
+        "transport",
+    )
+
+    def __init__(self, key: Hashable) -> None:
+        self.key = key
+        self.transport: Optional[asyncio.Transport] = None
+        self.idle_since = 0.0
+        self.received = 0  # response bytes received in the current exchange
+        self.sent = False  # the current exchange's request was handed to the socket
+        self.lost = False  # the connection is closed, by either side
+        self.dirty = False  # bytes arrived while no exchange wanted them
+        self.aborted = False
+        self._reader: Optional[ResponseReader] = None
+        self._head: Optional[Head] = None
+        self._parts: list[bytes] = []
+        self._waiter: Optional[asyncio.Future[Result]] = None
+
+    def itself(self) -> AioConnection:
+        """The protocol factory of ``loop.create_connection``: this connection."""
+        return self
+
+    # -- asyncio.Protocol -------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        reader, waiter = self._reader, self._waiter
+        if reader is None or waiter is None or waiter.done():
+            self.dirty = True
+            return
+        self.received += len(data)
+        reader.receive(data)
+        self._advance(reader, waiter)
+
+    def eof_received(self) -> bool:
+        self._ended(None)
+        return False  # let the transport close itself
+
+    def connection_lost(self, exc: Optional[Exception]) -> None:
+        self.lost = True
+        self._ended(exc)
+
+    def _ended(self, exc: Optional[BaseException]) -> None:
+        reader, waiter = self._reader, self._waiter
+        if reader is None or waiter is None or waiter.done():
+            return
+        if self.aborted:
+            waiter.set_exception(Stopped())
+        elif exc is not None:
+            # A reset before any byte says more than "no response"; after a non-2xx head the
+            # status is the answer, whatever of its body came (as the threaded connection).
+            self._failed(waiter, exc)
+        else:
+            reader.receive(b"")
+            self._advance(reader, waiter)
+
+    def _advance(self, reader: ResponseReader, waiter: asyncio.Future[Result]) -> None:
+        """Read the events the bytes so far make; resolve the exchange at its end or error."""
+        try:
+            while True:
+                event = reader.next_event()
+                if event is NEED_DATA:
+                    return
+                if type(event) is Data:
+                    self._parts.append(event.data)
+                elif type(event) is Head:
+                    self._head = event
+                else:
+                    self._resolve(waiter, event.reusable)  # type: ignore[union-attr]
+                    return
+        except ProtocolError as exc:
+            self._failed(waiter, exc)
+
+    def _failed(self, waiter: asyncio.Future[Result], exc: BaseException) -> None:
+        head = self._head
+        if head is None or 200 <= head.status < 300:
+            waiter.set_exception(exc)
+        else:
+            self._resolve(waiter, False)
+
+    def _resolve(self, waiter: asyncio.Future[Result], reusable: bool) -> None:
+        head, parts = self._head, self._parts
+        assert head is not None
+        self._reader = self._waiter = self._head = None  # bytes from now on are unasked for
+        self._parts = []
+        body = parts[0] if len(parts) == 1 else b"".join(parts)
+        waiter.set_result((head.status, head.headers, body, reusable and not (self.dirty or self.lost)))
+
+    # -- used by the transport --------------------------------------------------------------
+
+    def send(self, request: bytes, method: str, max_body: int) -> asyncio.Future[Result]:
+        """Send ``request``; the future is the response: (status, headers, body, reusable).
+
+        It fails with what the reader raises, the ``OSError`` that closed the connection, or
+        ``Stopped`` after ``abort()``. A response that arrived before the connection broke (an
+        early 401 or 413) is the result, not reusable. A plain method, not a coroutine: the
+        caller's frame is the only one a call in flight keeps.
+        """
+        transport = self.transport
+        assert transport is not None
+        self._waiter = waiter = asyncio.get_running_loop().create_future()
+        self._reader = ResponseReader(method, max_body)
+        self._head, self._parts = None, []
+        self.received = 0
+        # A connection found closed is never checked out, and nothing runs between the
+        # checkout and this write: the request goes out (or fails in connection_lost).
+        transport.write(request)
+        self.sent = True
+        return waiter
+
+    def abort(self) -> None:
+        """Close at once, without waiting for buffered writes; a waiting exchange gets ``Stopped``."""
+        self.aborted = True
+        if self.transport is not None:
+            self.transport.abort()
+
+    def close(self) -> None:
+        """Close without ceremony: over TLS, waiting for the peer's close_notify could outlive
+        the loop (and leave the socket open); the HTTP framing already told where data ended."""
+        if self.transport is not None:
+            self.transport.abort()
+
+
+async def start_tls(conn: AioConnection, context: ssl.SSLContext, host: str) -> None:
+    """TLS over ``conn``, the certificate checked against ``host``."""
+    assert conn.transport is not None
+    loop = asyncio.get_running_loop()
+    secured = await loop.start_tls(conn.transport, conn, context, server_hostname=host)
+    if secured is None:  # pragma: no cover - the loop closed the connection under us
+        raise ConnectionResetError("the connection closed during the TLS handshake")
+    conn.transport = secured
+
+
+async def open_tunnel(conn: AioConnection, target: str, headers: bytes, max_body: int) -> None:
+    """Ask the HTTP proxy behind ``conn`` for a CONNECT tunnel to ``target`` ("host:port")."""
+    host = target.encode("ascii")
+    request = b"CONNECT %s HTTP/1.1\r\nHost: %s\r\n%s\r\n" % (host, host, headers)
+    conn.idle_since = 0.0  # a fresh connection: its failures are never "stale"
+    status, _, body, clean = await conn.send(request, "CONNECT", max_body)
+    if 200 <= status < 300:
+        # A 2xx to CONNECT has no body (RFC 9110 §9.3.6) and the origin speaks only after our
+        # TLS hello: bytes already here would be lost.
+        if not clean:
+            raise MalformedHead("the proxy sent data before the TLS handshake")
+        return
+    raise TunnelRefused(status, body)
+
+
+class AioPool:
+    """Idle connections by key, bounded to ``max_idle`` per key; the busy ones, for ``close()``.
+
+    Only the loop's thread touches it, so it needs no lock.
+    """
+
+    def __init__(self, max_idle: int, idle_timeout: float) -> None:
+        self.max_idle = max_idle
+        self.idle_timeout = idle_timeout
+        self.closed = False
+        self._idle: dict[Hashable, list[AioConnection]] = {}
+        self._busy: set[AioConnection] = set()
+
+    def checkout(self, key: Hashable) -> Optional[AioConnection]:
+        """A live idle connection for ``key``, now busy (the most recent first); None if none."""
+        if self.closed:
+            raise PoolClosed
+        stack = self._idle.get(key)
+        while stack:
+            conn = stack.pop()
+            age = idle_clock() - conn.idle_since
+            if 0 <= age <= self.idle_timeout and not (conn.lost or conn.dirty):
+                self._busy.add(conn)
+                return conn
+            conn.close()
+        return None
+
+    def track(self, conn: AioConnection) -> None:
+        """Mark a new connection busy, so that ``close()`` can abort it."""
+        if self.closed:
+            conn.abort()
+            raise PoolClosed
+        self._busy.add(conn)
+
+    def release(self, conn: AioConnection) -> None:
+        """Keep a connection whose response was read whole, if there is room."""
+        self._busy.discard(conn)
+        stack = self._idle.setdefault(conn.key, [])
+        if self.closed or conn.lost or conn.dirty or len(stack) >= self.max_idle:
+            conn.close()
+            return
+        conn.idle_since = idle_clock()
+        stack.append(conn)
+
+    def discard(self, conn: AioConnection) -> None:
+        """Close a connection that failed, was interrupted or must not be reused."""
+        self._busy.discard(conn)
+        conn.abort()
+
+    def idle_count(self) -> int:
+        return sum(len(stack) for stack in self._idle.values())
+
+    def busy_count(self) -> int:
+        return len(self._busy)
+
+    def close(self) -> None:
+        """Close the idle connections and abort the busy ones. Idempotent."""
+        self.closed = True
+        idle = [conn for stack in self._idle.values() for conn in stack]
+        self._idle.clear()
+        busy, self._busy = self._busy, set()
+        for conn in idle:
+            conn.close()
+        for conn in busy:
+            conn.abort()

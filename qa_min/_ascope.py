@@ -1,0 +1,84 @@
+"""How an ``AsyncClient`` call is stopped from outside: one scope per call, around its task.
+
+The threaded client wakes a blocked thread by shutting its socket down or setting its sleep's
+event. On asyncio the one way to interrupt an ``await``, wherever it is (connecting, the TLS
+handshake, the response, a backoff sleep), is to cancel the task, which is what ``Scope.stop``
+does, noting why. The code that catches the ``CancelledError`` asks ``absorb`` what it is:
+qa_min's own cancellation becomes ``Canceled`` with the reason (the call's timeout, its
+``CancelToken``, the client closing); a cancellation of the task by anyone else propagates.
+
+Three things stop a scope: a ``loop.call_at`` timer at the call's deadline (no task and no
+``asyncio.wait_for`` per call: before Python 3.12 it creates a task and has races), the call's
+``CancelToken`` (from any thread, through ``call_soon_threadsafe``), and ``aclose()``.
+
+On Python 3.11+ ``Task.uncancel()`` tells a cancellation of ours from one that came with it;
+on 3.9 and 3.10 a cancel of the task that arrives together with ours is taken as ours.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from ._errors import Canceled, QAError
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Optional
+
+    from ._call import CallState
+
+
+class WrongLoop(QAError, RuntimeError):
+    """An ``AsyncClient`` was used from an event loop other than the one it first ran on."""
+
+
+class Scope:
+    """The task of one call, and why qa_min cancelled it (``reason``), if it did."""
+
+    __slots__ = ("_baseline", "_loop", "_open", "_task", "_timer", "absorbed", "reason")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, call: CallState) -> None:
+        task = asyncio.current_task(loop)
+        if task is None:
+            raise WrongLoop("an AsyncClient call must be awaited inside an asyncio task")
+        self._loop = loop
+        self._task = task
+        self._open = True
+        self.reason: Optional[str] = None
+        self.absorbed = False
+        uncancel = getattr(task, "cancelling", None)
+        self._baseline = 0 if uncancel is None else uncancel()
+        self._timer: Optional[asyncio.TimerHandle] = None
+        if call.deadline is not None:
+            at = loop.time() + (call.deadline - time.monotonic())
+            self._timer = loop.call_at(at, self.stop, f"the call's timeout of {call.timeout:g} s expired")
+
+    def stop(self, reason: str) -> None:
+        """Cancel the call's task, once, unless the call is over. On the loop's thread only."""
+        if self._open and self.reason is None:
+            self.reason = reason
+            self._task.cancel()
+
+    def stop_soon(self) -> None:
+        """``stop`` for a cancelled ``CancelToken``: from any thread."""
+        try:
+            self._loop.call_soon_threadsafe(self.stop, "the call was cancelled")
+        except RuntimeError:
+            pass  # the loop is closed: so is every call on it
+
+    def absorb(self, exc: BaseException) -> Canceled:
+        """The ``Canceled`` that a cancellation of ours becomes; re-raise ``exc`` otherwise."""
+        if self.reason is None or self.absorbed:
+            raise exc
+        self.absorbed = True
+        uncancel = getattr(self._task, "uncancel", None)
+        if uncancel is not None and uncancel() > self._baseline:
+            raise exc  # the task was also cancelled by someone else: theirs wins
+        return Canceled(self.reason)
+
+    def close(self) -> None:
+        """The call is over: later stops do nothing."""
+        self._open = False
+        if self._timer is not None:
+            self._timer.cancel()

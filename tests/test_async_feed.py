@@ -1,0 +1,151 @@
+"""The asyncio connection reads responses as the threaded one does: the same reader, two drivers.
+
+``_aio.AioConnection`` feeds ``_protocol``'s reader from ``data_received``; ``_connection.Connection``
+feeds it from ``recv``. For each case the same bytes go to both: to the threaded connection over
+a socket pair (then closed), to the asyncio one in memory, whole and one byte at a time, then
+the end of the stream. Both must give the same (status, fields, body, reusable) or fail with
+the same error class, and the asyncio one never before the response is complete.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from typing import Any, Optional, Union
+
+import pytest
+
+from qa_min._aio import AioConnection
+from qa_min._connection import Connection
+
+LIMIT = 64
+OK = b'{"answers": {}}'
+CASES: dict[str, bytes] = {
+    "content-length": b"HTTP/1.1 200 OK\r\nContent-Length: 15\r\n\r\n" + OK,
+    "bare line feeds": b"HTTP/1.1 200 OK\nContent-Length: 15\n\n" + OK,
+    "interim 100 and 103": b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early\r\nLink: x\r\n\r\n"
+    b"HTTP/1.1 200 OK\r\nContent-Length: 15\r\n\r\n" + OK,
+    "chunked": b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\n"
+    + OK[:5]
+    + b"\r\na\r\n"
+    + OK[5:]
+    + b"\r\n0\r\n\r\n",
+    "until close": b"HTTP/1.1 200 OK\r\n\r\n" + OK,
+    "no body 204": b"HTTP/1.1 204 No Content\r\n\r\n",
+    "connection close": b"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 15\r\n\r\n" + OK,
+    "error with body": b"HTTP/1.1 503 Busy\r\nContent-Length: 4\r\n\r\nbusy",
+    "error over the cap": b"HTTP/1.1 500 X\r\nContent-Length: 100\r\n\r\n" + b"e" * 100,
+    "error cut short": b"HTTP/1.1 500 X\r\nContent-Length: 10\r\n\r\nbus",
+    "error badly framed": b"HTTP/1.1 500 X\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+    "2xx over the cap": b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n" + b"x" * 100,
+    "2xx until close over the cap": b"HTTP/1.1 200 OK\r\n\r\n" + b"x" * 100,
+    "truncated body": b"HTTP/1.1 200 OK\r\nContent-Length: 15\r\n\r\n" + OK[:7],
+    "truncated head": b"HTTP/1.1 200 OK\r\nContent-Len",
+    "nothing": b"",
+    "garbage status line": b"HTTPX 200 OK\r\n\r\n",
+    "bad chunk size": b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+    "extra bytes after": b"HTTP/1.1 200 OK\r\nContent-Length: 15\r\n\r\n" + OK + b"HTTP/1.1",
+}
+
+Outcome = Union[tuple[Any, ...], str]
+
+
+def threaded(data: bytes) -> Outcome:
+    ours, theirs = socket.socketpair()
+    try:
+        theirs.sendall(data)
+        theirs.shutdown(socket.SHUT_WR)  # the end of the stream, the request still accepted
+        conn = Connection(ours, ("http", "h", 80, None))
+        try:
+            status, headers, body, reusable = conn.exchange(b"GET / HTTP/1.1\r\n\r\n", "GET", None, LIMIT)
+        except Exception as exc:
+            return type(exc).__name__
+        return status, list(headers.items()), body, reusable
+    finally:
+        ours.close()
+        theirs.close()
+
+
+class FakeTransport(asyncio.Transport):
+    def __init__(self) -> None:
+        super().__init__()
+        self.written = b""
+
+    def write(self, data: Any) -> None:
+        self.written += bytes(data)
+
+    def is_closing(self) -> bool:
+        return False
+
+    def abort(self) -> None:
+        pass
+
+    def get_write_buffer_size(self) -> int:
+        return 0
+
+
+def on_asyncio(pieces: list[bytes]) -> tuple[Outcome, bool]:
+    """The outcome, and whether it came before the last piece."""
+
+    async def main() -> tuple[Outcome, bool]:
+        conn = AioConnection(("http", "h", 80, None))
+        conn.connection_made(FakeTransport())
+        future = conn.send(b"GET / HTTP/1.1\r\n\r\n", "GET", LIMIT)
+        early = False
+        for number, piece in enumerate(pieces):
+            conn.data_received(piece)  # the loop delivers what comes, answered or not
+            early = early or (future.done() and any(pieces[number + 1 :]))
+        if not future.done():
+            conn.eof_received()
+            conn.connection_lost(None)
+        try:
+            status, headers, body, reusable = await future
+        except Exception as exc:
+            return type(exc).__name__, early
+        return (status, list(headers.items()), body, reusable and not conn.dirty), early
+
+    return asyncio.run(main())
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+@pytest.mark.parametrize("split", ["whole", "bytewise"])
+def test_both_connections_read_the_same(name: str, split: str) -> None:
+    data = CASES[name]
+    pieces = [data] if split == "whole" else [data[i : i + 1] for i in range(len(data))]
+    outcome, early = on_asyncio(pieces or [b""])
+    expected = threaded(data)
+    assert outcome == expected
+    # Only a refusal, or a body cut at the cap or at its first bad byte, ends before the bytes do.
+    assert not early or isinstance(outcome, str) or outcome[3] is False
+
+
+def test_bytes_after_the_response_make_the_connection_unfit() -> None:
+    async def main() -> tuple[bool, bool]:
+        conn = AioConnection(("http", "h", 80, None))
+        conn.connection_made(FakeTransport())
+        future = conn.send(b"GET / HTTP/1.1\r\n\r\n", "GET", LIMIT)
+        conn.data_received(CASES["content-length"])
+        reusable = (await future)[3]
+        conn.data_received(b"HTTP/1.1 200 OK\r\n")  # nobody asked
+        return reusable, conn.dirty
+
+    assert asyncio.run(main()) == (True, True)
+
+
+def test_a_tunnel_refuses_bytes_before_the_tls_handshake() -> None:
+    from qa_min._aio import open_tunnel
+    from qa_min._errors import MalformedHead
+
+    async def main(answer: bytes) -> Optional[str]:
+        conn = AioConnection(("https", "h", 443, ("p", 8080)))
+        conn.connection_made(FakeTransport())
+        loop = asyncio.get_running_loop()
+        loop.call_soon(conn.data_received, answer)
+        try:
+            await open_tunnel(conn, "h:443", b"", LIMIT)
+        except MalformedHead as exc:
+            return str(exc)
+        return None
+
+    assert asyncio.run(main(b"HTTP/1.1 200 Connection established\r\n\r\n")) is None
+    assert "before the TLS handshake" in (asyncio.run(main(b"HTTP/1.1 200 OK\r\n\r\n\x16\x03\x01")) or "")

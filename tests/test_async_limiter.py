@@ -1,0 +1,191 @@
+"""The rate limiter's waits on asyncio (SPEC §7a, §7b): a task waiting for a slot or a pause does
+not block the loop, and wakes when the slot comes, when it is cancelled, or when the client closes.
+
+A server delay (a 429 with ``retry-after-ms``) pauses the whole client from the first one; the
+calls started during the pause wait in the limiter (``Diagnostics.rate_limit_wait``), with the
+loop free: a ticker task keeps running. The same decisions as the threaded client's limiter
+(``begin``/``step``/``abandon``), awaited.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from typing import Any, Optional, cast
+
+import pytest
+
+import qa_min as qa
+from qa_min.testing import MockTransport, RecordedRequest, Step, reply
+
+PAUSE_MS = 400
+PROMPT = 2.0
+
+
+class Review(qa.Questions):
+    toxic = qa.YesNo("The text insults someone", "The text insults no one")
+
+
+class Throttle:
+    """A mock handler: the first request gets a 429 asking for a pause, the rest the normal answer."""
+
+    def __init__(self) -> None:
+        self.seen: list[float] = []
+
+    def __call__(self, request: RecordedRequest) -> Optional[Step]:
+        self.seen.append(time.monotonic())
+        if len(self.seen) == 1:
+            return reply(429, {"detail": "slow down"}, headers=[("retry-after-ms", str(PAUSE_MS))])
+        return None
+
+
+async def _paused(client: qa.AsyncClient, throttle: Throttle) -> asyncio.Future[Any]:
+    """Start a call that meets the 429, and wait until the client is paused."""
+    first = asyncio.ensure_future(client.ask("first", Review))
+    while not throttle.seen:
+        await asyncio.sleep(0.001)
+    await asyncio.sleep(0)  # the 429 is reported: the client is paused now
+    return first
+
+
+def test_a_call_started_during_a_pause_waits_without_blocking_the_loop() -> None:
+    throttle = Throttle()
+
+    async def main() -> tuple[qa.Diagnostics, int, int]:
+        async with qa.AsyncClient(base_url="http://h", transport=MockTransport(throttle)) as client:
+            first = await _paused(client, throttle)
+            state = client.rate_limit
+            assert state is not None
+            assert state.state == "paused"
+            diagnostics = qa.Diagnostics()
+            second = asyncio.ensure_future(client.ask("second", Review, diagnostics=diagnostics))
+            ticks = 0
+            while not second.done():
+                ticks += 1
+                await asyncio.sleep(0.01)
+            await second
+            await first
+            return diagnostics, ticks, len(throttle.seen)
+
+    diagnostics, ticks, requests = asyncio.run(main())
+    assert diagnostics.attempts == 1
+    assert diagnostics.rate_limit_wait > 0.1  # it waited for the pause, in the limiter
+    assert ticks >= 5  # the loop ran the ticker all along (a blocked loop: 1 or 2)
+    assert requests == 3  # the 429, its retry, the second call: none sent during the pause
+
+
+def test_a_task_waiting_for_the_limiter_is_cancelled_at_once() -> None:
+    throttle = Throttle()
+
+    async def main() -> tuple[float, int]:
+        async with qa.AsyncClient(base_url="http://h", transport=MockTransport(throttle)) as client:
+            first = await _paused(client, throttle)
+            second = asyncio.ensure_future(client.ask("second", Review))
+            await asyncio.sleep(0.02)  # waiting in the limiter now
+            started = time.monotonic()
+            second.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await second
+            took = time.monotonic() - started
+            await first
+            return took, len(throttle.seen)
+
+    took, requests = asyncio.run(main())
+    assert took < PROMPT
+    assert requests == 2  # the 429 and its retry; the cancelled call never went out
+
+
+def test_aclose_ends_a_wait_for_the_limiter() -> None:
+    throttle = Throttle()
+
+    async def main() -> tuple[list[BaseException], float]:
+        client = qa.AsyncClient(base_url="http://h", transport=MockTransport(throttle))
+        first = await _paused(client, throttle)
+        second = asyncio.ensure_future(client.ask("second", Review))
+        await asyncio.sleep(0.02)
+        started = time.monotonic()
+        await client.aclose()
+        results = await asyncio.gather(first, second, return_exceptions=True)
+        return [r for r in results if isinstance(r, BaseException)], time.monotonic() - started
+
+    errors, took = asyncio.run(main())
+    assert len(errors) == 2
+    assert all(isinstance(e, qa.Canceled) and "closed" in str(e) for e in errors)
+    assert took < PROMPT
+
+
+def test_a_token_cancelled_from_a_thread_ends_a_wait_for_the_limiter() -> None:
+    throttle = Throttle()
+    token = qa.CancelToken()
+
+    async def main() -> tuple[BaseException, float]:
+        async with qa.AsyncClient(base_url="http://h", transport=MockTransport(throttle)) as client:
+            first = await _paused(client, throttle)
+            second = asyncio.ensure_future(client.ask("second", Review, cancel=token))
+            await asyncio.sleep(0.02)
+            started = time.monotonic()
+            threading.Thread(target=token.cancel).start()
+            with pytest.raises(qa.Canceled) as caught:
+                await second
+            took = time.monotonic() - started
+            await first
+            return caught.value, took
+
+    error, took = asyncio.run(main())
+    assert "cancelled" in str(error)
+    assert took < PROMPT
+
+
+def test_a_wait_held_for_an_answer_ends_when_the_answer_comes() -> None:
+    # The pacer holds a throttled call's last attempt until every attempt out has answered
+    # (a last chance goes alone): the asyncio shell waits on a future the answer wakes.
+    from qa_min._ascope import Scope
+    from qa_min._asender import AioSender
+    from qa_min._call import CallState
+    from qa_min._limiter import Limiter
+    from qa_min._pacer import Priority
+
+    limiter = Limiter(100, None, True)
+    shell = AioSender(cast(Any, None), cast(Any, None), None)
+
+    async def scenario() -> tuple[float, float, float, bool]:
+        loop = asyncio.get_running_loop()
+        call = CallState(None, None)
+        scope = Scope(loop, call)
+        first = await shell._acquire(limiter, None, Priority.NEW, call, scope)
+        limiter.report(first, 429, 0.005)  # a short pause
+        second = await shell._acquire(limiter, None, Priority.NEW, call, scope)  # out, not answered
+        last = asyncio.ensure_future(
+            shell._acquire(limiter, 0.005, Priority.LAST, CallState(None, None), scope)
+        )
+        for _ in range(5):
+            await asyncio.sleep(0.01)
+        waited = not last.done()  # held: the second attempt has not answered
+        started = time.monotonic()
+        limiter.report(second, 200, None)  # the answer wakes it
+        ticket = await asyncio.wait_for(last, PROMPT)
+        return first, second, time.monotonic() - started, waited and ticket >= second
+
+    first, second, took, held = asyncio.run(scenario())
+    assert held
+    assert second >= first
+    assert took < PROMPT  # woken by the answer, not after the 10 s a held wait may last
+
+
+def test_a_deadline_cuts_a_wait_for_the_limiter() -> None:
+    throttle = Throttle()
+
+    async def main() -> tuple[BaseException, float]:
+        async with qa.AsyncClient(base_url="http://h", transport=MockTransport(throttle)) as client:
+            first = await _paused(client, throttle)
+            started = time.monotonic()
+            with pytest.raises(qa.Canceled) as caught:
+                await client.ask("second", Review, timeout=0.1)
+            took = time.monotonic() - started
+            await first
+            return caught.value, took
+
+    error, took = asyncio.run(main())
+    assert "timeout of 0.1 s" in str(error)
+    assert took < PROMPT
