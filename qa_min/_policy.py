@@ -28,11 +28,15 @@ target is what is left over what is left of the window.
   the pace first throttled nor ``GUESS_SPAN`` times itself.
 * A **long pause** (>= ``LONG_PAUSE``) refilled the server's bucket: the rate is the slope
   between two throttled stretches (extra successes over extra time), or the last second of a
-  long stretch if more; the ceiling is ``SHARE`` of it (half, if the bucket drained at once).
+  long stretch if more; a guessed ceiling becomes ``SHARE`` of it (half, if the bucket drained
+  at once). Once measured, each such throttle keeps ``CUT`` of the ceiling, whatever was
+  measured: in a fleet a client measures only its own share, noisily, and cutting every
+  client by the same fraction while all regrow by the same calls/s makes unequal shares meet
+  (additive increase, multiplicative decrease).
 * A **short pause**: ``SHARE`` of the successes per second of the last second, at most every
   ``WINDOW``, by at most 1 - ``FLOOR`` (half, of a guess). A throttle while ``JITTER`` of the
   ceiling gets through is jitter. Only attempts sent after the latest cut can cut again.
-* **Regrowth** of a measured ceiling: 0.5%/s, or at least ``REGROW_MIN`` call/s each second
+* **Regrowth** of a measured ceiling: 0.5%/s, or at least ``REGROW_MIN`` calls/s each second
   (``REGROW_SHORT`` where the latest throttle cost only a short pause, so probing is cheap), for
   ``PLATEAU`` seconds, then faster and faster: ``CUBE`` times the cube of the time beyond, in
   calls/s, the same for every client. A client whose peers stopped takes their share back in
@@ -60,11 +64,12 @@ COUNTED = 4  # successes needed before their pace means anything
 RECENT = 1.0  # s: successes per second are measured over at most the last second
 JITTER = 0.98  # a throttle while this share of the ceiling gets through cuts nothing
 SHARE = 0.95  # a cut sets the ceiling to this share of the measured rate
+CUT = 0.85  # once measured, a throttle after a long pause keeps this share of the ceiling
 FLOOR = 0.7  # a cut after a short pause keeps at least this share of the ceiling
 MIN_RATE = 0.5  # calls/s: the lowest adaptive ceiling
 GROW_SHORT, GROW_LONG = 2.0, 1.1  # a guess grows a second: fast, or slower where throttles cost 1 s
 GUESS_SPAN = 8.0  # a guess grows to this multiple of itself at most (nor past the pace first throttled)
-REGROW, REGROW_MIN = 0.005, 1.0  # regrowth each second: this share, or at least 1 call/s
+REGROW, REGROW_MIN = 0.005, 3.0  # regrowth each second: this share, or at least 3 calls/s
 REGROW_SHORT = 5.0  # calls/s each second at least, where a throttle costs a short pause only
 PLATEAU = 6.0  # s after a cut when regrowth turns from linear to cubic
 CUBE = 0.05  # calls/s per s**3 beyond the plateau: the same for every client (so they grow equal)
@@ -216,6 +221,11 @@ class Policy:
         current = self.rate(now)
         if pause is not None and pause >= LONG_PAUSE:
             new = self._by_stretches(now, pause, current)
+            if new is not None and not new[1] and current < INF and not self._guess:
+                # In a fleet what a client measures is its own share, and noisy: the same
+                # fraction off every client's ceiling (and the same calls/s back) makes unequal
+                # shares meet, where cutting to each one's measure kept them apart.
+                new = CUT * current, 0.0
         else:
             new = self._by_recent(now, current)
         return None if new is None else self._cut(now, new[0], until, new[1])
@@ -312,6 +322,8 @@ class Policy:
         if length < 2 * pause:
             # Drained at once: half the ceiling, or less than the pace that got through (which
             # holds the service's rate) when the client could not keep up with its ceiling.
+            if self._estimate is not None:  # measured before: a peer may have drained it
+                return CUT * current, 0.0
             return (0.5 * current, GROW_LONG) if 0.5 * current < SHARE * pace else (SHARE * pace, 0.0)
         return None if self._estimate is None else (SHARE * self._estimate, 0.0)
 

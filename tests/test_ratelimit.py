@@ -51,7 +51,7 @@ import pytest
 import qa_min as qa
 from qa_min._limiter import Limiter
 from qa_min._pacer import ALONE, Priority, Waiter
-from qa_min._policy import CUBE, PLATEAU, REGROW_MIN, REGROW_SHORT
+from qa_min._policy import CUBE, CUT, PLATEAU, REGROW_MIN, REGROW_SHORT
 
 # -- RateLimit, the value ------------------------------------------------------------------
 
@@ -525,24 +525,51 @@ def test_threads_sharing_a_limiter_get_distinct_evenly_spaced_slots() -> None:
     assert lim.pacer.inflight == 0
 
 
-def test_long_stretches_take_what_got_through_or_keep_the_estimate() -> None:
+def test_long_stretches_measure_once_then_each_throttle_cuts_the_same_share() -> None:
     clock = Clock()
     lim = engaged_at(2000, clock, pause=1.0)
 
-    def stretch(rate: float, length: float) -> None:
+    def stretch(rate: float, length: float) -> float:
+        """A stretch of successes ended by a 429 asking for 1 s; the ceiling it cut."""
         clock.now = lim.pacer.paused_until
         measured(clock, lim, rate, length)
+        before = ceiling(lim)
+        assert before is not None
         lim.report(clock.now - 0.001, 429, 1.0)
+        return before
 
-    stretch(250, 20.0)  # long, nothing to compare with: 95% of the last second's successes
+    stretch(250, 20.0)  # a guess, long, nothing to compare with: 95% of the last second's successes
     assert ceiling(lim) == pytest.approx(0.95 * 250, rel=0.01)
-    stretch(1000, 50 / 800)  # drained at once: the slope against the long one
-    assert ceiling(lim) == pytest.approx(0.95 * (5000 - 62) / (20 - 50 / 800), rel=0.01)
-    stretch(200, 19.0)  # long: the slope (197/s) or its last second (200/s), the larger
+    # Measured: now every throttle keeps CUT of the ceiling (the same share for every client of
+    # a fleet), whatever the stretches tell; they still update the estimate.
+    before = stretch(1000, 50 / 800)  # drained at once: the slope against the long one
+    assert lim.policy._estimate == pytest.approx((5000 - 62) / (20 - 50 / 800), rel=0.01)
+    assert ceiling(lim) == pytest.approx(CUT * before, rel=0.01)
+    before = stretch(200, 19.0)  # long: the slope (197/s) or its last second (200/s), the larger
     assert lim.policy._estimate == pytest.approx(200, rel=0.01)
-    assert ceiling(lim) == pytest.approx(190, rel=0.01)
-    stretch(3, 19.5)  # too few successes at the end to tell, as long as the last: keep 200/s
-    assert ceiling(lim) == pytest.approx(190, rel=0.01)
+    assert ceiling(lim) == pytest.approx(CUT * before, rel=0.01)
+
+
+def test_a_measured_ceiling_is_cut_by_the_same_share_whatever_the_stretch() -> None:
+    clock = Clock()
+    lim = engaged_at(2000, clock, pause=1.0)
+
+    def stretch(rate: float, length: float) -> float:
+        clock.now = lim.pacer.paused_until
+        measured(clock, lim, rate, length)
+        before = ceiling(lim)
+        assert before is not None
+        lim.report(clock.now - 0.001, 429, 1.0)
+        return before
+
+    stretch(250, 20.0)  # measured: 95% of 250/s
+    assert ceiling(lim) == pytest.approx(0.95 * 250, rel=0.01)
+    # Drained at once, with no slope against the last (as short): no halving, CUT; whether the
+    # client got more than its ceiling through or less.
+    for rate in (1000, 1000, 100):
+        before = stretch(rate, 0.5)
+        assert ceiling(lim) == pytest.approx(CUT * before, rel=0.01)
+        assert lim.policy._guess == 0.0  # a measured ceiling: it regrows by calls/s, not a share
 
 
 def test_a_slope_that_makes_no_sense_is_not_an_estimate() -> None:
