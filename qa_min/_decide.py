@@ -100,6 +100,7 @@ class Attempts:
     __slots__ = (
         "absorbed",
         "call",
+        "pending",
         "policy",
         "request",
         "resending",
@@ -121,6 +122,7 @@ class Attempts:
         self.throttled = False  # the last attempt got a 429/529
         self.ticket: Optional[float] = None  # the limiter's, for the attempt in flight
         self.resending = False  # the next send repeats the last one, in its slot of the limiter
+        self.pending = False  # a throttled retry is due and has not yet asked for its slot
 
     def on_response(
         self, status: int, headers: ResponseHeaders, body: bytes, started: float, ended: float
@@ -186,6 +188,9 @@ class Attempts:
         """``exc`` leaves the call: a slot still held goes back to the limiter; a qa_min error
         gets the call's Diagnostics, its request id and attempts named, the key hidden."""
         self._tell(None, None, 0.0)
+        if self.pending and self.rules.limiter is not None:
+            # Stopped between its 429 and its retry's slot: as a wait abandoned (``abandon``).
+            self.rules.limiter.dropped()
         if isinstance(exc, QAError):
             self.rules.messages.finish(exc, self.call)
 
@@ -205,6 +210,7 @@ class Attempts:
         if delay is None:
             delay = backoff_ms(policy, self.retries, self.rules.random())
         self.wait = delay / 1000.0
+        self.pending = throttled
         if absorb:
             self.absorbed += 1
         else:
@@ -234,6 +240,7 @@ class Attempts:
         """Whether the next attempt asks the limiter for a slot: (its own wait, its priority),
         or None (then it only waits ``wait``). The driver's ``acquire`` returns ``ticket``."""
         limiter = self.rules.limiter
+        self.pending = False
         if self.resending:
             self.resending = False
             return None  # a re-send keeps the slot (and any ticket) of the attempt it repeats

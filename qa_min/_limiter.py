@@ -139,6 +139,15 @@ class Limiter:
             if self.pacer.gave_up(self._clock(), waiter):
                 self._wake()
 
+    def dropped(self) -> None:
+        """A throttled call stopped (cancelled, timed out, closed) before its retry asked for a
+        slot: with no other attempt waiting or out, its pause holds no one back, as when it
+        ``abandon``s that wait."""
+        with self._lock:
+            pacer = self.pacer
+            if pacer.inflight == 0:
+                pacer.paused_until = min(pacer.paused_until, self._clock())
+
     def arm(self, waiter: Waiter, wake: Callable[[], object]) -> None:
         """``wake()`` ends ``waiter``'s current wait; at once if what it waits for came already."""
         with self._lock:

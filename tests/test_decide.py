@@ -39,6 +39,7 @@ class Limiter:
         self.succeeded: list[float] = []
         self.reports: list[tuple[Optional[float], Optional[int], Optional[float]]] = []
         self.heard = 0
+        self.drops = 0
 
     def report(self, ticket: Optional[float], status: Optional[int], pause: Optional[float]) -> None:
         self.reports.append((ticket, status, pause))
@@ -50,6 +51,9 @@ class Limiter:
 
     def absorbs(self) -> bool:
         return False
+
+    def dropped(self) -> None:
+        self.drops += 1
 
 
 def attempts(
@@ -372,3 +376,24 @@ def test_a_resend_never_asks_the_limiter_even_if_it_engaged_meanwhile() -> None:
     respond(state, 200, started=2.0)
     assert limiter.succeeded == [2.0]
     assert limiter.reports == []
+
+
+@pytest.mark.parametrize("asked", [False, True], ids=["before-its-slot", "after-asking"])
+def test_a_throttled_call_stopped_before_its_retry_asks_for_a_slot_lets_its_pause_go(asked: bool) -> None:
+    # Cancelled between its 429 and its retry: nobody will wait for that pause any more (the
+    # limiter's ``abandon`` does the same for a retry stopped while it waits for its slot).
+    limiter = Limiter(engaged=True)
+    state = attempts(limiter=limiter)
+    respond(state, 429, retry_after="30")
+    if asked:
+        state.slot()  # from here the limiter's own waiter covers it
+    state.end(qa.Canceled("the call was cancelled"))
+    assert limiter.drops == (0 if asked else 1)
+
+
+def test_a_call_stopped_during_a_backoff_that_no_429_asked_for_drops_no_pause() -> None:
+    limiter = Limiter(engaged=True)
+    state = attempts(limiter=limiter)
+    respond(state, 503)
+    state.end(qa.Canceled("the call was cancelled"))
+    assert limiter.drops == 0

@@ -276,6 +276,18 @@ def test_pause_holds_every_call_from_the_first_429_even_without_a_pace() -> None
     assert naps.calls == [(30.0, 0.0)]  # the throttled call: exactly its own delay
 
 
+@pytest.mark.parametrize("others", [0, 1])
+def test_a_pause_whose_call_was_dropped_holds_no_one_when_nothing_else_is_out(others: int) -> None:
+    lim, clock = limiter()
+    lim.report(None, 429, 30.0)
+    naps = Naps(clock, advance=False)
+    if others:
+        lim.begin(None, Priority.NEW)  # another call of the client waits for the pause
+    lim.dropped()  # the throttled call was cancelled before its retry asked for a slot
+    expected = 130.0 if others else 100.0
+    assert lim.acquire(None, Priority.NEW, naps) == pytest.approx(expected)
+
+
 def test_pause_only_limiter_holds_everyone() -> None:
     lim, clock = limiter(adaptive=False)
     assert not lim.engaged

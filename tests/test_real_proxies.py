@@ -118,7 +118,13 @@ def test_right_password_reaches_the_origin_through_the_proxy(
         for _ in range(3):
             error, diag = ask(c)
             assert error is None, repr(error)
-            assert (diag.status, diag.attempts) == (200, 1)
+            assert diag.status == 200
+            # A proxy may close a kept-alive connection just after its answer; when that close
+            # reaches the client only after the next request went out, the request goes out
+            # again on a fresh connection, and is counted (SPEC 7): a re-send, never a retry.
+            shape = [(a.number, a.status, a.error) for a in diag.history]
+            assert shape in ([(1, 200, None)], [(1, None, "ConnectionFailed"), (2, 200, None)]), shape
+            assert diag.attempts == len(shape)
         assert c.list_models().models
     # The proxy logged the traffic (squid logs a tunnel once it closes, so wait for it).
     port = origin.rpartition(":")[2]
