@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     Clock = Callable[[], float]
     Notify = Callable[[str], object]
 
-SUCCEEDED = 32  # send times of the latest successes kept before engaging
+SUCCEEDED = 64  # send times of the latest successes kept before engaging
 ABSORBED = 5  # 429/529s with a delay a busy or paced call may meet beyond its max_retries
 
 
@@ -50,7 +50,9 @@ class Limiter:
 
     ``per_second``, ``burst`` and ``adaptive`` are a ``RateLimit``'s, checked. ``clock`` is a
     monotonic clock in seconds, ``wall`` the time in epoch seconds (for announced resets given
-    as times); ``notify(message)`` is told, outside the lock, when the ceiling drops or recovers.
+    as times); ``notify(message)`` is told, outside the lock, when the ceiling drops or recovers;
+    ``random()`` in [0, 1) spreads the slots of a ceiling learned from 429s (``_pacer``), none
+    when it is None.
     """
 
     def __init__(
@@ -61,11 +63,12 @@ class Limiter:
         clock: Clock = time.monotonic,
         notify: Optional[Notify] = None,
         wall: Clock = time.time,
+        random: Optional[Callable[[], float]] = None,
     ) -> None:
         self._lock = _thread.allocate_lock()
         self._clock, self._wall, self._notify = clock, wall, notify
         self.policy = Policy(per_second, adaptive)
-        self.pacer = Pacer(burst, capped=per_second is not None)
+        self.pacer = Pacer(burst, per_second is not None, random)
         # Send times of the latest successes, kept while disengaged (an atomic append, no lock).
         self.succeeded: deque[float] = deque(maxlen=SUCCEEDED)
         if per_second is not None:
@@ -184,7 +187,9 @@ class Limiter:
                     pacer.pause(now, now + pause, policy.pace(now))
                 if pause is not None and pause < 0.2:
                     pacer.token = max(pacer.token, pause)
-                news = policy.throttled(now, ticket, pause, pacer.paused_until, tuple(self.succeeded))
+                news = policy.throttled(
+                    now, ticket, pause, pacer.paused_until, tuple(self.succeeded), pacer.inflight > 0
+                )
             elif ok and ticket is not None:
                 policy.succeeded(now, ticket)
             if policy.cuts != cuts:

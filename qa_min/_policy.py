@@ -4,8 +4,9 @@ lock, no clock of its own (``now`` is passed in), no I/O. The algorithm, written
 **Disengaged** until the first 429/529 or the first announced limit (an explicit ceiling
 engages it at once): nothing is paced, and the retry loop only notes each success's send time.
 
-**Announced limits** (``_announced`` parses them) pace before any 429. Each response tells the
-bucket's level (``remaining``) and, from the policy or the reset, its refill rate R (smoothed).
+**Announced limits** (``_announced`` parses them; ``_steer`` steers by them and holds their
+constants) pace before any 429. Each response tells the bucket's level (``remaining``) and,
+from the policy or the reset, its refill rate R (smoothed).
 The slope of the level over the last ``SLOPE_SPAN`` gives the whole fleet's rate, F = R - slope,
 without knowing how many clients share the bucket. The fleet's target is R, raised or lowered by
 how full the bucket will be ``HORIZON`` ahead on that slope (``LEVEL_GAIN`` around ``LEVEL``
@@ -22,10 +23,14 @@ target is what is left over what is left of the window.
 
 **Without announcements, 429s teach** ("measured", notes/rate-limiting.md):
 
-* The first ceiling is a guess: half the pace of the latest successes (or the last measured
-  ceiling, if higher). A guess is halved by a throttle within ``WINDOW`` and grows fast until
-  throttled (doubling each second after short pauses, 10% after long ones), though never past
-  the pace first throttled nor ``GUESS_SPAN`` times itself.
+* The first ceiling is a guess: half the pace of the latest successes, at most ``FIRST_GUESS``
+  (that pace is luck: a burst that drained the bucket, or one client's share of a fleet's, so
+  every client guesses no more than the same), or the last measured ceiling if higher;
+  ``FIRST_GUESS`` itself for a busy client with too few successes to tell a pace (a newcomer). A
+  guess is halved by a throttle within ``WINDOW`` (to ``MIN_GUESS`` at least: the slots
+  promised to waiting calls stay near) and grows ``GROW_SHORT``-fold a second until throttled, though never
+  past the pace first throttled nor ``GUESS_SPAN`` times itself; one that grew that far with no
+  throttle becomes a measured ceiling and regrows as one.
 * A **long pause** (>= ``LONG_PAUSE``) refilled the server's bucket: the rate is the slope
   between two throttled stretches (extra successes over extra time), or the last second of a
   long stretch if more; a guessed ceiling becomes ``SHARE`` of it (half, if the bucket drained
@@ -39,17 +44,21 @@ target is what is left over what is left of the window.
 * **Regrowth** of a measured ceiling: 0.5%/s, or at least ``REGROW_MIN`` calls/s each second
   (``REGROW_SHORT`` where the latest throttle cost only a short pause, so probing is cheap), for
   ``PLATEAU`` seconds, then faster and faster: ``CUBE`` times the cube of the time beyond, in
-  calls/s, the same for every client. A client whose peers stopped takes their share back in
-  tens of seconds, while a lone client probes above the service's rate only every ~``PLATEAU``
-  + a few seconds. An explicit ceiling is regained in full; an adaptive one is lifted after
-  ``QUIET`` s without a throttle.
+  calls/s, the same for every client (``PLATEAU_SHORT`` and ``CUBE_SHORT`` after a short
+  pause). A client whose peers stopped takes their share back in tens of seconds, while a lone
+  client probes above the service's rate only every ~``PLATEAU`` + a few seconds. An explicit
+  ceiling is regained in full; an adaptive one is lifted after ``QUIET`` s without a throttle.
 
 The pacer (``_pacer``) applies the ceiling; a 429/529's delay pauses the whole client there.
+Under a ceiling learned where throttles cost long pauses, the pacer spreads the slots at random
+(``Pace.spread``): evenly spaced, a faster client takes each fresh token of an empty bucket
+before a slower one, the slower one draws the 429s and is cut further (the shares part).
 """
 
 from __future__ import annotations
 
 from ._pacer import INF, Pace
+from ._steer import Steer
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -67,25 +76,18 @@ SHARE = 0.95  # a cut sets the ceiling to this share of the measured rate
 CUT = 0.85  # once measured, a throttle after a long pause keeps this share of the ceiling
 FLOOR = 0.7  # a cut after a short pause keeps at least this share of the ceiling
 MIN_RATE = 0.5  # calls/s: the lowest adaptive ceiling
-GROW_SHORT, GROW_LONG = 2.0, 1.1  # a guess grows a second: fast, or slower where throttles cost 1 s
-GUESS_SPAN = 8.0  # a guess grows to this multiple of itself at most (nor past the pace first throttled)
+GROW_SHORT, GROW_LONG = 3.0, 1.1  # a guess grows a second: fast, or slower where throttles cost 1 s
+GUESS_SPAN = 32.0  # a guess grows to this multiple of itself at most (nor past the pace first throttled)
+FIRST_GUESS = 40.0  # calls/s: the most a first guess may be (the same for every client)
+MIN_GUESS = 5.0  # calls/s: a guess halved again stays at least this (slots promised stay near)
 REGROW, REGROW_MIN = 0.005, 3.0  # regrowth each second: this share, or at least 3 calls/s
-REGROW_SHORT = 5.0  # calls/s each second at least, where a throttle costs a short pause only
+REGROW_SHORT = 3.0  # calls/s each second at least, where a throttle costs a short pause only
 PLATEAU = 6.0  # s after a cut when regrowth turns from linear to cubic
 CUBE = 0.05  # calls/s per s**3 beyond the plateau: the same for every client (so they grow equal)
+PLATEAU_SHORT, CUBE_SHORT = 3.0, 0.2  # the same where the latest throttle cost a short pause
 QUIET = 60.0  # s without a throttle after which an adaptive ceiling is lifted
 SAMPLE, SAMPLES = 0.05, 40  # the success count is sampled every 50 ms, for two seconds
-# Announced limits.
-STEP = 0.1  # s between two control steps
-MAX_SCALE = 2.0  # a step after a long silence counts for this many steps at most
-SLOPE_SPAN = 0.3  # s of levels the slope is measured over
-FIRST_SLOPE = 0.05  # s of levels enough for a first slope
-HORIZON = 0.3  # s: the level is judged this far ahead, on its slope
-LEVEL, LEVEL_GAIN = 0.6, 0.5  # the fleet's target: R * (1 + LEVEL_GAIN * (level / capacity - LEVEL))
-HEADROOM = 1.25  # an announced ceiling stays within this multiple of the client's own pace
-START_SHARE = 0.125  # of the refill rate: the most a client's first announced pace may be
-SLOW_START = 1.25  # a first announced pace grows this much a step, until its first step down
-ADD_SHARE, CUT_SHARE = 0.09, 0.5  # of the gap to the target closed at each step
+# Announced limits (the rest are ``_steer``'s).
 BETA = 0.9  # a 429 while paced by announcements keeps this share of the ceiling
 STALE = 5.0  # s: an announcement older than this paces no more
 
@@ -114,17 +116,12 @@ class Policy:
         self._estimate: Optional[float] = None
         self.announced: Optional[Announcement] = None  # the latest announcement...
         self._heard = -INF  # ...and when
-        self._paced = INF  # the ceiling announcements set
-        self._levels: list[tuple[float, float]] = []  # (time, remaining) over SLOPE_SPAN
-        self._capacity = 0.0  # the fullest the bucket was seen
-        self._stepped = -INF
-        self.refill = 0.0  # the bucket's refill rate, told or estimated
-        self._slow_start = True  # a first announced pace grows fast until a step down
+        self.steer = Steer()  # the ceiling announcements set
 
     def rate(self, now: float) -> float:
         """The ceiling in force: attempts per second, inf for none."""
         if now - self._heard < STALE:
-            return min(self._paced, self.cap)
+            return min(self.steer.paced, self.cap)
         base = self._base
         if base == INF:
             return self.cap
@@ -135,9 +132,12 @@ class Policy:
                 base * self._guess ** min(elapsed, 64.0), max(base, min(self._first, GUESS_SPAN * base))
             )
         else:
-            beyond = max(0.0, elapsed - PLATEAU)
-            least = REGROW_SHORT if self._short else REGROW_MIN
-            grown = base + max(least, base * REGROW) * elapsed + CUBE * beyond**3
+            if self._short:  # probing is cheap: the cube comes sooner and steeper
+                least, plateau, cube = REGROW_SHORT, PLATEAU_SHORT, CUBE_SHORT
+            else:
+                least, plateau, cube = REGROW_MIN, PLATEAU, CUBE
+            beyond = max(0.0, elapsed - plateau)
+            grown = base + max(least, base * REGROW) * elapsed + cube * beyond**3
         return grown if grown < self.cap else self.cap
 
     def learned(self, now: float) -> bool:
@@ -146,7 +146,10 @@ class Policy:
 
     def pace(self, now: float) -> Pace:
         settles = self._last_cut + WINDOW if self._guess else -INF
-        return Pace(self.rate(now), settles, self._longest, now - self._heard < STALE)
+        announced = now - self._heard < STALE
+        # Spread slots (module docstring) under a ceiling learned where throttles cost long pauses.
+        spread = not announced and not self._short and self._base < INF and self.cap == INF
+        return Pace(self.rate(now), settles, self._longest, announced, spread)
 
     def engage(self, now: float) -> None:
         self.engaged = True
@@ -162,6 +165,11 @@ class Policy:
         if self._base < INF and self.rate(now) >= self.cap:
             self._base = INF
             return f"rate limit recovered: back to {self.cap:g} calls/s"
+        if self._guess and now - self._heard >= STALE:
+            grown = self.rate(now)
+            if grown < self._base * self._guess ** min(now - self._grow_from, 64.0):
+                # Grown as far as a guess may with no throttle: a measured ceiling from there.
+                self._base, self._guess, self._grow_from = grown, 0.0, now
         quiet = not self.adaptive or now - self._last_throttle >= QUIET
         if self.cap == INF and quiet and now >= paused_until and now - self._heard >= STALE:
             # Nothing to pace and no pause: back to the fast path until the next throttle.
@@ -195,10 +203,17 @@ class Policy:
         self._stretch_ok = None
 
     def throttled(
-        self, now: float, ticket: Optional[float], pause: Optional[float], until: float, sent: Iterable[float]
+        self,
+        now: float,
+        ticket: Optional[float],
+        pause: Optional[float],
+        until: float,
+        sent: Iterable[float],
+        busy: bool = False,
     ) -> Optional[str]:
         """A 429/529 for an attempt sent at ``ticket`` (None: disengaged); ``pause`` its delay,
-        ``until`` the client's pause now, ``sent`` the latest successes' send times. The news."""
+        ``until`` the client's pause now, ``sent`` the latest successes' send times, ``busy``:
+        other attempts of the client wait or are out. The news."""
         self.throttles += 1
         if pause is not None and pause < LONG_PAUSE and now - self._since < WINDOW:
             self._longest = max(self._longest, pause)
@@ -215,7 +230,11 @@ class Policy:
             return self._cut(now, BETA * current, until) if ticket is not None else None
         if not self.engaged:
             self.engage(now)
-            return self._first_ceiling(now, pause, until, sent)
+            return self._first_ceiling(now, until, sent, busy)
+        if busy and self._base == INF and self.cap == INF:
+            # Still no ceiling while other calls wait (the first 429 came while they were out,
+            # before any of them was counted): the first ceiling now.
+            return self._first_ceiling(now, until, sent, busy)
         if ticket is None or ticket < self._last_cut:
             return None  # sent before the latest cut: it says nothing new
         current = self.rate(now)
@@ -230,24 +249,32 @@ class Policy:
             new = self._by_recent(now, current)
         return None if new is None else self._cut(now, new[0], until, new[1])
 
-    def _first_ceiling(
-        self, now: float, pause: Optional[float], until: float, sent: Iterable[float]
-    ) -> Optional[str]:
-        """Half the pace of the latest successes, or the last ceiling measured if higher."""
+    def _first_ceiling(self, now: float, until: float, sent: Iterable[float], busy: bool) -> Optional[str]:
+        """Half the pace of the latest successes, at most ``FIRST_GUESS``, or the last ceiling
+        measured if higher."""
         recent = [t for t in sent if t >= now - RECENT]
         if len(recent) >= COUNTED and now > recent[0]:
-            half = 0.5 * len(recent) / (now - recent[0])
+            pace = len(recent) / (now - recent[0])
+            # The pace is luck (a burst, or a share of a fleet's): none guesses more than the
+            # same, and each grows as fast: equal shares from the start.
+            half = min(0.5 * pace, FIRST_GUESS)
             if half > self._known:
-                self._first = 2 * half
-                return self._cut(now, half, until, GROW_LONG if (pause or 0) >= LONG_PAUSE else GROW_SHORT)
-        return self._cut(now, self._known, until) if self._known else None
+                self._first = pace
+                return self._cut(now, half, until, GROW_SHORT)
+        if self._known or not busy:
+            return self._cut(now, self._known, until) if self._known else None
+        # A busy client with too few successes to tell a pace (a newcomer to a bucket others
+        # keep empty): the same first guess as any client's, not another burst after the pause.
+        # One call at a time stays unpaced (and its 429s count against its retries).
+        self._first = INF
+        return self._cut(now, FIRST_GUESS, until, GROW_SHORT)
 
     def _cut(self, now: float, new: float, until: float, guess: float = 0.0) -> Optional[str]:
         current = self.rate(now)
         if new >= current:
             return None
         if now - self._heard < STALE:
-            self._paced = max(new, MIN_RATE)
+            self.steer.paced = max(new, MIN_RATE)
         else:
             self._base = max(new, MIN_RATE)
             self._guess = guess
@@ -269,7 +296,7 @@ class Policy:
             through = count / span if count >= COUNTED and span > 0 else 0.0
             if current == INF:
                 return (2 * through, GROW_SHORT) if through else None
-            return max(0.5 * current, SHARE * through), GROW_SHORT
+            return max(0.5 * current, SHARE * through, MIN_GUESS), GROW_SHORT
         # The guesses of the first WINDOW do not restart the measuring window.
         start = self._since if self._last_cut < self._since + WINDOW else self._last_cut
         if now - start < WINDOW:
@@ -333,45 +360,6 @@ class Policy:
             self.engage(now)
         first = now - self._heard >= STALE
         self.announced, self._heard = news, now
-        if news.refill > 0:  # an estimate from a reset is noisy: smoothed
-            self.refill = news.refill if first or not self.refill else 0.8 * self.refill + 0.2 * news.refill
-        levels = self._levels
-        levels.append((now, news.remaining))
-        while len(levels) > 2 and now - levels[1][0] >= SLOPE_SPAN:
-            del levels[0]
-        self._capacity = max(self._capacity, news.remaining)
-        if first:
-            # A first pace: low, as for a newcomer to a bucket others share; the equal steps
-            # up then bring it to its share (a lone client's within a second or so).
-            self._paced = START_SHARE * self.refill if self.refill > 0 else INF
-            self._slow_start = True
-            self._stepped = now
-            return
-        # A fixed window without a policy: what is left, spread over what is left of it.
-        refill = self.refill or (news.remaining / news.reset if news.reset > 0 else 0.0)
-        if refill <= 0 or now - self._stepped < STEP or now - levels[0][0] < FIRST_SLOPE:
-            return
-        dt, self._stepped = now - self._stepped, now
-        slope = (news.remaining - levels[0][1]) / (now - levels[0][0])
-        fleet = max(refill - slope, 1e-9)
-        # The level a little ahead (the slope lags by half its span): act before it is empty.
-        ahead = news.remaining + slope * HORIZON
-        full = min(1.0, max(0.0, ahead / self._capacity)) if self._capacity else 0.5
-        target = refill * (1.0 + LEVEL_GAIN * (full - LEVEL))
-        # From what this client sends, not a ceiling it does not use: a ceiling far above its
-        # pace would let it jump when it has more to send.
-        sent = self.seen(now, now - RECENT)
-        own = self._paced if sent is None else min(self._paced, HEADROOM * sent)
-        if own == INF:
-            own = START_SHARE * refill
-        scale = min(MAX_SCALE, dt / STEP)  # a slow client steps less often, by as much a second
-        # Up by the same amount as every other client, down by the same fraction: unequal
-        # shares meet (additive increase, multiplicative decrease).
-        if target >= fleet and self._slow_start:  # until the first step down: grow fast
-            paced = own * SLOW_START**scale
-        elif target >= fleet:
-            paced = own + ADD_SHARE * scale * (target - fleet)
-        else:
-            self._slow_start = False
-            paced = own * (1.0 - CUT_SHARE * (1.0 - target / fleet)) ** scale
-        self._paced = max(paced, MIN_RATE)
+        paced = self.steer.heard(now, news, first, self.seen(now, now - RECENT))
+        if paced is not None:
+            self.steer.paced = max(paced, MIN_RATE)

@@ -200,7 +200,9 @@ def simulate_fleet(
         member.limiter = (
             None
             if limit is None
-            else Limiter(limit.per_second, limit.burst, limit.adaptive, time.clock, notify, time.wall)
+            else Limiter(
+                limit.per_second, limit.burst, limit.adaptive, time.clock, notify, time.wall, rng.random
+            )
         )
 
     def one_call(member: Member, worker: int) -> bool:

@@ -33,6 +33,7 @@ LAYERS: tuple[str, ...] = (
     # the request value that travels down the stack, its head written by the protocol
     "_http",
     # values and per-call primitives, on the leaves only
+    "_steer",
     "_policy",
     "_limiter",
     "_ratelimit",

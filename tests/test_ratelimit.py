@@ -49,9 +49,21 @@ from typing import Any, Callable, Optional
 import pytest
 
 import qa_min as qa
+from qa_min import _policy
 from qa_min._limiter import Limiter
-from qa_min._pacer import ALONE, Priority, Waiter
-from qa_min._policy import CUBE, CUT, PLATEAU, REGROW_MIN, REGROW_SHORT
+from qa_min._pacer import ALONE, Pace, Priority, Waiter
+from qa_min._policy import (
+    CUBE,
+    CUBE_SHORT,
+    CUT,
+    FIRST_GUESS,
+    GROW_SHORT,
+    MIN_GUESS,
+    PLATEAU,
+    PLATEAU_SHORT,
+    REGROW_MIN,
+    REGROW_SHORT,
+)
 
 # -- RateLimit, the value ------------------------------------------------------------------
 
@@ -203,11 +215,15 @@ def limiter(
 
 
 def engaged_at(rate: float, clock: Clock, pause: Optional[float] = 0.005) -> Limiter:
-    """An adaptive limiter whose first throttle came after successes at ``rate`` a second."""
+    """An adaptive limiter whose first throttle came after successes at ``rate`` a second, with
+    a first guess of half that however high (``FIRST_GUESS`` lifted: the later rules are what
+    these tests are about)."""
     lim, _ = limiter(clock=clock)
     for i in range(8):
         lim.succeeded.append(clock.now - (8 - i) / rate)
-    lim.report(None, 429, pause)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(_policy, "FIRST_GUESS", math.inf)
+        lim.report(None, 429, pause)
     return lim
 
 
@@ -362,17 +378,97 @@ def test_a_stopped_wait_gives_the_slot_back_and_lifts_an_orphan_pause() -> None:
 def test_first_ceiling_is_half_the_pace_of_the_latest_successes() -> None:
     news: list[str] = []
     lim, clock = limiter(news=news)
-    for i in range(10):  # ten successes sent 10 ms apart, the last 10 ms ago
-        lim.succeeded.append(clock.now - 0.1 + 0.01 * i)
+    for i in range(10):  # ten successes sent 25 ms apart, the last 25 ms ago
+        lim.succeeded.append(clock.now - 0.25 + 0.025 * i)
     lim.report(None, 429, 0.005)
-    assert ceiling(lim) == pytest.approx(50.0)  # 10 in 0.1 s, halved
-    assert news == ["rate limit lowered to 50.0 calls/s after 429/529 responses (was no ceiling)"]
+    assert ceiling(lim) == pytest.approx(20.0)  # 10 in 0.25 s, halved
+    assert news == ["rate limit lowered to 20.0 calls/s after 429/529 responses (was no ceiling)"]
+
+    for pause in (0.005, 1.0):  # a guess doubles each second, whatever the pause
+        lim, clock = limiter()
+        for i in range(10):
+            lim.succeeded.append(clock.now - 0.25 + 0.025 * i)
+        lim.report(None, 429, pause)
+        clock.now += pause + 0.5
+        assert ceiling(lim) == pytest.approx(20.0 * GROW_SHORT**0.5)
+
+
+@pytest.mark.parametrize("successes", [0, 3])
+def test_a_newcomer_with_too_few_successes_guesses_the_same_first_ceiling(successes: int) -> None:
+    # Too few successes to tell a pace (a newcomer to a bucket its peers keep empty): not "no
+    # ceiling" (another burst after the pause), but the first guess every client may make.
+    news: list[str] = []
+    lim, clock = limiter(news=news)
+    for i in range(successes):
+        lim.succeeded.append(clock.now - 0.01 * i)
+    lim.report(None, 429, 1.0)  # one call at a time: still no ceiling (and no absorbed 429s)
+    assert ceiling(lim) is None
+    assert not lim.absorbs()
 
     lim, clock = limiter(news=news)
-    for i in range(3):  # too few to tell a pace
+    for i in range(successes):
         lim.succeeded.append(clock.now - 0.01 * i)
-    lim.report(None, 429, 0.005)
+    lim.pacer.inflight = 1  # another call of the client is out
+    lim.report(None, 429, 1.0)
+    assert ceiling(lim) == pytest.approx(FIRST_GUESS)
+    assert news == [
+        f"rate limit lowered to {FIRST_GUESS:.1f} calls/s after 429/529 responses (was no ceiling)"
+    ]
+    assert lim.policy._guess == GROW_SHORT  # a guess: it grows until throttled
+    clock.now += 1.0 + 1.0  # the pause, then a second
+    assert ceiling(lim) == pytest.approx(FIRST_GUESS * GROW_SHORT)
+
+
+def test_a_later_429_while_others_wait_sets_the_newcomers_first_ceiling() -> None:
+    # The usual order: the first 429 comes while the client's other calls are out, sent before
+    # it engaged (so not counted); the next 429 comes while they wait: the first ceiling then.
+    lim, clock = limiter()
+    lim.report(None, 429, 1.0)
     assert ceiling(lim) is None
+    ticket = lim.acquire(None, Priority.NEW, Naps(clock, advance=False))  # out, counted
+    lim.report(None, 429, 1.0)  # another call sent before engaging, throttled
+    assert ceiling(lim) == pytest.approx(FIRST_GUESS)
+    lim.report(ticket, 429, 1.0)  # sent before that cut: says nothing new
+    assert ceiling(lim) == pytest.approx(FIRST_GUESS)
+
+
+def test_four_successes_tell_a_pace() -> None:
+    lim, clock = limiter()
+    for i in range(4):  # COUNTED: enough to tell a pace (10/s, 0.1 s apart)
+        lim.succeeded.append(clock.now - 0.4 + 0.1 * i)
+    lim.report(None, 429, 0.005)
+    assert ceiling(lim) == pytest.approx(0.5 * 4 / 0.4)
+
+
+@pytest.mark.parametrize("rate", [2 * FIRST_GUESS, 2 * FIRST_GUESS + 2, 5000.0])
+def test_a_first_guess_is_the_same_for_every_client_past_a_pace(rate: float) -> None:
+    # Which client of a fleet got most of a burst is luck: none guesses more than FIRST_GUESS.
+    lim, clock = limiter()
+    for i in range(32):  # 32 successes at ``rate`` a second
+        lim.succeeded.append(clock.now - (32 - i) / rate)
+    lim.report(None, 429, 0.005)
+    assert ceiling(lim) == pytest.approx(min(0.5 * rate * 32 / 32, FIRST_GUESS))
+
+
+def test_a_guess_halved_again_and_again_stays_at_min_guess_and_then_regrows() -> None:
+    # Retries of a client that got no token keep being throttled: its guess halves to MIN_GUESS
+    # and no lower, so the slots promised to its waiting calls stay near; a guess that grew as
+    # far as it may with no throttle becomes a measured ceiling, never stuck at a low level.
+    clock = Clock()
+    lim = engaged_at(40, clock)  # a guess of 20/s
+    naps = Naps(clock, advance=False)
+    for _ in range(6):
+        clock.now += 0.01
+        ticket = lim.acquire(None, Priority.RETRY, naps)
+        lim.report(ticket, 429, 0.005)
+    assert ceiling(lim) == pytest.approx(MIN_GUESS, rel=0.05)
+    assert lim.policy._guess == GROW_SHORT
+    clock.now += 0.005 + 20.0  # long after, no throttle: as far as a guess may grow, and no further
+    lim.acquire(None, Priority.NEW, naps)
+    assert ceiling(lim) == pytest.approx(40.0)  # never past the pace first throttled
+    assert not lim.policy._guess  # ...and from there it regrows as a measured ceiling
+    clock.now += PLATEAU_SHORT
+    assert ceiling(lim) == pytest.approx(40.0 + REGROW_SHORT * PLATEAU_SHORT)
 
 
 def test_a_guess_is_halved_by_a_fresh_throttle_and_doubles_each_second() -> None:
@@ -382,10 +478,10 @@ def test_a_guess_is_halved_by_a_fresh_throttle_and_doubles_each_second() -> None
     clock.now += 0.05
     ticket = lim.acquire(None, Priority.NEW, naps)
     lim.report(ticket, 429, 0.005)  # still throttled soon after the guess: halve it
-    halved = 0.5 * 200 * 2**0.045  # the guess had grown for 45 ms since its pause ended
+    halved = 0.5 * 200 * GROW_SHORT**0.045  # the guess had grown for 45 ms since its pause ended
     assert ceiling(lim) == pytest.approx(halved)
     clock.now += 0.005 + 1.0  # a second after the pause: a guess doubles
-    assert ceiling(lim) == pytest.approx(2 * halved)
+    assert ceiling(lim) == pytest.approx(GROW_SHORT * halved)
     clock.now += 1.0
     # ...but never past the pace that was throttled first (400/s here), nor GUESS_SPAN times itself
     assert ceiling(lim) == pytest.approx(400)
@@ -399,7 +495,7 @@ def test_throttle_of_an_attempt_sent_before_the_cut_does_not_cut() -> None:
     clock.now += 0.01
     lim.report(99.99, 429, 0.005)  # sent before the cut at 100.0
     lim.report(None, 429, 0.005)  # sent while disengaged
-    assert ceiling(lim) == pytest.approx(200.0 * 2**0.005, rel=1e-3)
+    assert ceiling(lim) == pytest.approx(200.0 * GROW_SHORT**0.005, rel=1e-3)
 
 
 def measured(clock: Clock, lim: Limiter, successes_per_second: float, seconds: float) -> None:
@@ -450,22 +546,28 @@ def test_long_pauses_estimate_the_rate_from_two_stretches() -> None:
         measured(clock, lim, rate, length)
         lim.report(clock.now - 0.001, 429, 1.0)
 
-    stretch(1000)  # drained at once: halve
-    assert ceiling(lim) == pytest.approx(500.0, rel=0.02)
+    stretch(1000)  # drained at once: halve (the guess had doubled a second for 50/800 s)
+    assert ceiling(lim) == pytest.approx(0.5 * 1000 * GROW_SHORT ** (50 / 800), rel=1e-3)
     stretch(500)  # a stretch of another length: the slope between them
     assert ceiling(lim) == pytest.approx(0.95 * 200, rel=0.03)
 
 
-def test_measured_ceiling_regrows_slowly_then_cubically() -> None:
+@pytest.mark.parametrize(
+    ("pause", "plateau", "cube"), [(0.005, PLATEAU_SHORT, CUBE_SHORT), (1.0, PLATEAU, CUBE)]
+)
+def test_measured_ceiling_regrows_slowly_then_cubically(pause: float, plateau: float, cube: float) -> None:
+    # Sooner and steeper where a throttle costs only a short pause (probing is cheap there).
     lim, clock = limiter(2000)
     clock.now += 0.5
     measured(clock, lim, 200, 1.0)
-    lim.report(clock.now - 0.002, 429, 0.005)  # 1400/s, then 0.5% a second for PLATEAU seconds
-    clock.now += 0.005 + PLATEAU
-    assert ceiling(lim) == pytest.approx(1400 * (1 + 0.005 * PLATEAU))
+    lim.report(clock.now - 0.002, 429, pause)
+    low = ceiling(lim)  # then 0.5% a second for ``plateau`` seconds
+    assert low is not None
+    clock.now += pause + plateau
+    assert ceiling(lim) == pytest.approx(low * (1 + 0.005 * plateau))
     clock.now += 4.0  # then a cube of the time beyond, the same in calls/s for every client
-    assert ceiling(lim) == pytest.approx(1400 * (1 + 0.005 * (PLATEAU + 4)) + CUBE * 4**3)
-    clock.now += 20.0  # peers gone: their share is back within tens of seconds
+    assert ceiling(lim) == pytest.approx(low * (1 + 0.005 * (plateau + 4)) + cube * 4**3)
+    clock.now += 30.0  # peers gone: their share is back within tens of seconds
     assert ceiling(lim) == pytest.approx(2000)
 
 
@@ -593,8 +695,8 @@ def test_a_slope_that_makes_no_sense_is_not_an_estimate() -> None:
         measured(clock, lim, rate, length)
         lim.report(clock.now - 0.001, 429, 1.0)
 
-    stretch(800, 0.5)  # drained at once, at its ceiling: halve (the guess of 1000/s was too high)
-    assert ceiling(lim) == pytest.approx(0.5 * 1000 * 1.1**0.5, rel=0.01)  # it grew for 0.5 s
+    stretch(800, 0.2)  # drained at once, at its ceiling: halve (the guess of 1000/s was too high)
+    assert ceiling(lim) == pytest.approx(0.5 * 1000 * GROW_SHORT**0.2, rel=0.01)  # it grew for 0.2 s
     stretch(100, 1.2)  # longer, with fewer successes: a negative slope, no estimate...
     assert lim.policy._estimate is None
     # ...and a client that could not keep up with its ceiling: a little less than its pace.
@@ -734,3 +836,24 @@ def test_the_limiter_absorbs_429s_only_for_a_busy_or_paced_client() -> None:
     assert not lim.absorbs()
     paced = engaged_at(400, clock)  # a ceiling learned from the latest successes
     assert paced.absorbs()
+
+
+def test_a_clients_random_spreads_its_learned_slots() -> None:
+    # The Client's ``random=`` (its test seam) is what the pacer draws from; a learned ceiling's
+    # slots are spread by it, and nothing is drawn before a throttle (no import on the cold path).
+    draws: list[float] = []
+
+    def random() -> float:
+        draws.append(0.25)
+        return 0.25
+
+    with qa.Client(api_key="sk-x", base_url="http://127.0.0.1:9", random=random, trust_env=False) as client:
+        limiter = client._sender.limiter
+        assert limiter is not None
+        pacer = limiter.pacer
+        waiter = Waiter(Priority.NEW)
+        pacer.inflight = 2
+        pacer.reserve(10.0, None, waiter, Pace(20.0, spread=True))
+        pacer.reserve(10.0, None, Waiter(Priority.NEW), Pace(20.0, spread=True))
+        assert draws == [0.25, 0.25]
+        assert pacer.tat == pytest.approx(10.0 + 2 * 0.05 * (0.5 + 2 * 0.5 * 0.25))
