@@ -59,7 +59,6 @@ class Sender:
                 rate_limit.burst,
                 rate_limit.adaptive,
                 notify=noting(self.messages.base_url),
-                random=random,
             )
         )
         self.rules = Rules(self.messages, budget, self.limiter, random, time.time)

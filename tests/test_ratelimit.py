@@ -44,14 +44,15 @@ import math
 import pickle
 import sys
 import threading
+from random import Random
 from typing import Any, Callable, Optional
 
 import pytest
 
 import qa_min as qa
 from qa_min import _policy
-from qa_min._limiter import Limiter
-from qa_min._pacer import ALONE, Pace, Priority, Waiter
+from qa_min._limiter import Limiter, uniform
+from qa_min._pacer import ALONE, SPREAD, Pace, Priority, Waiter
 from qa_min._policy import (
     CUBE,
     CUBE_SHORT,
@@ -838,22 +839,25 @@ def test_the_limiter_absorbs_429s_only_for_a_busy_or_paced_client() -> None:
     assert paced.absorbs()
 
 
-def test_a_clients_random_spreads_its_learned_slots() -> None:
-    # The Client's ``random=`` (its test seam) is what the pacer draws from; a learned ceiling's
-    # slots are spread by it, and nothing is drawn before a throttle (no import on the cold path).
-    draws: list[float] = []
+def test_a_learned_ceiling_is_spread_by_the_limiters_own_draws_not_the_clients_seam() -> None:
+    # ``random=lambda: 0.0`` (the documented recipe for full-length backoff delays) must not
+    # halve every interval of a learned ceiling: the pacer draws from the limiter's own source.
+    seam: list[float] = []
 
     def random() -> float:
-        draws.append(0.25)
-        return 0.25
+        seam.append(0.0)
+        return 0.0
 
     with qa.Client(api_key="sk-x", base_url="http://127.0.0.1:9", random=random, trust_env=False) as client:
         limiter = client._sender.limiter
         assert limiter is not None
         pacer = limiter.pacer
-        waiter = Waiter(Priority.NEW)
+        assert pacer._random is uniform
+        pacer._random = Random(7).random  # the same draws on every run
         pacer.inflight = 2
-        pacer.reserve(10.0, None, waiter, Pace(20.0, spread=True))
-        pacer.reserve(10.0, None, Waiter(Priority.NEW), Pace(20.0, spread=True))
-        assert draws == [0.25, 0.25]
-        assert pacer.tat == pytest.approx(10.0 + 2 * 0.05 * (0.5 + 2 * 0.5 * 0.25))
+        slots = [pacer.reserve(10.0, None, Waiter(Priority.NEW), Pace(20.0, spread=True)) for _ in range(400)]
+        assert seam == []
+        gaps = [b - a for a, b in zip(slots[10:], slots[11:])]  # past the first 50 ms of burst
+        assert min(gaps) >= 0.05 * SPREAD - 1e-9
+        assert max(gaps) <= 0.05 * (2 - SPREAD) + 1e-9
+        assert sum(gaps) / len(gaps) == pytest.approx(0.05, rel=0.1)  # 20/s on average
