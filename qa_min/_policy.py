@@ -15,9 +15,11 @@ A client's first announced pace is low (``START_SHARE`` of R, as for a newcomer 
 others share) and grows by ``SLOW_START`` a step until its first step down. Then, at each
 control step (``STEP``, a late step counting for up to ``MAX_SCALE``), each client moves its
 ceiling toward the target from its own pace (at most ``HEADROOM`` times what it sends, so that an
-unused ceiling does not pile up): up by the same absolute amount as every other client
-(``ADD_SHARE`` of the gap), down by the same fraction (``CUT_SHARE`` of it), so that unequal
-shares meet (additive increase, multiplicative decrease). A 429 meanwhile cuts by ``BETA``. An
+unused ceiling does not pile up): up by nearly the same absolute amount as every other client
+(``ADD_SHARE`` of the gap, times the client's share of the fleet's rate to the power
+``SHARE_POWER``, so that a fleet's step grows as N^0.75, not N: eight clients stepping up
+together overshot), down by the same fraction (``CUT_SHARE`` of it), so that unequal shares
+meet (additive increase, multiplicative decrease). A 429 meanwhile cuts by ``BETA``. An
 announcement older than ``STALE`` no longer paces. With no refill told (a fixed window), the
 target is what is left over what is left of the window.
 

@@ -23,7 +23,8 @@ LEVEL, LEVEL_GAIN = 0.6, 0.5  # the fleet's target: R * (1 + LEVEL_GAIN * (level
 HEADROOM = 1.25  # an announced ceiling stays within this multiple of the client's own pace
 START_SHARE = 0.125  # of the refill rate: the most a client's first announced pace may be
 SLOW_START = 1.25  # a first announced pace grows this much a step, until its first step down
-ADD_SHARE, CUT_SHARE = 0.09, 0.5  # of the gap to the target closed at each step
+ADD_SHARE, CUT_SHARE = 0.13, 0.5  # of the gap to the target closed at each step
+SHARE_POWER = 0.25  # a step up is ADD_SHARE times the client's share of the fleet's rate to this power
 
 
 class Steer:
@@ -79,7 +80,11 @@ class Steer:
         if target >= fleet and self.slow_start:  # until the first step down: grow fast
             paced = own * SLOW_START**scale
         elif target >= fleet:
-            paced = own + ADD_SHARE * scale * (target - fleet)
+            # Nearly the same amount for every client, damped by a small power of its share:
+            # eight clients each closing ADD_SHARE of the gap overshot together (a fleet's step
+            # grows as N ** (1 - SHARE_POWER) here, not as N).
+            share = 1.0 if sent is None else min(1.0, sent / fleet)
+            paced = own + ADD_SHARE * scale * (target - fleet) * share**SHARE_POWER
         else:
             self.slow_start = False
             paced = own * (1.0 - CUT_SHARE * (1.0 - target / fleet)) ** scale

@@ -32,7 +32,7 @@ import qa_min as qa
 from qa_min._announced import Announcement
 from qa_min._pacer import INF, Pace, Pacer, Priority, Waiter
 from qa_min._policy import BETA, Policy
-from qa_min._steer import START_SHARE, STEP
+from qa_min._steer import ADD_SHARE, HEADROOM, LEVEL, LEVEL_GAIN, SHARE_POWER, START_SHARE, STEP, Steer
 
 RATE = 200.0
 
@@ -309,3 +309,19 @@ def test_an_asyncio_shell_waits_on_a_future_the_limiter_wakes() -> None:
     assert first == pytest.approx(100.0)
     assert second == pytest.approx(100.015)  # no burst after a pause: the first slot is a retry's
     assert last >= second
+
+
+@pytest.mark.parametrize("sent", [100.0, 25.0, None])
+def test_a_step_up_is_damped_by_the_clients_share_of_the_fleet(sent: Optional[float]) -> None:
+    # A bucket of 50 refilled at 200/s, full and flat: the fleet sends 200/s, the target is
+    # 200 * (1 + LEVEL_GAIN * (1 - LEVEL)). Each client closes ADD_SHARE of the gap times its
+    # share to SHARE_POWER: a client with 4 times the share steps 4 ** SHARE_POWER times as far.
+    steer = Steer()
+    news = Announcement(50, 50, 0.0, 200.0, "openai")
+    assert steer.heard(0.0, news, True, None) == pytest.approx(START_SHARE * 200)
+    steer.paced, steer.slow_start = 100.0, False
+    target = 200 * (1 + LEVEL_GAIN * (1 - LEVEL))
+    own = 100.0 if sent is None else min(100.0, HEADROOM * sent)
+    share = 1.0 if sent is None else sent / 200
+    expected = own + ADD_SHARE * (target - 200) * share**SHARE_POWER
+    assert steer.heard(STEP, news, False, sent) == pytest.approx(expected)
