@@ -263,8 +263,10 @@ class Policy:
             if half > self._known:
                 self._first = pace
                 return self._cut(now, half, until, GROW_SHORT)
-        if self._known or not busy:
-            return self._cut(now, self._known, until) if self._known else None
+        if self._known:
+            return self._cut(now, self._known, until)
+        if not busy:
+            return None
         # A busy client with too few successes to tell a pace (a newcomer to a bucket others
         # keep empty): the same first guess as any client's, not another burst after the pause.
         # One call at a time stays unpaced (and its 429s count against its retries).
@@ -362,6 +364,6 @@ class Policy:
             self.engage(now)
         first = now - self._heard >= STALE
         self.announced, self._heard = news, now
-        paced = self.steer.heard(now, news, first, self.seen(now, now - RECENT))
+        paced = self.steer.heard(now, news, first, lambda: self.seen(now, now - RECENT))
         if paced is not None:
             self.steer.paced = max(paced, MIN_RATE)

@@ -10,7 +10,7 @@ from ._pacer import INF
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Optional
+    from typing import Callable, Optional
 
     from ._announced import Announcement
 
@@ -41,9 +41,12 @@ class Steer:
         self.refill = 0.0  # the bucket's refill rate, told or estimated
         self.slow_start = True  # a first announced pace grows fast until a step down
 
-    def heard(self, now: float, news: Announcement, first: bool, sent: Optional[float]) -> Optional[float]:
-        """An announcement at ``now`` (``first``: none heard lately); ``sent``: this client's
-        successes per second lately, None when too few to tell. The new ceiling, or None."""
+    def heard(
+        self, now: float, news: Announcement, first: bool, seen: Callable[[], Optional[float]]
+    ) -> Optional[float]:
+        """An announcement at ``now`` (``first``: none heard lately); ``seen()``: this client's
+        successes per second lately, None when too few to tell, asked only when a step is due.
+        The new ceiling, or None."""
         if news.refill > 0:  # an estimate from a reset is noisy: smoothed
             self.refill = news.refill if first or not self.refill else 0.8 * self.refill + 0.2 * news.refill
         levels = self.levels
@@ -70,6 +73,7 @@ class Steer:
         target = refill * (1.0 + LEVEL_GAIN * (full - LEVEL))
         # From what this client sends, not a ceiling it does not use: a ceiling far above its
         # pace would let it jump when it has more to send.
+        sent = seen()
         own = self.paced if sent is None else min(self.paced, HEADROOM * sent)
         if own == INF:
             own = START_SHARE * refill

@@ -318,10 +318,10 @@ def test_a_step_up_is_damped_by_the_clients_share_of_the_fleet(sent: Optional[fl
     # share to SHARE_POWER: a client with 4 times the share steps 4 ** SHARE_POWER times as far.
     steer = Steer()
     news = Announcement(50, 50, 0.0, 200.0, "openai")
-    assert steer.heard(0.0, news, True, None) == pytest.approx(START_SHARE * 200)
+    assert steer.heard(0.0, news, True, lambda: None) == pytest.approx(START_SHARE * 200)
     steer.paced, steer.slow_start = 100.0, False
     target = 200 * (1 + LEVEL_GAIN * (1 - LEVEL))
     own = 100.0 if sent is None else min(100.0, HEADROOM * sent)
     share = 1.0 if sent is None else sent / 200
     expected = own + ADD_SHARE * (target - 200) * share**SHARE_POWER
-    assert steer.heard(STEP, news, False, sent) == pytest.approx(expected)
+    assert steer.heard(STEP, news, False, lambda: sent) == pytest.approx(expected)
