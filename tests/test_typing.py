@@ -49,6 +49,9 @@ def test_public_api_types_check_under_mypy_strict(cache_dir: Path) -> None:
 def test_typing_check_fails_when_an_answer_type_is_wrong(tmp_path: Path, cache_dir: Path) -> None:
     shutil.copytree(ROOT / "qa_min", tmp_path / "qa_min", ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(CHECK, tmp_path / CHECK.name)
+    # The project's mypy settings too (python_version among them): the run differs from the
+    # first only by the broken annotation, and finds the standard library in the shared cache.
+    shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
     questions = tmp_path / "qa_min" / "_questions.py"
     source = questions.read_text()
     assert "class YesNo(_Question[bool]):" in source
