@@ -471,8 +471,8 @@ def test_client_timeout_applies_to_every_call(svc: FakeService) -> None:
 def test_per_call_timeout_overrides_the_client_timeout(
     svc: FakeService, client_timeout: Optional[float], call_timeout: Optional[float], answered: bool
 ) -> None:
-    # The answer comes after 0.8 s: past TIMEOUT, well within the longer limits.
-    svc.script(delay(0.8))
+    # The answer comes after 0.6 s: twice TIMEOUT, well within the longer limits.
+    svc.script(delay(2 * TIMEOUT))
     with make_client(svc.url, timeout=client_timeout) as client:
         started = time.monotonic()
         if answered:

@@ -176,7 +176,7 @@ FAKE_DROP = Fault("fake-drop", _fake(drop()))
 FAKE_RESET = Fault("fake-reset", _fake(reset()))
 FAKE_TRUNCATE = Fault("fake-truncate", _fake(truncate()))
 FAKE_503 = Fault("fake-503-then-ok", _fake(reply(503, {"detail": "busy"})))
-FAKE_HANG = Fault("fake-hang", _fake(hang()), timeout=0.3)
+FAKE_HANG = Fault("fake-hang", _fake(hang()), timeout=0.1)  # it never answers: any deadline ends it
 FAKE_SLOW = Fault("fake-delay-50ms", _fake(delay(0.05)))
 FAKE_IDLE_CLOSED = Fault("fake-idle-conn-closed-by-server", _fake(close_idle=True), warm=True)
 FAKE_IDLE_CLOSED_THEN_DROP = Fault(
@@ -194,7 +194,7 @@ RAW_CLOSE = Fault("raw-close-before-status-line", _raw(close_before_status, OK_R
 RAW_TRUNCATED = Fault("raw-truncated-body", _raw(truncated_body, OK_RESPONSE))
 RAW_GARBAGE = Fault("raw-garbage-status-line", _raw(garbage_status_line, OK_RESPONSE))
 RAW_HANG_CLOSE = Fault("raw-hang-then-close", _raw(lambda: hang_then_close(0.05), OK_RESPONSE))
-RAW_HANG = Fault("raw-hang", _raw(lambda: hang_then_close(10.0), OK_RESPONSE), timeout=0.3)
+RAW_HANG = Fault("raw-hang", _raw(lambda: hang_then_close(10.0), OK_RESPONSE), timeout=0.1)
 RAW_HTML_502 = Fault("raw-html-502", _raw(HTML_502_RESPONSE, OK_RESPONSE))
 RAW_IDLE_CLOSED = Fault("raw-idle-conn-closed-by-server", closes_after_answering, warm=True)
 RAW_REUSED_CLOSE = Fault(

@@ -227,7 +227,8 @@ def test_full_backlog_connect_hangs() -> None:
         if not server.saturated:
             pytest.skip("platform keeps completing connects to a full accept queue")
         try:
-            sock = socket.create_connection((server.host, server.port), timeout=0.5)
+            # The wait after which never_accept() judged a filler's connect stuck (its settle).
+            sock = socket.create_connection((server.host, server.port), timeout=0.2)
         except socket.timeout:
             pass
         else:
