@@ -43,18 +43,22 @@ class _Wait:
 
     def __init__(self) -> None:
         self.done = False
-        self.wake = threading.Event()
+        self.wake = threading.Lock()  # held until the waiter's turn: the cheapest handover
+        self.wake.acquire()
 
 
 class VirtualTime:
-    """A clock that jumps from one wait's end to the next; one participant runs at a time."""
+    """A clock that jumps from one wait's end to the next; one participant runs at a time.
+
+    The participant that stops running (it waits, or ends) wakes the next one itself, so a
+    handover is one thread switch, or none when its own wait is the next to end."""
 
     def __init__(self) -> None:
         self.now = 0.0
         self._heap: list[tuple[float, int, int, _Wait]] = []
         self._seq = 0
         self._lock = threading.Lock()
-        self._handover = threading.Event()
+        self._finished = threading.Event()
 
     def clock(self) -> float:
         return self.now
@@ -67,6 +71,19 @@ class VirtualTime:
             self._seq += 1
             heapq.heappush(self._heap, (max(when, self.now), worker, self._seq, wait))
 
+    def _next(self) -> None:
+        """Wake the participant whose wait ends first (ties by worker number), or finish."""
+        with self._lock:
+            while self._heap and self._heap[0][3].done:
+                heapq.heappop(self._heap)
+            if not self._heap:
+                self._finished.set()
+                return
+            when, _, _, wait = heapq.heappop(self._heap)
+            wait.done = True
+            self.now = when
+        wait.wake.release()
+
     def wait_until(
         self, when: float, worker: int, arm: Optional[Callable[[Callable[[], object]], object]] = None
     ) -> None:
@@ -76,35 +93,26 @@ class VirtualTime:
         self._push(when, worker, wait)
         if arm is not None:
             arm(lambda: self._push(self.now, worker, wait))
-        self._handover.set()
-        if not wait.wake.wait(BOUND):
+        self._next()
+        if not wait.wake.acquire(timeout=BOUND):
             raise Stuck(f"worker {worker} was never woken")
 
     def done(self) -> None:
-        self._handover.set()
+        self._next()
 
     def run(self, workers: list[threading.Thread], starts: list[float]) -> None:
-        """Start each worker at its virtual start time, then wake waiters in time order."""
+        """Start each worker at its virtual start time; they hand over among themselves."""
         for thread, start in zip(workers, starts):
             wait = _Wait()
             self._push(start, -1, wait)
             threading.Thread(target=self._starter, args=(thread, wait), daemon=True).start()
-        while True:
-            with self._lock:
-                while self._heap and self._heap[0][3].done:
-                    heapq.heappop(self._heap)
-                if not self._heap:
-                    return
-                when, _, _, wait = heapq.heappop(self._heap)
-                wait.done = True
-                self.now = when
-            self._handover.clear()
-            wait.wake.set()
-            if not self._handover.wait(BOUND):
-                raise Stuck("a woken worker neither waited again nor ended")
+        self._next()
+        # Every waiter gives up after BOUND, so a lost handover ends the run with Stuck.
+        if not self._finished.wait(BOUND * 1000):
+            raise Stuck("the simulation never finished")
 
     def _starter(self, thread: threading.Thread, wait: _Wait) -> None:
-        if wait.wake.wait(BOUND * 100):
+        if wait.wake.acquire(timeout=BOUND * 100):
             thread.start()  # the started worker hands over when it first waits or ends
 
 
