@@ -4,24 +4,18 @@ lock, no clock of its own (``now`` is passed in), no I/O. The algorithm, written
 **Disengaged** until the first 429/529 or the first announced limit (an explicit ceiling
 engages it at once): nothing is paced, and the retry loop only notes each success's send time.
 
-**Announced limits** (``_announced`` parses them; ``_steer`` steers by them and holds their
-constants) pace before any 429. Each response tells the bucket's level (``remaining``) and,
-from the policy or the reset, its refill rate R (smoothed).
-The slope of the level over the last ``SLOPE_SPAN`` gives the whole fleet's rate, F = R - slope,
-without knowing how many clients share the bucket. The fleet's target is R, raised or lowered by
-how full the bucket will be ``HORIZON`` ahead on that slope (``LEVEL_GAIN`` around ``LEVEL``
-full: a fuller bucket absorbs the fleet's jitter).
-A client's first announced pace is low (``START_SHARE`` of R, as for a newcomer to a bucket
-others share) and grows by ``SLOW_START`` a step until its first step down. Then, at each
-control step (``STEP``, a late step counting for up to ``MAX_SCALE``), each client moves its
-ceiling toward the target from its own pace (at most ``HEADROOM`` times what it sends, so that an
-unused ceiling does not pile up): up by nearly the same absolute amount as every other client
-(``ADD_SHARE`` of the gap, times the client's share of the fleet's rate to the power
-``SHARE_POWER``, so that a fleet's step grows as N^0.75, not N: eight clients stepping up
-together overshot), down by the same fraction (``CUT_SHARE`` of it), so that unequal shares
-meet (additive increase, multiplicative decrease). A 429 meanwhile cuts by ``BETA``. An
-announcement older than ``STALE`` no longer paces. With no refill told (a fixed window), the
-target is what is left over what is left of the window.
+**Announced limits** (``_announced`` parses them; ``_steer`` reads the pace off them and holds
+their constants) pace before any 429. Each response tells the bucket's level (``remaining``)
+and, from the policy or the reset, its refill rate R (smoothed). The ceiling is a function of
+the level alone: ``TOP`` * R at a full bucket (the fullest the client has seen), ``BASE`` times
+less at an empty one, geometric in between: R * TOP * BASE ** (full - 1). Every client that sees
+the same level paces the same, so a fleet is fair from the first announcement, whenever each
+member started; and the bucket itself settles the fleet: N clients drain it until N paces make
+R (full = 1 - log(TOP * N) / log(BASE): 0.92 for one, 0.49 for eight, empty for about 85), with
+no estimate of N, of the fleet's rate or of the level's slope, whose lag made a fleet of
+stepping controllers swing between a full bucket and 429s. A 429 meanwhile cuts by ``BETA``
+until the next announcement. An announcement older than ``STALE`` no longer paces. With no
+refill told (a fixed window), R is what is left over what is left of the window.
 
 **Without announcements, 429s teach** ("measured", notes/rate-limiting.md):
 
@@ -364,6 +358,6 @@ class Policy:
             self.engage(now)
         first = now - self._heard >= STALE
         self.announced, self._heard = news, now
-        paced = self.steer.heard(now, news, first, lambda: self.seen(now, now - RECENT))
+        paced = self.steer.heard(news, first)
         if paced is not None:
             self.steer.paced = max(paced, MIN_RATE)
