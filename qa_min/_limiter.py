@@ -115,13 +115,15 @@ class Limiter:
         with self._lock:
             now = self._clock()
             news = self._tick(now)
-            slot = self.pacer.reserve(now, delay, waiter, self.policy.pace(now))
+            pace = self.policy.pace(now)
+            slot = self.pacer.reserve(now, delay, waiter, pace)
+            nap = self.pacer.nap(now, waiter, pace)
         self._tell(news)
         if delay is None and slot <= now + EPSILON:
             return waiter, None
         own = 0.0 if delay is None else delay
         # Exactly the server's number when nothing else holds the call back.
-        wait = own if slot <= now + own + EPSILON else slot - now
+        wait = own if slot <= now + own + EPSILON else max(own, nap)
         return waiter, (wait, wait - own)
 
     def step(self, waiter: Waiter) -> Optional[tuple[float, bool]]:
@@ -132,9 +134,12 @@ class Limiter:
         with self._lock:
             now = self._clock()
             news = self._tick(now)
-            hold = pacer.next(now, waiter, self.policy.pace(now))
+            pace = self.policy.pace(now)
+            hold = pacer.next(now, waiter, pace)
             # Held for an answer: the answer wakes the waiter, which need not poll.
             wakeable = hold is not None and (hold == INF or waiter.held)
+            if hold is not None and not wakeable:
+                hold = min(hold, pacer.nap(now, waiter, pace))
             if wakeable:
                 pacer.waiters[waiter] = None
             else:

@@ -16,6 +16,9 @@ future per ``Waiter`` instead, over the same decisions. What the rules are:
   sending at even intervals takes each fresh token before a slower one does, so the slower
   client draws more 429s, is cut again and falls further behind; spread out, every request
   finds a token with the same odds, and clients sharing a limit meet at equal shares.
+* **Sleepers look again under an announced pace** (``Pace.follow``): a new call sleeps at most
+  ``LOOK`` toward its slot, and at each look the slot comes nearer if the pace has risen
+  ``RISEN``-fold since it was taken (slots taken while the bucket was empty lie far ahead).
 * **Throttled calls first.** A throttled call's retry takes the next slot (``Priority.RETRY``)
   and the slots promised behind it move back one each, so no call absorbs repeated 429s.
 * **A last chance goes alone** (``Priority.LAST``): it waits until every attempt out has
@@ -37,6 +40,8 @@ EPSILON = 1e-9  # s: a slot this close is now (sums of intervals round)
 BURST_SECONDS = 0.05  # burst tolerance unless ``burst`` is given: attempts at the ceiling in 50 ms
 JUMPS = 256  # throttled calls' slots remembered, to move back the sleepers they overtook
 ALONE = 10.0  # s: the longest a last chance holds the others back (its answer ends it sooner)
+LOOK = 0.05  # s: under an announced pace, the longest a new call sleeps before it looks again...
+RISEN = 2.0  # ...and how much the pace must have risen since its slot was taken to bring it nearer
 SPREAD = 0.5  # a learned ceiling's slots are this to 2 - this intervals apart, at random
 
 
@@ -74,11 +79,12 @@ class Waiter:
     future's ``set_result``); ``woken`` says an event it waited for came before ``wake`` was set.
     """
 
-    __slots__ = ("due", "held", "loose", "priority", "queued", "seen", "slot", "wake", "woken")
+    __slots__ = ("due", "held", "loose", "priority", "queued", "rate", "seen", "slot", "wake", "woken")
 
     def __init__(self, priority: int) -> None:
         self.priority = Priority(priority)  # a plain 0, 1 or 2 names its priority too
         self.slot, self.loose = -INF, False
+        self.rate = INF  # the ceiling its slot was taken at
         self.seen = (0, 0)  # (pauses and cuts, throttled jumps) when the slot was last checked
         self.due = False  # its wait lasted until its slot
         self.held = self.queued = False  # held back by a last chance; counted among them
@@ -117,12 +123,27 @@ class Pacer:
         attempt); the time it may go."""
         self.inflight += 1
         waiter.slot, waiter.loose = self._slot(now, delay, waiter.priority, pace)
-        waiter.seen = (self.epoch, self._jumped)
+        waiter.seen, waiter.rate = (self.epoch, self._jumped), pace.rate
         return waiter.slot
+
+    def nap(self, now: float, waiter: Waiter, pace: Pace) -> float:
+        """How long ``waiter`` may sleep toward its slot before it looks again (``next``): under
+        a ceiling that moves often (announced), a new call whose slot was taken at a low pace
+        looks every ``LOOK``, so that it does not sleep on while the pace has risen."""
+        wait = waiter.slot - now
+        return min(wait, LOOK) if pace.follow and not waiter.priority else wait
 
     def next(self, now: float, waiter: Waiter, pace: Pace) -> Optional[float]:
         """After a wait: None, it goes now (counted out); else how long to wait again (inf:
         until woken by an answer)."""
+        if not waiter.woken and waiter.slot > now + EPSILON and pace.follow and not waiter.priority:
+            # A look before its slot (``nap``): nearer if the pace has risen RISEN-fold since.
+            if pace.rate >= RISEN * waiter.rate:
+                waiter.slot = now + (waiter.slot - now) * waiter.rate / pace.rate
+                waiter.rate = pace.rate
+            if waiter.slot > now + EPSILON:
+                waiter.due = False
+                return waiter.slot - now
         if waiter.woken:  # an answer ended the wait early: look again from now
             waiter.woken, waiter.due = False, True
             waiter.slot = min(waiter.slot, now)

@@ -18,21 +18,25 @@ if TYPE_CHECKING:
 
 TOP = 1.5  # at a full bucket a client goes this many times the refill rate...
 BASE = 128.0  # ...and this many times slower at an empty one: TOP * BASE ** (full - 1)
+START, RAMP = 0.125, 10.0  # the first announced pace: this share of the refill, growing this much a second
 
 
 class Steer:
     """The ceiling announcements set for one client (``paced``, inf: none yet) and what it
     reads them by. Not thread-safe (the limiter locks)."""
 
-    __slots__ = ("capacity", "paced", "refill")
+    __slots__ = ("capacity", "paced", "refill", "started")
 
     def __init__(self) -> None:
         self.paced = INF
         self.capacity = 0.0  # the fullest the bucket was seen
         self.refill = 0.0  # the bucket's refill rate, told or estimated
+        self.started = 0.0  # when the announcements began
 
-    def heard(self, news: Announcement, first: bool) -> Optional[float]:
-        """An announcement (``first``: none heard lately); the new ceiling, or None."""
+    def heard(self, now: float, news: Announcement, first: bool) -> Optional[float]:
+        """An announcement at ``now`` (``first``: none heard lately); the new ceiling, or None."""
+        if first:
+            self.started = now
         if news.refill > 0:  # an estimate from a reset is noisy: smoothed
             self.refill = news.refill if first or not self.refill else 0.8 * self.refill + 0.2 * news.refill
         self.capacity = max(self.capacity, news.remaining)
@@ -41,4 +45,7 @@ class Steer:
         if refill <= 0:
             return None
         full = min(1.0, news.remaining / self.capacity) if self.capacity > 0 else 0.0
-        return refill * TOP * math.pow(BASE, full - 1.0)
+        paced = refill * TOP * math.pow(BASE, full - 1.0)
+        # A fleet starting together would drain the bucket at once, each client at TOP times
+        # the refill rate: the pace starts at START of it and grows RAMP-fold a second.
+        return min(paced, refill * START * math.pow(RAMP, now - self.started))

@@ -30,9 +30,9 @@ from ratelimit_sim import Member, Result, simulate_fleet
 
 import qa_min as qa
 from qa_min._announced import Announcement
-from qa_min._pacer import INF, Pace, Pacer, Priority, Waiter
+from qa_min._pacer import INF, LOOK, RISEN, Pace, Pacer, Priority, Waiter
 from qa_min._policy import BETA, STALE, Policy
-from qa_min._steer import BASE, TOP, Steer
+from qa_min._steer import BASE, RAMP, START, TOP, Steer
 
 RATE = 200.0
 
@@ -140,55 +140,109 @@ def test_policy_paces_by_an_announced_bucket_before_any_429() -> None:
     policy.heard(0.0, bucket(50))
     assert policy.engaged
     assert policy.learned(0.0)
-    assert policy.rate(0.0) == pytest.approx(TOP * RATE)  # a full bucket: a little over the refill
+    assert policy.rate(0.0) == pytest.approx(START * RATE)  # the first pace is low...
     assert policy.pace(0.0).follow  # the slots promised follow a ceiling that moves often
+    policy.heard(0.5, bucket(50))
+    assert policy.rate(0.5) == pytest.approx(START * RATE * RAMP**0.5)  # ...and grows fast...
+    policy.heard(2.0, bucket(50))
+    assert policy.rate(2.0) == pytest.approx(TOP * RATE)  # ...to what the level says
     assert policy.throttles == 0
-    assert policy.rate(STALE - 0.01) == pytest.approx(TOP * RATE)
-    assert policy.rate(STALE) == INF  # an announcement that old paces no more
+    assert policy.rate(2.0 + STALE - 0.01) == pytest.approx(TOP * RATE)
+    assert policy.rate(2.0 + STALE) == INF  # an announcement that old paces no more
 
 
 def test_announced_pace_follows_the_level_and_a_429_cuts_it_until_the_next() -> None:
     policy = Policy(None, True)
     policy.heard(0.0, bucket(50))
-    policy.heard(0.1, bucket(25))  # half full: slower, whatever this client sent
-    assert policy.rate(0.1) == pytest.approx(TOP * RATE * BASE**-0.5)
-    policy.heard(0.2, bucket(0))  # empty: slowest
-    assert policy.rate(0.2) == pytest.approx(TOP * RATE / BASE)
-    policy.heard(0.3, bucket(40))
-    before = policy.rate(0.3)
+    policy.heard(2.0, bucket(25))  # half full: slower, whatever this client sent
+    assert policy.rate(2.0) == pytest.approx(TOP * RATE * BASE**-0.5)
+    policy.heard(2.1, bucket(0))  # empty: slowest
+    assert policy.rate(2.1) == pytest.approx(TOP * RATE / BASE)
+    policy.heard(2.2, bucket(40))
+    before = policy.rate(2.2)
     assert before == pytest.approx(TOP * RATE * BASE**-0.2)
-    policy.throttled(0.31, 0.3, 0.005, 0.315, ())
-    assert policy.rate(0.31) == pytest.approx(BETA * before)  # a 429 cuts gently...
-    policy.heard(0.32, bucket(40))
-    assert policy.rate(0.32) == pytest.approx(before)  # ...until the level is told again
+    policy.throttled(2.21, 2.2, 0.005, 2.215, ())
+    assert policy.rate(2.21) == pytest.approx(BETA * before)  # a 429 cuts gently...
+    policy.heard(2.22, bucket(40))
+    assert policy.rate(2.22) == pytest.approx(before)  # ...until the level is told again
 
 
 def test_the_announced_pace_is_read_off_the_level_alone() -> None:
-    # Every client that sees the same level paces the same: fair from the first announcement,
-    # whenever it started, whatever it sent before. N clients settle where N paces make the
-    # refill rate: TOP * BASE ** (full - 1) = 1 / N.
+    # Every client that sees the same level paces the same: fair as soon as each has ramped up,
+    # whatever it sent before. N clients settle where N paces make the refill rate:
+    # TOP * BASE ** (full - 1) = 1 / N.
     news = Announcement(50, 50, 0.0, 200.0, "openai")
-    fresh, old = Steer(), Steer()
-    assert old.heard(news, True) == pytest.approx(TOP * 200)
-    old.paced = 3.0
     half = Announcement(50, 25, 0.125, 200.0, "openai")
-    assert fresh.heard(half, True) == pytest.approx(TOP * 200)  # the fullest it has seen: full
-    assert old.heard(half, False) == pytest.approx(TOP * 200 * BASE**-0.5)
-    assert fresh.heard(news, False) == pytest.approx(TOP * 200)
-    assert fresh.heard(half, False) == old.heard(half, False)
+    fresh, old = Steer(), Steer()
+    assert old.heard(0.0, news, True) == pytest.approx(START * 200)
+    assert old.heard(1.0, news, False) == pytest.approx(START * 200 * RAMP)  # still ramping
+    assert old.heard(1.2, news, False) == pytest.approx(TOP * 200)  # 12-fold: past TOP
+    old.paced = 3.0
+    fresh.heard(0.0, half, True)
+    assert fresh.heard(2.0, half, False) == pytest.approx(TOP * 200)  # the fullest it has seen: full
+    assert old.heard(2.0, half, False) == pytest.approx(TOP * 200 * BASE**-0.5)
+    assert fresh.heard(2.1, news, False) == pytest.approx(TOP * 200)
+    assert fresh.heard(2.2, half, False) == old.heard(2.2, half, False)
     # Exactly empty, and one token above it.
     empty = Announcement(50, 0, 0.25, 200.0, "openai")
-    assert old.heard(empty, False) == pytest.approx(TOP * 200 / BASE)
+    assert old.heard(3.0, empty, False) == pytest.approx(TOP * 200 / BASE)
     one = Announcement(50, 1, 0.245, 200.0, "openai")
-    assert old.heard(one, False) == pytest.approx(TOP * 200 * BASE ** (1 / 50 - 1))
+    assert old.heard(3.0, one, False) == pytest.approx(TOP * 200 * BASE ** (1 / 50 - 1))
     # Only zeros seen so far (a newcomer to a drained bucket): the empty bucket's pace.
-    assert Steer().heard(empty, True) == pytest.approx(TOP * 200 / BASE)
+    zeros = Steer()
+    zeros.heard(0.0, empty, True)
+    assert zeros.heard(2.0, empty, False) == pytest.approx(TOP * 200 / BASE)
     # A fixed window with no refill told: what is left over what is left of it; none left or
     # no time told: nothing to pace by.
     window = Steer()
-    assert window.heard(Announcement(100, 60, 30.0, 0.0, "ietf-draft"), True) == pytest.approx(2 * TOP)
-    assert window.heard(Announcement(100, 0, 30.0, 0.0, "ietf-draft"), False) is None
-    assert Steer().heard(Announcement(100, 60, 0.0, 0.0, "ietf-draft"), True) is None
+    assert window.heard(0.0, Announcement(100, 60, 30.0, 0.0, "ietf-draft"), True) == pytest.approx(2 * START)
+    assert window.heard(5.0, Announcement(100, 60, 30.0, 0.0, "ietf-draft"), False) == pytest.approx(2 * TOP)
+    assert window.heard(5.0, Announcement(100, 0, 30.0, 0.0, "ietf-draft"), False) is None
+    assert Steer().heard(0.0, Announcement(100, 60, 0.0, 0.0, "ietf-draft"), True) is None
+
+
+def test_under_an_announced_pace_a_sleeper_looks_again_and_comes_nearer_when_it_rose() -> None:
+    # After the bucket was drained, a slot taken at its slow pace lies seconds ahead; a new call
+    # sleeps at most LOOK, and at each look its slot comes nearer if the pace has since risen
+    # RISEN-fold or more (a fuller bucket); a retry's slot, and an explicit pace's, stay put.
+    pacer = Pacer(burst=None, capped=False)
+    slow, fast = Pace(2.0, follow=True), Pace(2.0 * RISEN, follow=True)
+    pacer.reserve(0.0, None, Waiter(Priority.NEW), slow)
+    pacer.inflight += 1  # others wait or are out: the ceiling binds
+    waiter = Waiter(Priority.NEW)
+    slot = pacer.reserve(0.0, None, waiter, slow)
+    assert slot > LOOK
+    assert pacer.nap(0.0, waiter, slow) == pytest.approx(LOOK)
+    assert pacer.nap(0.0, waiter, Pace(2.0)) == pytest.approx(slot)  # not announced: to its slot
+    waiter.due = True  # the limiter's shell marks each wait as lasting until its slot
+    assert pacer.next(LOOK, waiter, Pace(2.0 * RISEN * 0.99, follow=True)) == pytest.approx(slot - LOOK)
+    assert not waiter.due
+    waiter.due = True
+    hold = pacer.next(2 * LOOK, waiter, fast)
+    assert hold is not None
+    assert hold == pytest.approx((slot - 2 * LOOK) / RISEN)
+    assert waiter.slot == pytest.approx(2 * LOOK + hold)
+    retry = Waiter(Priority.RETRY)
+    pacer.reserve(0.0, 1.0, retry, slow)
+    assert pacer.nap(0.0, retry, slow) == pytest.approx(retry.slot)
+
+
+def test_the_limiter_lets_a_call_under_an_announced_pace_sleep_at_most_look() -> None:
+    from qa_min._limiter import Limiter
+
+    now = [0.0]
+    lim = Limiter(None, None, True, clock=lambda: now[0])
+    lim.policy.heard(0.0, bucket(0))  # an empty bucket: 1.5 * 200 / 128, about 2.3 calls/s
+    assert lim.begin(None, Priority.NEW)[1] is None  # alone: it goes
+    waiter, first = lim.begin(None, Priority.NEW)
+    assert waiter.slot > 5 * LOOK  # its slot, at that pace, lies far ahead...
+    assert first is not None
+    assert first[0] == pytest.approx(LOOK)  # ...but it sleeps LOOK, then looks again
+    now[0] = LOOK
+    wait = lim.step(waiter)
+    assert wait is not None
+    assert wait[0] == pytest.approx(LOOK)
+    assert not wait[1]
 
 
 # -- fleets, simulated -------------------------------------------------------------------------
@@ -212,13 +266,14 @@ def check(result: Result, share: float, throttled: float, fairness: float = 0.5)
     [
         (2, "ietf", 0.95, 0.01),
         (4, "openai", 0.95, 0.01),
-        (8, "anthropic", 0.95, 0.01),
-        (8, "ietf-draft", 0.95, 0.01),
+        (8, "anthropic", 0.95, 0.02),
+        (8, "ietf-draft", 0.95, 0.02),
     ],
 )
 def test_fleet_paced_by_announced_limits(n: int, style: str, share: float, throttled: float) -> None:
     # Eight clients starting at the same instant send 64 requests into a burst of 50 before any
-    # has heard the limit: most of their 429s come then.
+    # has heard the limit, and all ramp up together: 0.5-1.3% of 429s here, where processes
+    # started one after the other got 0.4-0.5% (benchmarks/RESULTS.md).
     result = simulate_fleet(fleet(n, 8000), announce=style)
     check(result, share, throttled)
 
