@@ -138,9 +138,9 @@ class Pacer:
         until woken by an answer)."""
         if not waiter.woken and waiter.slot > now + EPSILON and pace.follow and not waiter.priority:
             # A look before its slot (``nap``): nearer if the pace has risen RISEN-fold since.
-            if pace.rate >= RISEN * waiter.rate:
-                waiter.slot = now + (waiter.slot - now) * waiter.rate / pace.rate
-                waiter.rate = pace.rate
+            if pace.rate >= RISEN * waiter.rate:  # never before a pause ends (SPEC.md 7a)
+                nearer = now + (waiter.slot - now) * waiter.rate / pace.rate
+                waiter.slot, waiter.rate = max(nearer, self.paused_until), pace.rate
             if waiter.slot > now + EPSILON:
                 waiter.due = False
                 return waiter.slot - now

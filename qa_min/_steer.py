@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 TOP = 1.5  # at a full bucket a client goes this many times the refill rate...
 BASE = 128.0  # ...and this many times slower at an empty one: TOP * BASE ** (full - 1)
 START, RAMP = 0.125, 10.0  # the first announced pace: this share of the refill, growing this much a second
+RAMPED = 4.0  # s after which the ramp is far past TOP (and RAMP ** s stays finite)
 
 
 class Steer:
@@ -48,4 +49,5 @@ class Steer:
         paced = refill * TOP * math.pow(BASE, full - 1.0)
         # A fleet starting together would drain the bucket at once, each client at TOP times
         # the refill rate: the pace starts at START of it and grows RAMP-fold a second.
-        return min(paced, refill * START * math.pow(RAMP, now - self.started))
+        ramped = refill * START * math.pow(RAMP, min(now - self.started, RAMPED))
+        return min(paced, ramped)

@@ -177,6 +177,7 @@ def test_the_announced_pace_is_read_off_the_level_alone() -> None:
     assert old.heard(0.0, news, True) == pytest.approx(START * 200)
     assert old.heard(1.0, news, False) == pytest.approx(START * 200 * RAMP)  # still ramping
     assert old.heard(1.2, news, False) == pytest.approx(TOP * 200)  # 12-fold: past TOP
+    assert old.heard(3600.0, news, False) == pytest.approx(TOP * 200)  # an hour on: no overflow
     old.paced = 3.0
     fresh.heard(0.0, half, True)
     assert fresh.heard(2.0, half, False) == pytest.approx(TOP * 200)  # the fullest it has seen: full
@@ -225,6 +226,20 @@ def test_under_an_announced_pace_a_sleeper_looks_again_and_comes_nearer_when_it_
     retry = Waiter(Priority.RETRY)
     pacer.reserve(0.0, 1.0, retry, slow)
     assert pacer.nap(0.0, retry, slow) == pytest.approx(retry.slot)
+
+
+def test_a_sleeper_brought_nearer_still_waits_for_the_pause() -> None:
+    pacer = Pacer(burst=None, capped=False)
+    slow, fast = Pace(2.0, follow=True), Pace(200.0, follow=True)
+    pacer.reserve(0.0, None, Waiter(Priority.NEW), slow)
+    pacer.inflight += 1
+    waiter = Waiter(Priority.NEW)
+    pacer.reserve(0.0, None, waiter, slow)
+    pacer.pause(0.01, 0.4, slow)  # a server's delay until 0.4 s, after the slot was taken
+    waiter.due = True
+    hold = pacer.next(LOOK, waiter, fast)  # the pace rose a hundredfold...
+    assert hold is not None
+    assert waiter.slot >= 0.4  # ...but the whole client waits out the pause (SPEC.md 7a)
 
 
 def test_the_limiter_lets_a_call_under_an_announced_pace_sleep_at_most_look() -> None:
