@@ -156,6 +156,7 @@ class Pacer:
         hold = self._hold(now, waiter.priority, pace) if waiter.due else waiter.slot - now
         if hold is None and waiter.held:  # let go after a last chance: a fresh slot
             waiter.slot, waiter.loose = self._slot(now, None, waiter.priority, pace)
+            waiter.rate = pace.rate
             waiter.held, waiter.due = False, waiter.slot <= now + EPSILON
             hold = None if waiter.due else waiter.slot - now
         if hold is None:
@@ -276,6 +277,7 @@ class Pacer:
         epoch, jumped = waiter.seen
         slot, loose = waiter.slot, waiter.loose
         if self.epoch != epoch and (loose or self.paused_until > slot):
+            waiter.rate = pace.rate  # a fresh slot, at today's pace
             return self._slot(now, None, waiter.priority, pace)  # a pause covers it, or a first ceiling
         rate = pace.rate
         if waiter.priority or loose or rate == INF or self._jumped == jumped:

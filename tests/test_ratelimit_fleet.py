@@ -242,6 +242,23 @@ def test_a_sleeper_brought_nearer_still_waits_for_the_pause() -> None:
     assert waiter.slot >= 0.4  # ...but the whole client waits out the pause (SPEC.md 7a)
 
 
+def test_a_slot_taken_afresh_is_not_brought_nearer_for_the_old_pace() -> None:
+    pacer = Pacer(burst=None, capped=False)
+    slow, fast = Pace(2.0, follow=True), Pace(8.0, follow=True)
+    pacer.reserve(0.0, None, Waiter(Priority.NEW), slow)
+    pacer.inflight += 1
+    waiter = Waiter(Priority.NEW)
+    slot = pacer.reserve(0.0, None, waiter, slow)
+    pacer.pause(0.01, slot + 0.1, slow)  # a pause covers its slot: it takes a fresh one
+    waiter.due = True
+    assert pacer.next(slot, waiter, fast) is not None
+    fresh = waiter.slot
+    assert fresh >= slot + 0.1
+    waiter.due = True
+    pacer.next(slot + 0.1, waiter, fast)  # a look at the same pace: the fresh slot holds
+    assert waiter.slot == pytest.approx(fresh)
+
+
 def test_the_limiter_lets_a_call_under_an_announced_pace_sleep_at_most_look() -> None:
     from qa_min._limiter import Limiter
 
