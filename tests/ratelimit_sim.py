@@ -1,10 +1,12 @@
-"""A deterministic simulation of clients' threads against one rate-limited service.
+"""A deterministic simulation of clients' workers against one rate-limited service.
 
-The real ``Limiter`` runs on a virtual clock. Each simulated worker is a real thread, but only
-one runs at a time: a worker runs until it waits (for its slot, the network, a backoff), and
-then the scheduler wakes the worker whose wait ends first (ties by worker number); a wait the
-limiter ends early (``arm``) is rescheduled to now. So a run is the same every time, takes
-milliseconds to seconds of real time, and can span minutes of virtual time.
+The real ``Limiter`` runs on a virtual clock. Each simulated worker is a generator that yields
+whenever it waits (for its slot, the network, a backoff): how long, and the ``Waiter`` an answer
+may wake early. One loop resumes the worker whose wait ends first (ties by worker number); a wait
+the limiter ends early (``arm``) is rescheduled to now. The workers drive the limiter's
+``begin``/``step``/``arm`` exactly as its threaded shell (``Limiter.acquire``) and the asyncio one
+do, with no thread at all, so a run is the same every time, takes milliseconds to seconds of real
+time, and can span minutes of virtual time.
 
 A *fleet* is several clients (``Member``: its own limiter, its own workers, its own calls,
 started and stopped when told) sharing the one service: a token bucket answering 429 with the
@@ -21,7 +23,7 @@ from __future__ import annotations
 import heapq
 import math
 import random
-import threading
+from collections.abc import Generator
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
@@ -30,35 +32,27 @@ from qa_min._fakerules import TokenBucket, announce_headers
 from qa_min._limiter import ABSORBED, Limiter
 from qa_min._pacer import Priority, Waiter
 
-BOUND = 10.0  # real seconds any handover may take before the simulation is declared stuck
 WALL = 1.7e9  # the virtual clock's epoch seconds at 0, for announced resets given as times
 
-
-class Stuck(Exception):
-    """A simulated worker did not hand over in time: a bug in the limiter or the simulation."""
+# A worker yields (seconds to wait, the Waiter an answer may wake early or None).
+Work = Generator[tuple[float, Optional[Waiter]], None, bool]
 
 
 class _Wait:
-    __slots__ = ("done", "wake")
+    __slots__ = ("done", "worker")
 
-    def __init__(self) -> None:
-        self.done = False
-        self.wake = threading.Lock()  # held until the waiter's turn: the cheapest handover
-        self.wake.acquire()
+    def __init__(self, worker: int) -> None:
+        self.done = False  # resumed already (a wait woken early is in the heap twice)
+        self.worker = worker
 
 
 class VirtualTime:
-    """A clock that jumps from one wait's end to the next; one participant runs at a time.
-
-    The participant that stops running (it waits, or ends) wakes the next one itself, so a
-    handover is one thread switch, or none when its own wait is the next to end."""
+    """A clock that jumps from one wait's end to the next, resuming one worker at a time."""
 
     def __init__(self) -> None:
         self.now = 0.0
         self._heap: list[tuple[float, int, int, _Wait]] = []
         self._seq = 0
-        self._lock = threading.Lock()
-        self._finished = threading.Event()
 
     def clock(self) -> float:
         return self.now
@@ -66,59 +60,48 @@ class VirtualTime:
     def wall(self) -> float:
         return WALL + self.now
 
-    def _push(self, when: float, worker: int, wait: _Wait) -> None:
-        with self._lock:
-            self._seq += 1
-            heapq.heappush(self._heap, (max(when, self.now), worker, self._seq, wait))
+    def _push(self, when: float, wait: _Wait) -> None:
+        self._seq += 1
+        heapq.heappush(self._heap, (max(when, self.now), wait.worker, self._seq, wait))
 
-    def _next(self) -> None:
-        """Wake the participant whose wait ends first (ties by worker number), or finish."""
-        with self._lock:
-            while self._heap and self._heap[0][3].done:
-                heapq.heappop(self._heap)
-            if not self._heap:
-                self._finished.set()
-                return
+    def _waking(self, wait: _Wait) -> Callable[[], None]:
+        """What ends ``wait`` early: it is resumed at the time it is called."""
+        return lambda: self._push(self.now, wait)
+
+    def run(
+        self,
+        workers: list[Generator[tuple[float, Optional[Waiter]], None, None]],
+        starts: list[float],
+        arm: Callable[[int, Waiter, Callable[[], object]], object],
+    ) -> None:
+        """Run every worker from its virtual start until all have ended. ``arm(worker, waiter,
+        wake)`` asks the worker's limiter to call ``wake`` when an answer ends the wait early."""
+        resume: dict[_Wait, int] = {}
+        for number, start in enumerate(starts):  # starts go first among equal times, in order
+            first = _Wait(-1)
+            resume[first] = number
+            self._push(start, first)
+        while self._heap:
             when, _, _, wait = heapq.heappop(self._heap)
+            if wait.done:
+                continue
             wait.done = True
             self.now = when
-        wait.wake.release()
-
-    def wait_until(
-        self, when: float, worker: int, arm: Optional[Callable[[Callable[[], object]], object]] = None
-    ) -> None:
-        """Block the calling participant until the virtual clock reaches ``when``, or until the
-        wake-up ``arm`` is given is called."""
-        wait = _Wait()
-        self._push(when, worker, wait)
-        if arm is not None:
-            arm(lambda: self._push(self.now, worker, wait))
-        self._next()
-        if not wait.wake.acquire(timeout=BOUND):
-            raise Stuck(f"worker {worker} was never woken")
-
-    def done(self) -> None:
-        self._next()
-
-    def run(self, workers: list[threading.Thread], starts: list[float]) -> None:
-        """Start each worker at its virtual start time; they hand over among themselves."""
-        for thread, start in zip(workers, starts):
-            wait = _Wait()
-            self._push(start, -1, wait)
-            threading.Thread(target=self._starter, args=(thread, wait), daemon=True).start()
-        self._next()
-        # Every waiter gives up after BOUND, so a lost handover ends the run with Stuck.
-        if not self._finished.wait(BOUND * 1000):
-            raise Stuck("the simulation never finished")
-
-    def _starter(self, thread: threading.Thread, wait: _Wait) -> None:
-        if wait.wake.acquire(timeout=BOUND * 100):
-            thread.start()  # the started worker hands over when it first waits or ends
+            number = resume.pop(wait)
+            try:
+                seconds, waiter = next(workers[number])
+            except StopIteration:
+                continue
+            following = _Wait(number)
+            resume[following] = number
+            self._push(self.now + seconds, following)
+            if waiter is not None:
+                arm(number, waiter, self._waking(following))
 
 
 @dataclass
 class Member:
-    """One client of a fleet: ``calls`` calls on ``workers`` threads, from ``start`` until
+    """One client of a fleet: ``calls`` calls on ``workers`` workers (its threads), from ``start`` until
     ``stop`` (virtual seconds; after ``stop`` it starts no new call)."""
 
     calls: int
@@ -182,7 +165,7 @@ def simulate(
     notify: Optional[Callable[[str], object]] = None,
     **service: object,
 ) -> Result:
-    """One client: ``calls`` calls on ``workers`` threads (see ``simulate_fleet``)."""
+    """One client: ``calls`` calls on ``workers`` workers (see ``simulate_fleet``)."""
     return simulate_fleet([Member(calls, workers, limit)], seed=seed, notify=notify, **service)  # type: ignore[arg-type]
 
 
@@ -213,20 +196,12 @@ def simulate_fleet(
             )
         )
 
-    def one_call(member: Member, worker: int) -> bool:
+    def one_call(member: Member) -> Work:
         limiter = member.limiter
         wait: Optional[float] = None
         throttled = False
         retries = absorbed = 0
-        held = [0.0]
-
-        def nap(seconds: float, limiter_part: float, waiter: Optional[Waiter] = None) -> None:
-            held[0] += limiter_part
-            arm = None
-            if waiter is not None and limiter is not None:
-                arm = lambda wake: limiter.arm(waiter, wake)  # noqa: E731
-            time.wait_until(time.now + seconds, worker, arm)
-
+        held = 0.0
         while True:
             ticket = None
             if limiter is not None and limiter.engaged:
@@ -234,17 +209,27 @@ def simulate_fleet(
                     max_retries > 0 and absorbed < ABSORBED and limiter.absorbs()
                 )
                 priority = (Priority.LAST if last else Priority.RETRY) if throttled else Priority.NEW
-                ticket = limiter.acquire(wait, priority, nap)
+                # What Limiter.acquire does, a wait at a time.
+                waiter, first = limiter.begin(wait, priority)
+                if first is not None:
+                    held += first[1]
+                    yield first[0], None
+                step = limiter.step(waiter)
+                while step is not None:
+                    held += step[0]
+                    yield step[0], waiter if step[1] else None
+                    step = limiter.step(waiter)
+                ticket = waiter.slot
             elif wait is not None:
-                time.wait_until(time.now + wait, worker)
+                yield wait, None
             trip = latency * (0.5 + rng.random())
             sent = time.now
-            time.wait_until(time.now + trip / 2, worker)
+            yield trip / 2, None
             member.requests += 1
             free_in = bucket.take(time.now)
             headers = announce_headers(announce, bucket.tokens, rate, burst, time.wall())
-            time.wait_until(time.now + trip / 2, worker)
-            member.most_waited = max(member.most_waited, held[0])
+            yield trip / 2, None
+            member.most_waited = max(member.most_waited, held)
             if limiter is not None:
                 limiter.hear(headers)
             if free_in is None:
@@ -265,38 +250,32 @@ def simulate_fleet(
             absorbed, retries = (absorbed + 1, retries) if absorb else (absorbed, retries + 1)
             wait, throttled = delay, True
 
-    errors: list[BaseException] = []
     queues = [list(range(m.calls)) for m in members]
 
-    def work(index: int, worker: int) -> None:
-        member, queue = members[index], queues[index]
-        try:
-            while queue and time.now < member.stop:
-                queue.pop()
-                if one_call(member, worker):
-                    member.answered.append(time.now)
-                else:
-                    member.failed += 1
-                    member.failed_at.append(time.now)
-                if member.limiter is not None and len(member.ceilings) < 10_000:
-                    member.ceilings.append(member.limiter.snapshot()[0])
-        except BaseException as exc:  # a bug: fail the run instead of a quiet, shorter one
-            errors.append(exc)
-        finally:
-            time.done()
+    def work(member: Member, queue: list[int]) -> Generator[tuple[float, Optional[Waiter]], None, None]:
+        while queue and time.now < member.stop:
+            queue.pop()
+            if (yield from one_call(member)):
+                member.answered.append(time.now)
+            else:
+                member.failed += 1
+                member.failed_at.append(time.now)
+            if member.limiter is not None and len(member.ceilings) < 10_000:
+                member.ceilings.append(member.limiter.snapshot()[0])
 
-    threads: list[threading.Thread] = []
-    starts: list[float] = []
-    for index, member in enumerate(members):
+    workers, starts, owners = [], [], []
+    for member, queue in zip(members, queues):
         for _ in range(member.workers):
-            number = len(threads)
-            threads.append(threading.Thread(target=work, args=(index, number), daemon=True))
+            workers.append(work(member, queue))
             starts.append(member.start)
-    time.run(threads, starts)
-    for thread in threads:
-        thread.join(BOUND)
-    if errors:
-        raise errors[0]
+            owners.append(member)
+
+    def arm(worker: int, waiter: Waiter, wake: Callable[[], object]) -> None:
+        limiter = owners[worker].limiter
+        assert limiter is not None
+        limiter.arm(waiter, wake)
+
+    time.run(workers, starts, arm)
     result.seconds = time.now
     result.answered = sum(len(m.answered) for m in members)
     result.failed = sum(m.failed for m in members)
