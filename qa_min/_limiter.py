@@ -45,23 +45,12 @@ SUCCEEDED = 64  # send times of the latest successes kept before engaging
 ABSORBED = 5  # 429/529s with a delay a busy or paced call may meet beyond its max_retries
 
 
-def uniform() -> float:
-    """A float in [0, 1) for spreading slots. Not the client's ``random=`` (its backoff jitter
-    seam): ``random=lambda: 0.0``, the documented test recipe, would halve every interval."""
-    # ``random`` loads with the first spread slot, after a throttle: never on the cold path.
-    from random import random
-
-    return random()
-
-
 class Limiter:
     """The limiter of one client, shared by its threads.
 
     ``per_second``, ``burst`` and ``adaptive`` are a ``RateLimit``'s, checked. ``clock`` is a
     monotonic clock in seconds, ``wall`` the time in epoch seconds (for announced resets given
-    as times); ``notify(message)`` is told, outside the lock, when the ceiling drops or recovers;
-    ``random()`` in [0, 1) spreads the slots of a ceiling learned from 429s (``_pacer``); None
-    keeps them even.
+    as times); ``notify(message)`` is told, outside the lock, when the ceiling drops or recovers.
     """
 
     def __init__(
@@ -72,12 +61,11 @@ class Limiter:
         clock: Clock = time.monotonic,
         notify: Optional[Notify] = None,
         wall: Clock = time.time,
-        random: Optional[Callable[[], float]] = uniform,
     ) -> None:
         self._lock = _thread.allocate_lock()
         self._clock, self._wall, self._notify = clock, wall, notify
         self.policy = Policy(per_second, adaptive)
-        self.pacer = Pacer(burst, per_second is not None, random)
+        self.pacer = Pacer(burst, per_second is not None)
         # Send times of the latest successes, kept while disengaged (an atomic append, no lock).
         self.succeeded: deque[float] = deque(maxlen=SUCCEEDED)
         if per_second is not None:

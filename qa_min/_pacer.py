@@ -11,11 +11,6 @@ future per ``Waiter`` instead, over the same decisions. What the rules are:
 * **Shared pauses** (SPEC.md 7a): a 429/529's delay pauses every attempt of the client, from
   the first one, with no burst at its end. Slots promised for after it stay; a sleeper whose
   slot a newer pause covers moves behind it.
-* **Spread slots.** Under a ceiling learned from 429s, new attempts go a random 0.5 to 1.5
-  intervals apart (``SPREAD``), the same rate on average. At an empty token bucket a client
-  sending at even intervals takes each fresh token before a slower one does, so the slower
-  client draws more 429s, is cut again and falls further behind; spread out, every request
-  finds a token with the same odds, and clients sharing a limit meet at equal shares.
 * **Sleepers look again under an announced pace** (``Pace.follow``): a new call sleeps at most
   ``LOOK`` toward its slot, and at each look the slot comes nearer if the pace has risen
   ``RISEN``-fold since it was taken (slots taken while the bucket was empty lie far ahead).
@@ -42,7 +37,6 @@ JUMPS = 256  # throttled calls' slots remembered, to move back the sleepers they
 ALONE = 10.0  # s: the longest a last chance holds the others back (its answer ends it sooner)
 LOOK = 0.05  # s: under an announced pace, the longest a new call sleeps before it looks again...
 RISEN = 2.0  # ...and how much the pace must have risen since its slot was taken to bring it nearer
-SPREAD = 0.5  # a learned ceiling's slots are this to 2 - this intervals apart, at random
 
 
 class Priority(enum.IntEnum):
@@ -58,7 +52,7 @@ class Pace:
     fresh guess of it is unsettled (then throttled calls go no faster than ``spacing``);
     ``follow``: the ceiling moves often (announced limits), and the slots promised follow it."""
 
-    __slots__ = ("follow", "rate", "settles", "spacing", "spread")
+    __slots__ = ("follow", "rate", "settles", "spacing")
 
     def __init__(
         self,
@@ -66,10 +60,8 @@ class Pace:
         settles: float = -INF,
         spacing: float = 0.0,
         follow: bool = False,
-        spread: bool = False,
     ) -> None:
         self.rate, self.settles, self.spacing, self.follow = rate, settles, spacing, follow
-        self.spread = spread
 
 
 class Waiter:
@@ -97,11 +89,8 @@ class Pacer:
     owner holds a lock around every call. ``capped``: the ceiling is explicit, so it binds
     even a lone caller."""
 
-    def __init__(
-        self, burst: Optional[int], capped: bool, random: Optional[Callable[[], float]] = None
-    ) -> None:
+    def __init__(self, burst: Optional[int], capped: bool) -> None:
         self._burst, self._capped = burst, capped
-        self._random = random  # [0, 1): spreads the slots of a learned ceiling (module docstring)
         self.tat = -INF  # the schedule's theoretical arrival time...
         self._rate = INF  # ...at this ceiling
         self.front = self.paused_until = -INF  # the throttled calls' next slot; a pause
@@ -251,8 +240,6 @@ class Pacer:
             return earliest, False
         if priority is Priority.NEW:
             slot = max(earliest, self.tat - tolerance)
-            if self._random is not None and pace.spread and not self._capped:
-                interval *= SPREAD + 2.0 * (1.0 - SPREAD) * self._random()
             self.tat = max(self.tat, slot) + interval
             return slot, False
         # Throttled calls go first, one slot apart, and the slots promised behind them move

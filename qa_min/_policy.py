@@ -51,10 +51,8 @@ refill told (a fixed window), R is what is left over what is left of the window.
   client probes above the service's rate only every ~``PLATEAU`` + a few seconds. An explicit
   ceiling is regained in full; an adaptive one is lifted after ``QUIET`` s without a throttle.
 
-The pacer (``_pacer``) applies the ceiling; a 429/529's delay pauses the whole client there.
-Under a ceiling learned where throttles cost long pauses, the pacer spreads the slots at random
-(``Pace.spread``): evenly spaced, a faster client takes each fresh token of an empty bucket
-before a slower one, the slower one draws the 429s and is cut further (the shares part).
+The pacer (``_pacer``) applies the ceiling, its slots evenly spaced; a 429/529's delay pauses
+the whole client there.
 """
 
 from __future__ import annotations
@@ -148,10 +146,7 @@ class Policy:
 
     def pace(self, now: float) -> Pace:
         settles = self._last_cut + WINDOW if self._guess else -INF
-        announced = now - self._heard < STALE
-        # Spread slots (module docstring) under a ceiling learned where throttles cost long pauses.
-        spread = not announced and not self._short and self._base < INF and self.cap == INF
-        return Pace(self.rate(now), settles, self._longest, announced, spread)
+        return Pace(self.rate(now), settles, self._longest, now - self._heard < STALE)
 
     def engage(self, now: float) -> None:
         self.engaged = True

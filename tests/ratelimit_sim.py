@@ -191,9 +191,7 @@ def simulate_fleet(
         member.limiter = (
             None
             if limit is None
-            else Limiter(
-                limit.per_second, limit.burst, limit.adaptive, time.clock, notify, time.wall, rng.random
-            )
+            else Limiter(limit.per_second, limit.burst, limit.adaptive, time.clock, notify, time.wall)
         )
 
     def one_call(member: Member) -> Work:

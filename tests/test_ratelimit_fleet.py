@@ -56,44 +56,19 @@ def test_pacer_decides_with_now_and_a_pace_alone() -> None:
     assert pacer.reserve(5.31, None, Waiter(Priority.NEW), pace) >= 7.0
 
 
-@pytest.mark.parametrize(("capped", "spread"), [(False, True), (False, False), (True, True)])
-def test_pacer_spreads_the_slots_of_a_learned_ceiling(capped: bool, spread: bool) -> None:
-    # At an empty token bucket an evenly spaced client takes each fresh token before a slower
-    # one: spread slots give every request the same odds. An explicit ceiling stays exact.
-    draws = iter([0.0, 1.0 - 1e-12, 0.5, 0.5] * 50)
-    pacer = Pacer(burst=1, capped=capped, random=lambda: next(draws))
-    pace = Pace(10.0, spread=spread)  # 100 ms apart on average
+@pytest.mark.parametrize("capped", [False, True])
+def test_pacer_spaces_the_slots_of_a_ceiling_evenly(capped: bool) -> None:
+    # Evenly spaced slots cost a fleet fewer 429s than slots spread at random around the same
+    # mean (benchmarks/RESULTS.md), learned ceiling or explicit.
+    pacer = Pacer(burst=1, capped=capped)
+    pace = Pace(10.0)  # 100 ms apart
     slots = []
     for _ in range(200):
         waiter = Waiter(Priority.NEW)
         slots.append(pacer.reserve(5.0, None, waiter, pace))
         pacer.inflight += 1  # more than one waiting: the learned ceiling binds
     gaps = [b - a for a, b in zip(slots[1:], slots[2:])]  # the first went alone, unpaced
-    if spread and not capped:
-        assert gaps[:4] == [
-            pytest.approx(0.05),
-            pytest.approx(0.15),
-            pytest.approx(0.1),
-            pytest.approx(0.1),
-        ]
-        assert min(gaps) >= 0.05 - 1e-9
-        assert max(gaps) <= 0.15 + 1e-9
-        assert sum(gaps) / len(gaps) == pytest.approx(0.1, rel=0.05)  # the same rate on average
-    else:
-        assert gaps == [pytest.approx(0.1)] * len(gaps)
-
-
-def test_policy_spreads_only_a_ceiling_learned_after_long_pauses() -> None:
-    policy = Policy(None, True)
-    assert not policy.pace(0.0).spread  # no ceiling: nothing to spread
-    policy.engage(0.0)
-    policy._base = 50.0
-    assert policy.pace(1.0).spread  # learned, the latest throttle cost a long pause
-    policy._short = True
-    assert not policy.pace(1.0).spread  # exact short delays: slots stay even
-    capped = Policy(100.0, True)
-    capped._base = 50.0
-    assert not capped.pace(1.0).spread  # under an explicit ceiling: exact
+    assert gaps == [pytest.approx(0.1)] * len(gaps)
 
 
 def test_pacer_wakes_the_waiters_held_for_an_answer() -> None:
