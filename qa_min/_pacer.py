@@ -2,12 +2,13 @@
 
 Every method takes ``now`` and the ceiling in force (a ``Pace``, from ``_policy``) and answers
 with a time: "go at t", "wait until woken", or "go now". Waiting is not done here: the limiter
-(``_limiter``) owns the lock and blocks a thread on its ``Waiter``; an asyncio shell would await a
-future per ``Waiter`` instead, over the same decisions. What the rules are:
+(``_limiter``) owns the lock and blocks a thread on its ``Waiter``; the asyncio shell
+(``_asender``) awaits a future per ``Waiter`` instead, over the same decisions. What the rules are:
 
 * **One schedule** (the generic cell rate algorithm, 50 ms of burst unless ``burst`` says
-  otherwise). A ceiling the policy learned binds only when more than one attempt is in flight
-  or waiting; an explicit one always.
+  otherwise), its slots evenly spaced: spread at random around the same mean, they cost a fleet
+  more 429s (benchmarks/RESULTS.md, fleets run 8). A ceiling the policy learned binds only
+  when more than one attempt is in flight or waiting; an explicit one always.
 * **Shared pauses** (SPEC.md 7a): a 429/529's delay pauses every attempt of the client, from
   the first one, with no burst at its end. Slots promised for after it stay; a sleeper whose
   slot a newer pause covers moves behind it.
