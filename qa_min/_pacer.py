@@ -85,6 +85,11 @@ class Waiter:
         self.woken = False
 
 
+def _looks(waiter: Waiter, pace: Pace) -> bool:
+    """Whether ``waiter`` sleeps at most ``LOOK`` and looks again: a new call, announced pace."""
+    return pace.follow and not waiter.priority
+
+
 class Pacer:
     """The slots of one client's attempts; see the module docstring. Not thread-safe: its
     owner holds a lock around every call. ``capped``: the ceiling is explicit, so it binds
@@ -121,12 +126,12 @@ class Pacer:
         a ceiling that moves often (announced), a new call whose slot was taken at a low pace
         looks every ``LOOK``, so that it does not sleep on while the pace has risen."""
         wait = waiter.slot - now
-        return min(wait, LOOK) if pace.follow and not waiter.priority else wait
+        return min(wait, LOOK) if _looks(waiter, pace) else wait
 
     def next(self, now: float, waiter: Waiter, pace: Pace) -> Optional[float]:
         """After a wait: None, it goes now (counted out); else how long to wait again (inf:
         until woken by an answer)."""
-        if not waiter.woken and waiter.slot > now + EPSILON and pace.follow and not waiter.priority:
+        if not waiter.woken and waiter.slot > now + EPSILON and _looks(waiter, pace):
             # A look before its slot (``nap``): nearer if the pace has risen RISEN-fold since.
             if pace.rate >= RISEN * waiter.rate:  # never before a pause ends (SPEC.md 7a)
                 nearer = now + (waiter.slot - now) * waiter.rate / pace.rate

@@ -10,18 +10,17 @@ and, from the policy or the reset, its refill rate R (smoothed). The ceiling is 
 the level alone: ``TOP`` * R at a full bucket (the fullest the client has seen), ``BASE`` times
 less at an empty one, geometric in between: R * TOP * BASE ** (full - 1). Every client that sees
 the same level (and knows the same fullest level) paces the same, so a fleet is fair once each
-member's first pace has ramped up, whenever it started; and the bucket itself settles the
-fleet: N clients drain it until N paces make R (full = 1 - log(TOP * N) / log(BASE): 0.92 for
-one, 0.49 for eight, empty for about 85), with
-no estimate of N, of the fleet's rate or of the level's slope, whose lag made a fleet of
-stepping controllers swing between a full bucket and 429s. The first announced pace is
-``START`` of R and grows ``RAMP``-fold a second until the level binds it (a fleet starting
-together would otherwise drain the bucket at once). The pacer lets a new call sleep at most
-``LOOK`` toward a slot taken under an announced pace, and brings the slot nearer when the pace
-has risen ``RISEN``-fold since: after a drained bucket, slots taken at its slow pace lie seconds
-ahead, and a fleet sleeping on them left the bucket full. A 429 meanwhile cuts by ``BETA``
-until the next announcement. An announcement older than ``STALE`` no longer paces. With no
-refill told (a fixed window), R is what is left over what is left of the window.
+member's first pace has ramped up, whenever it started; and the bucket itself settles the fleet:
+N clients drain it until N paces make R (full = 1 - log(TOP * N) / log(BASE): 0.92 for one, 0.49
+for eight, empty for about 85), with no estimate of N, of the fleet's rate or of the level's
+slope, whose lag made a fleet of stepping controllers swing between a full bucket and 429s. The
+first announced pace is ``START`` of R and grows ``RAMP``-fold a second until the level binds it
+(a fleet starting together would otherwise drain the bucket at once). The pacer lets a new call
+sleep at most ``LOOK`` toward a slot taken under an announced pace, and brings the slot nearer
+when the pace has risen ``RISEN``-fold since: after a drained bucket, slots taken at its slow
+pace lie seconds ahead, and a fleet sleeping on them left the bucket full. A 429 meanwhile cuts
+by ``BETA`` until the next announcement. An announcement older than ``STALE`` no longer paces.
+With no refill told (a fixed window), R is what is left over what is left of the window.
 
 **Without announcements, 429s teach** ("measured", notes/rate-limiting.md):
 

@@ -177,16 +177,21 @@ def test_the_announced_pace_is_read_off_the_level_alone() -> None:
     assert Steer().heard(0.0, Announcement(100, 60, 0.0, 0.0, "ietf-draft"), True) is None
 
 
+def second_sleeper(slow: Pace) -> tuple[Pacer, Waiter, float]:
+    """A pacer whose second new call has taken its slot at ``slow``; the call, its slot."""
+    pacer = Pacer(burst=None, capped=False)
+    pacer.reserve(0.0, None, Waiter(Priority.NEW), slow)
+    pacer.inflight += 1  # others wait or are out: the ceiling binds
+    waiter = Waiter(Priority.NEW)
+    return pacer, waiter, pacer.reserve(0.0, None, waiter, slow)
+
+
 def test_under_an_announced_pace_a_sleeper_looks_again_and_comes_nearer_when_it_rose() -> None:
     # After the bucket was drained, a slot taken at its slow pace lies seconds ahead; a new call
     # sleeps at most LOOK, and at each look its slot comes nearer if the pace has since risen
     # RISEN-fold or more (a fuller bucket); a retry's slot, and an explicit pace's, stay put.
-    pacer = Pacer(burst=None, capped=False)
     slow, fast = Pace(2.0, follow=True), Pace(2.0 * RISEN, follow=True)
-    pacer.reserve(0.0, None, Waiter(Priority.NEW), slow)
-    pacer.inflight += 1  # others wait or are out: the ceiling binds
-    waiter = Waiter(Priority.NEW)
-    slot = pacer.reserve(0.0, None, waiter, slow)
+    pacer, waiter, slot = second_sleeper(slow)
     assert slot > LOOK
     assert pacer.nap(0.0, waiter, slow) == pytest.approx(LOOK)
     assert pacer.nap(0.0, waiter, Pace(2.0)) == pytest.approx(slot)  # not announced: to its slot
@@ -204,12 +209,8 @@ def test_under_an_announced_pace_a_sleeper_looks_again_and_comes_nearer_when_it_
 
 
 def test_a_sleeper_brought_nearer_still_waits_for_the_pause() -> None:
-    pacer = Pacer(burst=None, capped=False)
     slow, fast = Pace(2.0, follow=True), Pace(200.0, follow=True)
-    pacer.reserve(0.0, None, Waiter(Priority.NEW), slow)
-    pacer.inflight += 1
-    waiter = Waiter(Priority.NEW)
-    pacer.reserve(0.0, None, waiter, slow)
+    pacer, waiter, _ = second_sleeper(slow)
     pacer.pause(0.01, 0.4, slow)  # a server's delay until 0.4 s, after the slot was taken
     waiter.due = True
     hold = pacer.next(LOOK, waiter, fast)  # the pace rose a hundredfold...
@@ -218,12 +219,8 @@ def test_a_sleeper_brought_nearer_still_waits_for_the_pause() -> None:
 
 
 def test_a_slot_taken_afresh_is_not_brought_nearer_for_the_old_pace() -> None:
-    pacer = Pacer(burst=None, capped=False)
     slow, fast = Pace(2.0, follow=True), Pace(8.0, follow=True)
-    pacer.reserve(0.0, None, Waiter(Priority.NEW), slow)
-    pacer.inflight += 1
-    waiter = Waiter(Priority.NEW)
-    slot = pacer.reserve(0.0, None, waiter, slow)
+    pacer, waiter, slot = second_sleeper(slow)
     pacer.pause(0.01, slot + 0.1, slow)  # a pause covers its slot: it takes a fresh one
     waiter.due = True
     assert pacer.next(slot, waiter, fast) is not None
