@@ -39,9 +39,11 @@ With no refill told (a fixed window), R is what is left over what is left of the
   measured: in a fleet a client measures only its own share, noisily, and cutting every
   client by the same fraction while all regrow by the same calls/s makes unequal shares meet
   (additive increase, multiplicative decrease).
-* A **short pause**: ``SHARE`` of the successes per second of the last second, at most every
-  ``WINDOW``, by at most 1 - ``FLOOR`` (half, of a guess). A throttle while ``JITTER`` of the
-  ceiling gets through is jitter. Only attempts sent after the latest cut can cut again.
+* A **short pause**: ``SHARE`` of the successes per second of the last second, by at most
+  1 - ``FLOOR`` (half, of a guess); once a ceiling is measured, each such throttle keeps
+  ``CUT_SHORT`` of it, for the same reason as ``CUT`` (cutting each client of a fleet to its own
+  measure kept unequal shares apart). At most every ``WINDOW``; a throttle while ``JITTER`` of
+  the ceiling gets through is jitter. Only attempts sent after the latest cut can cut again.
 * **Regrowth** of a measured ceiling: 0.5%/s, or at least ``REGROW_MIN`` calls/s each second
   (``REGROW_SHORT`` where the latest throttle cost only a short pause, so probing is cheap), for
   ``PLATEAU`` seconds, then faster and faster: ``CUBE`` times the cube of the time beyond, in
@@ -73,17 +75,18 @@ RECENT = 1.0  # s: successes per second are measured over at most the last secon
 JITTER = 0.98  # a throttle while this share of the ceiling gets through cuts nothing
 SHARE = 0.95  # a cut sets the ceiling to this share of the measured rate
 CUT = 0.85  # once measured, a throttle after a long pause keeps this share of the ceiling
-FLOOR = 0.7  # a cut after a short pause keeps at least this share of the ceiling
+FLOOR = 0.7  # a cut after a short pause keeps at least this share of the ceiling...
+CUT_SHORT = 0.7  # ...and, once measured, this share, whatever got through
 MIN_RATE = 0.5  # calls/s: the lowest adaptive ceiling
 GROW_SHORT, GROW_LONG = 3.0, 1.1  # a guess grows a second: fast, or slower where throttles cost 1 s
 GUESS_SPAN = 32.0  # a guess grows to this multiple of itself at most (nor past the pace first throttled)
 FIRST_GUESS = 40.0  # calls/s: the most a first guess may be (the same for every client)
 MIN_GUESS = 5.0  # calls/s: a guess halved again stays at least this (slots promised stay near)
 REGROW, REGROW_MIN = 0.005, 3.0  # regrowth each second: this share, or at least 3 calls/s
-REGROW_SHORT = 2.0  # calls/s each second at least, where a throttle costs a short pause only
+REGROW_SHORT = 4.0  # calls/s each second at least, where a throttle costs a short pause only
 PLATEAU = 6.0  # s after a cut when regrowth turns from linear to cubic
 CUBE = 0.05  # calls/s per s**3 beyond the plateau: the same for every client (so they grow equal)
-PLATEAU_SHORT, CUBE_SHORT = 3.0, 0.2  # the same where the latest throttle cost a short pause
+PLATEAU_SHORT, CUBE_SHORT = 2.0, 0.3  # the same where the latest throttle cost a short pause
 QUIET = 60.0  # s without a throttle after which an adaptive ceiling is lifted
 SAMPLE, SAMPLES = 0.05, 40  # the success count is sampled every 50 ms, for two seconds
 # Announced limits (the rest are ``_steer``'s).
@@ -304,6 +307,9 @@ class Policy:
             return None
         # A stalled client (a busy machine) sees less than the service allows.
         floor = 0.0 if current == INF else current * (0.5 if self._guess else FLOOR)
+        if self._known and not self._guess and current < INF:
+            # Measured before: in a fleet, what got through is this client's share (see CUT).
+            return CUT_SHORT * current, 0.0
         return max(SHARE * seen, floor), 0.0
 
     def seen(self, now: float, start: float) -> Optional[float]:

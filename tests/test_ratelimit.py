@@ -56,6 +56,7 @@ from qa_min._policy import (
     CUBE,
     CUBE_SHORT,
     CUT,
+    CUT_SHORT,
     FIRST_GUESS,
     GROW_SHORT,
     MIN_GUESS,
@@ -516,6 +517,32 @@ def test_measured_cut_is_95_percent_of_what_got_through() -> None:
     lim.report(ticket, 429, 0.005)
     assert ceiling(lim) == pytest.approx(0.95 * 200, rel=0.01)
     assert news == ["rate limit lowered to 190.0 calls/s after 429/529 responses (was 210.0/s)"]
+
+
+def test_short_pauses_measure_once_then_each_throttle_cuts_the_same_share() -> None:
+    # In a fleet what gets through is this client's share: once measured, every throttle keeps
+    # CUT_SHORT of the ceiling, whatever got through, so unequal shares meet.
+    lim, clock = limiter(1000)
+    clock.now += 0.5
+    measured(clock, lim, 800, 1.0)
+    lim.report(clock.now - 0.002, 429, 0.005)
+    assert ceiling(lim) == pytest.approx(0.95 * 800, rel=0.01)  # the first: 95% of the measure
+    for share in (0.9, 0.5, 0.01):  # less than its ceiling got through, then far less
+        clock.now += 0.005
+        start = ceiling(lim)
+        assert start is not None
+        measured(clock, lim, share * start, 1.0)
+        before = ceiling(lim)
+        assert before is not None
+        lim.report(clock.now - 0.002, 429, 0.005)
+        assert ceiling(lim) == pytest.approx(CUT_SHORT * before, rel=1e-6)
+    before = ceiling(lim)
+    assert before is not None
+    clock.now += 0.005
+    measured(clock, lim, before, 1.0)  # all of its ceiling gets through: jitter, no cut
+    grown = ceiling(lim)
+    lim.report(clock.now - 0.002, 429, 0.005)
+    assert ceiling(lim) == grown
 
 
 def test_throttle_while_the_ceiling_gets_through_is_jitter() -> None:

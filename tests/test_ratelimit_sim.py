@@ -47,8 +47,9 @@ def test_adaptive_limiter_finds_the_rate_and_loses_no_call(header: str, workers:
     assert result.share_429 < 0.05
     # Each early throttle with Retry-After: 1 pauses everything for a second: a 20 s job
     # loses more to them than the 100 s job of the benchmark's acceptance line. With exact
-    # delays a first guess no higher than a fleet's (FIRST_GUESS) costs it a second of ramp.
-    assert result.share_of_rate / 200 >= (0.80 if HEADERS[header] else 0.92)
+    # delays a first guess no higher than a fleet's (FIRST_GUESS) costs it a second of ramp,
+    # and each measured cut keeps CUT_SHORT (fair fleets cost a lone client a deeper saw).
+    assert result.share_of_rate / 200 >= (0.80 if HEADERS[header] else 0.88)
 
 
 @pytest.mark.parametrize("workers", [8, 32])
