@@ -305,11 +305,11 @@ class Policy:
         seen = self.seen(now, start)
         if seen is None or seen >= JITTER * current:
             return None
-        # A stalled client (a busy machine) sees less than the service allows.
-        floor = 0.0 if current == INF else current * (0.5 if self._guess else FLOOR)
         if self._known and not self._guess and current < INF:
             # Measured before: in a fleet, what got through is this client's share (see CUT).
             return CUT_SHORT * current, 0.0
+        # A stalled client (a busy machine) sees less than the service allows.
+        floor = 0.0 if current == INF else current * (0.5 if self._guess else FLOOR)
         return max(SHARE * seen, floor), 0.0
 
     def seen(self, now: float, start: float) -> Optional[float]:
