@@ -13,8 +13,10 @@
 * GitHub's ``x-ratelimit-{limit,remaining,reset}`` (reset in epoch seconds).
 
 A reset may be seconds, a duration, epoch seconds or an RFC 3339 time. Several policies in one
-field: the most restrictive (the lowest refill rate, else the least remaining per second). A
-malformed field is ignored: ``parse`` never raises; it returns None when nothing usable is there.
+field: the most restrictive (the lowest refill rate, else the least remaining per second); a
+list field sent as several lines is one list (RFC 9110, section 5.3), and a draft-11 policy
+whose quota unit (``qu``) is not requests is left out. A malformed field is ignored: ``parse``
+never raises; it returns None when nothing usable is there.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ _OPENAI = ("x-ratelimit-limit-requests", "x-ratelimit-remaining-requests", "x-ra
 _ANTHROPIC = tuple(f"anthropic-ratelimit-requests-{part}" for part in ("limit", "remaining", "reset"))
 _GITHUB = ("x-ratelimit-limit", "x-ratelimit-remaining", "x-ratelimit-reset")
 _DRAFT = ("ratelimit-limit", "ratelimit-remaining", "ratelimit-reset")
+_LISTS = frozenset(("ratelimit", "ratelimit-policy", "ratelimit-limit"))  # a repeated one: all its lines
 
 
 class Announcement:
@@ -63,8 +66,12 @@ def parse(headers: Iterable[tuple[str, str]], wall: float) -> Optional[Announcem
     fields: dict[str, str] = {}
     for name, value in headers:
         lower = name.lower()
-        if "ratelimit" in lower and lower not in fields:
+        if "ratelimit" not in lower:
+            continue
+        if lower not in fields:
             fields[lower] = value
+        elif lower in _LISTS:  # one field sent as several lines is one list (RFC 9110 5.3)
+            fields[lower] += ", " + value
     if not fields:
         return None
     if "ratelimit" in fields and "=" in fields["ratelimit"]:
@@ -79,7 +86,9 @@ def parse(headers: Iterable[tuple[str, str]], wall: float) -> Optional[Announcem
     ):
         if names[1] in fields:
             limit, remaining, reset = (fields.get(name) for name in names)
-            window = _policy_rate(fields.get("ratelimit-policy")) if style == "ietf-draft" else None
+            window = None
+            if style == "ietf-draft":  # the policy, or the limit's own ``100, 100;w=10``
+                window = _policy_rate(fields.get("ratelimit-policy")) or _policy_rate(limit)
             found = _made(_leading(limit), _number(remaining), _reset(reset, wall), window, style, bucket)
             if found is not None:
                 return found
@@ -178,15 +187,19 @@ def _items(text: str) -> list[tuple[str, dict[str, str]]]:
 
 def _structured(fields: dict[str, str]) -> Optional[Announcement]:
     """Draft-11: ``RateLimit: "p";r=50;t=30`` with ``RateLimit-Policy: "p";q=100;w=10``."""
-    policies = {}
+    policies: dict[str, tuple[float, float]] = {}
+    other: set[str] = set()  # policies of another unit (``qu``): their ``RateLimit`` items are not calls
     for name, params in _items(fields.get("ratelimit-policy", "")):
+        if params.get("qu", '"requests"').strip('"') != "requests":
+            other.add(name)  # a quota of bytes or of concurrent requests: not a rate of calls
+            continue
         quota, window = _number(params.get("q")), _number(params.get("w", "1"))
         if quota is not None and window:
             policies[name] = (quota, quota / window)
     found = []
     for name, params in _items(fields["ratelimit"]):
         remaining = _number(params.get("r"))
-        if remaining is None:
+        if remaining is None or name in other:
             continue
         quota, refill = policies.get(name, (None, None))
         made = _made(quota, remaining, _number(params.get("t")), refill, "ietf", False)

@@ -4,7 +4,8 @@ client pacing by them and showing them.
 Spec line -> tests (SPEC.md 7a; the rate-limit and fleet issue):
 
   IETF draft-11 RateLimit/RateLimit-Policy; several policies: the most restrictive
-      test_ietf_structured_fields, test_several_policies_take_the_most_restrictive
+      test_ietf_structured_fields, test_several_policies_take_the_most_restrictive,
+      test_a_field_sent_as_several_lines_is_one_list, test_a_quota_of_another_unit_is_not_a_rate_of_calls
   older drafts: RateLimit: limit=, remaining=, reset=; RateLimit-Limit/-Remaining/-Reset
       test_older_draft_forms
   OpenAI x-ratelimit-*-requests (reset a duration); Anthropic (reset an RFC 3339 time);
@@ -65,6 +66,36 @@ def test_several_policies_take_the_most_restrictive() -> None:
     assert older.refill == pytest.approx(50 / 60)
 
 
+def test_a_field_sent_as_several_lines_is_one_list() -> None:
+    # RFC 9110 5.3: repeated lines of a list field are one field; the tighter policy "b" is on
+    # the second line of each, and must not be missed.
+    lines = one(
+        ("RateLimit-Policy", '"a";q=100;w=10'),
+        ("RateLimit-Policy", '"b";q=10;w=10'),
+        ("RateLimit", '"a";r=50;t=3'),
+        ("ratelimit", '"b";r=5;t=3'),
+    )
+    assert (lines.limit, lines.remaining, lines.refill) == (10, 5, pytest.approx(1.0))
+    # A field that holds one number is not a list: its first line counts, as before.
+    first = one(("x-ratelimit-remaining-requests", "7"), ("x-ratelimit-remaining-requests", "3"))
+    assert first.remaining == 7
+
+
+def test_a_quota_of_another_unit_is_not_a_rate_of_calls() -> None:
+    # Draft-11's qu: a quota of content-bytes (here the smallest number) says nothing of calls.
+    found = one(
+        ("RateLimit-Policy", '"bytes";q=5;qu="content-bytes";w=1, "calls";q=100;w=10'),
+        ("RateLimit", '"bytes";r=1;t=1, "calls";r=50;t=3'),
+    )
+    assert (found.limit, found.remaining, found.refill) == (100, 50, pytest.approx(10.0))
+    explicit = one(("RateLimit-Policy", '"c";q=30;qu="requests";w=3'), ("RateLimit", '"c";r=3;t=1'))
+    assert explicit.refill == pytest.approx(10.0)
+    assert (
+        parse([("RateLimit-Policy", '"n";q=4;qu="concurrent-requests"'), ("RateLimit", '"n";r=1')], WALL)
+        is None
+    )
+
+
 def test_older_draft_forms() -> None:
     found = one(("RateLimit", "limit=100, remaining=50, reset=5"))
     assert (found.style, found.limit, found.remaining, found.reset, found.refill) == (
@@ -78,6 +109,15 @@ def test_older_draft_forms() -> None:
     assert (split.limit, split.remaining, split.reset) == (100, 0, 12)
     stamped = one(("RateLimit-Limit", "10"), ("RateLimit-Remaining", "3"), ("RateLimit-Reset", str(WALL + 7)))
     assert stamped.reset == pytest.approx(7.0)
+    # An older draft named the window in the limit itself; a RateLimit-Policy still wins.
+    windowed = one(
+        ("RateLimit-Limit", "100, 100;w=10"), ("RateLimit-Remaining", "42"), ("RateLimit-Reset", "3")
+    )
+    assert (windowed.limit, windowed.refill) == (100, pytest.approx(10.0))
+    told = one(
+        ("RateLimit-Limit", "100, 100;w=10"), ("RateLimit-Remaining", "4"), ("RateLimit-Policy", "100;w=50")
+    )
+    assert told.refill == pytest.approx(2.0)
 
 
 @pytest.mark.parametrize(
