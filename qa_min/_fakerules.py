@@ -152,9 +152,9 @@ def announce_headers(style: str, tokens: float, rate: float, burst: float, wall:
             ("x-ratelimit-remaining-requests", remaining),
             ("x-ratelimit-reset-requests", reset),
         )
-    moment = wall + to_full
-    whole = math.floor(moment)
-    stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(whole)) + f".{round((moment - whole) * 1e6):06d}Z"
+    # In whole microseconds first: a fraction that rounds up to a second carries into the seconds.
+    whole, micros = divmod(round((wall + to_full) * 1e6), 1_000_000)
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(whole)) + f".{micros:06d}Z"
     return (
         ("anthropic-ratelimit-requests-limit", limit),
         ("anthropic-ratelimit-requests-remaining", remaining),

@@ -262,6 +262,20 @@ def test_fake_announces_its_bucket_in_each_style(style: str) -> None:
     assert announce_headers("none", 20.6, 200.0, 50.0, WALL) == ()
 
 
+@pytest.mark.parametrize("fraction", [0.0, 0.5, 0.9999993, 0.9999998])
+def test_fake_anthropic_reset_carries_a_rounded_up_second(fraction: float) -> None:
+    # The reset is printed to the microsecond: a fraction that rounds up to a whole second
+    # must carry into the seconds, not print seven digits (".1000000" read as 0.1 s).
+    wall = 1_764_000_000.0 + fraction - 0.25  # an empty bucket of 50 at 200/s: full in 0.25 s
+    stamp = dict(announce_headers("anthropic", 0.0, 200.0, 50.0, wall))["anthropic-ratelimit-requests-reset"]
+    assert len(stamp.rsplit(".", 1)[1]) == len("000000Z")
+    found = parse(
+        [("anthropic-ratelimit-requests-remaining", "0"), ("anthropic-ratelimit-requests-reset", stamp)], wall
+    )
+    assert found is not None
+    assert found.reset == pytest.approx(0.25, abs=2e-6)
+
+
 @pytest.mark.parametrize(
     ("kwargs", "words"),
     [
