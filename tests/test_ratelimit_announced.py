@@ -75,7 +75,8 @@ def test_a_field_sent_as_several_lines_is_one_list() -> None:
         ("RateLimit", '"a";r=50;t=3'),
         ("ratelimit", '"b";r=5;t=3'),
     )
-    assert (lines.limit, lines.remaining, lines.refill) == (10, 5, pytest.approx(1.0))
+    assert (lines.limit, lines.remaining) == (10, 5)
+    assert lines.refill == pytest.approx(1.0)
     # A field that holds one number is not a list: its first line counts, as before.
     first = one(("x-ratelimit-remaining-requests", "7"), ("x-ratelimit-remaining-requests", "3"))
     assert first.remaining == 7
@@ -87,7 +88,8 @@ def test_a_quota_of_another_unit_is_not_a_rate_of_calls() -> None:
         ("RateLimit-Policy", '"bytes";q=5;qu="content-bytes";w=1, "calls";q=100;w=10'),
         ("RateLimit", '"bytes";r=1;t=1, "calls";r=50;t=3'),
     )
-    assert (found.limit, found.remaining, found.refill) == (100, 50, pytest.approx(10.0))
+    assert (found.limit, found.remaining) == (100, 50)
+    assert found.refill == pytest.approx(10.0)
     explicit = one(("RateLimit-Policy", '"c";q=30;qu="requests";w=3'), ("RateLimit", '"c";r=3;t=1'))
     assert explicit.refill == pytest.approx(10.0)
     assert (
@@ -113,7 +115,8 @@ def test_older_draft_forms() -> None:
     windowed = one(
         ("RateLimit-Limit", "100, 100;w=10"), ("RateLimit-Remaining", "42"), ("RateLimit-Reset", "3")
     )
-    assert (windowed.limit, windowed.refill) == (100, pytest.approx(10.0))
+    assert windowed.limit == 100
+    assert windowed.refill == pytest.approx(10.0)
     told = one(
         ("RateLimit-Limit", "100, 100;w=10"), ("RateLimit-Remaining", "4"), ("RateLimit-Policy", "100;w=50")
     )
