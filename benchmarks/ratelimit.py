@@ -1,15 +1,16 @@
 """``python -m benchmarks ratelimit``: qa_min against a rate-limited service, with and without its limiter.
 
-The service is ``qa_min.testing.FakeService(rate_limit=(200, 50), ...)`` in a process of its
-own (``benchmarks.fake``), answering 429 with
+The service is ``qa_min.testing.FakeService(rate_limit=(200, 50), ...)`` (``--rate``,
+``--burst``) in a process of its own (``benchmarks.fake``), answering 429 with
 ``Retry-After: 1`` or with an exact ``retry-after-ms``. For each header style and each number
 of calls in flight (8 and 32, through ``client.submit``), it runs a job of N calls with:
 
 * ``rate_limit=None``: no limiter, the "before";
-* ``RateLimit(190)``: a ceiling just under the service's rate, paced from the first call;
+* ``RateLimit(190)``: a ceiling just under the service's rate (95% of ``--rate``), paced from
+  the first call;
 * the default ``RateLimit()``: no ceiling, adaptive after the first 429.
 
-and reports the share of the allowed rate achieved (successful calls per second over 200), the
+and reports the share of the allowed rate achieved (successful calls per second over the rate), the
 share of requests the service answered 429, and the calls that failed. Self-contained: of the
 other benchmark modules it uses only ``benchmarks.fake``.
 """
@@ -44,25 +45,33 @@ class Outcome:
     failed: dict[str, int]
     requests: int
     throttled: int
+    rate: float = RATE
 
     @property
     def share_of_rate(self) -> float:
-        return self.answered / self.seconds / RATE
+        return self.answered / self.seconds / self.rate
+
+    @property
+    def label(self) -> str:
+        """The mode as the table shows it: the explicit ceiling is 95% of the service's rate."""
+        return f"RateLimit({0.95 * self.rate:g})" if self.mode == "RateLimit(190)" else self.mode
 
     @property
     def share_429(self) -> float:
         return self.throttled / self.requests if self.requests else 0.0
 
 
-def run_job(header: str, in_flight: int, mode: str, calls: int) -> Outcome:
+def run_job(
+    header: str, in_flight: int, mode: str, calls: int, rate: float = RATE, burst: float = BURST
+) -> Outcome:
     """One job of ``calls`` calls against a fresh service process."""
     import qa_min as qa
 
     class Review(qa.Questions):
         toxic = qa.YesNo("The text insults someone", "The text insults no one")
 
-    limits = {"none": None, "RateLimit(190)": qa.RateLimit(190), "RateLimit()": qa.RateLimit()}
-    service = FakeProcess((RATE, BURST), STYLES[header])
+    limits = {"none": None, "RateLimit(190)": qa.RateLimit(0.95 * rate), "RateLimit()": qa.RateLimit()}
+    service = FakeProcess((rate, burst), STYLES[header])
     failed: Counter[str] = Counter()
     try:
         client = qa.Client(
@@ -81,7 +90,7 @@ def run_job(header: str, in_flight: int, mode: str, calls: int) -> Outcome:
         counts = service.close()
     answered = calls - sum(failed.values())
     requests, throttled = counts["requests"], counts["throttled"]
-    return Outcome(header, in_flight, mode, calls, seconds, answered, dict(failed), requests, throttled)
+    return Outcome(header, in_flight, mode, calls, seconds, answered, dict(failed), requests, throttled, rate)
 
 
 def _load(values: Optional[tuple[float, float, float]]) -> str:
@@ -97,7 +106,7 @@ def table(outcomes: list[Outcome]) -> list[str]:
     for o in outcomes:
         failed = ", ".join(f"{n} {name}" for name, n in sorted(o.failed.items())) or "0"
         lines.append(
-            f"| {o.header} | {o.in_flight} | {o.mode} | {o.calls:,} | {o.seconds:.1f} | "
+            f"| {o.header} | {o.in_flight} | {o.label} | {o.calls:,} | {o.seconds:.1f} | "
             f"{100 * o.share_of_rate:.1f}% | {100 * o.share_429:.2f}% | {failed} |"
         )
     return lines
@@ -116,7 +125,7 @@ def verdicts(outcomes: list[Outcome]) -> list[str]:
             continue
         met = o.share_of_rate >= target[0] and o.share_429 < target[1] and not o.failed
         lines.append(
-            f"- {o.mode}, {o.calls:,} calls, {o.in_flight} in flight, {o.header}: "
+            f"- {o.label}, {o.calls:,} calls, {o.in_flight} in flight, {o.header}: "
             f"{100 * o.share_of_rate:.1f}% of the rate (>= {100 * target[0]:.0f}%), "
             f"{100 * o.share_429:.2f}% 429 (< {100 * target[1]:.0f}%), "
             f"{sum(o.failed.values())} failed: {'met' if met else 'NOT MET'}"
@@ -131,6 +140,8 @@ def parse_args(argv: Optional[list[str]]) -> argparse.Namespace:
     parser.add_argument("--calls", type=int, default=4000, help="calls per job (4,000)")
     parser.add_argument("--long-calls", type=int, default=20_000, help="calls of the long job (20,000)")
     parser.add_argument("--rounds", type=int, default=1, help="times to run every job (1)")
+    parser.add_argument("--rate", type=float, default=RATE, help="the service's rate, calls/s (200)")
+    parser.add_argument("--burst", type=float, default=BURST, help="the service's burst (50)")
     parser.add_argument("--in-flight", type=int, nargs="+", default=[8, 32])
     parser.add_argument("--headers", nargs="+", choices=list(STYLES), default=list(STYLES))
     parser.add_argument("--modes", nargs="+", default=["none", "RateLimit(190)", "RateLimit()", "long"])
@@ -147,13 +158,14 @@ def main(argv: Optional[list[str]] = None) -> int:
             for in_flight in args.in_flight:
                 for mode in args.modes:
                     calls = args.long_calls if mode == "long" else args.calls
-                    outcome = run_job(header, in_flight, "RateLimit()" if mode == "long" else mode, calls)
+                    named = "RateLimit()" if mode == "long" else mode
+                    outcome = run_job(header, in_flight, named, calls, args.rate, args.burst)
                     outcomes.append(outcome)
                     print(table([outcome])[-1], file=sys.stderr, flush=True)
     end = os.getloadavg() if hasattr(os, "getloadavg") else None
     print(f"Measured {started} with python -m benchmarks ratelimit; Python {platform.python_version()}, ")
     print(f"{os.cpu_count()} cores; load averages at the start {_load(load)}, at the end {_load(end)}.")
-    print(f"Service: FakeService(rate_limit=({RATE:g}, {BURST:g})) in its own process.")
+    print(f"Service: FakeService(rate_limit=({args.rate:g}, {args.burst:g})) in its own process.")
     print("\n".join(table(outcomes)))
     print()
     print("\n".join(verdicts(outcomes)))

@@ -56,8 +56,12 @@ SMOKE: dict[str, tuple[list[str], str, tuple[pytest.MarkDecorator, ...]]] = {
         (),
     ),
     "ratelimit": (
-        ["--calls", "120", "--in-flight", "4", "--headers", "retry-after-ms", "--modes", "RateLimit(190)"],
-        "| retry-after-ms | 4 | RateLimit(190) | 120 | ",
+        # --rate 100: the explicit ceiling is 95% of the service's rate
+        [
+            *("--calls", "120", "--in-flight", "4", "--headers", "retry-after-ms"),
+            *("--modes", "RateLimit(190)", "--rate", "100", "--burst", "20"),
+        ],
+        "| retry-after-ms | 4 | RateLimit(95) | 120 | ",
         (),
     ),
     "redaction": (["--rounds", "1", "--mib", "1"], "  prefixes 1 apart ", ()),
