@@ -35,7 +35,7 @@ _OPENAI = ("x-ratelimit-limit-requests", "x-ratelimit-remaining-requests", "x-ra
 _ANTHROPIC = tuple(f"anthropic-ratelimit-requests-{part}" for part in ("limit", "remaining", "reset"))
 _GITHUB = ("x-ratelimit-limit", "x-ratelimit-remaining", "x-ratelimit-reset")
 _DRAFT = ("ratelimit-limit", "ratelimit-remaining", "ratelimit-reset")
-_LISTS = frozenset(("ratelimit", "ratelimit-policy", "ratelimit-limit"))  # a repeated one: all its lines
+_LISTS = frozenset(("ratelimit", "ratelimit-policy", "ratelimit-limit"))  # the fields that hold lists
 
 
 class Announcement:
