@@ -14,8 +14,9 @@
 
 A reset may be seconds, a duration, epoch seconds or an RFC 3339 time. Several policies in one
 field: the most restrictive (the lowest refill rate, else the least remaining per second); a
-list field sent as several lines is one list (RFC 9110, section 5.3), and a draft-11 policy
-whose quota unit (``qu``) is not requests is left out. A malformed field is ignored: ``parse``
+list field sent as several lines is one list (RFC 9110, section 5.3), a quoted name may hold the
+list's separators (RFC 8941, section 3.3.3), and a draft-11 policy whose quota unit (``qu``) is
+not requests is left out. A malformed field is ignored: ``parse``
 never raises; it returns None when nothing usable is there.
 """
 
@@ -36,6 +37,10 @@ _ANTHROPIC = tuple(f"anthropic-ratelimit-requests-{part}" for part in ("limit", 
 _GITHUB = ("x-ratelimit-limit", "x-ratelimit-remaining", "x-ratelimit-reset")
 _DRAFT = ("ratelimit-limit", "ratelimit-remaining", "ratelimit-reset")
 _LISTS = frozenset(("ratelimit", "ratelimit-policy", "ratelimit-limit"))  # the fields that hold lists
+# A list's members and a member's parameters: runs outside quoted strings (RFC 8941 3.3.3, with
+# backslash escapes), so a quoted name may hold the separators; an unclosed quote runs to the end.
+# Compiled at first use and cached by re, as the other patterns (no cost at import).
+_PARTS = {sep: rf'(?:"(?:[^"\\]|\\.)*"?|[^{sep}"])+' for sep in ",;"}
 
 
 class Announcement:
@@ -175,14 +180,20 @@ def _timestamp(text: str) -> Optional[float]:
 def _items(text: str) -> list[tuple[str, dict[str, str]]]:
     """A structured-field list, loosely: (item, {parameter: value}) for each member."""
     members = []
-    for member in text.split(","):
-        item, *params = member.strip().split(";")
+    for member in re.findall(_PARTS[","], text):
+        item, *params = re.findall(_PARTS[";"], member) or [""]
         values = {}
         for param in params:
-            key, _, value = param.strip().partition("=")
-            values[key.strip().lower()] = value.strip()
-        members.append((item.strip().strip('"'), values))
+            key, _, value = param.partition("=")
+            values[key.strip().lower()] = _unquoted(value)
+        members.append((_unquoted(item), values))
     return members
+
+
+def _unquoted(text: str) -> str:
+    """A quoted string's content (escapes kept: names are only compared with each other)."""
+    text = text.strip()
+    return text[1:-1] if len(text) >= 2 and text[0] == text[-1] == '"' else text
 
 
 def _structured(fields: dict[str, str]) -> Optional[Announcement]:
@@ -190,7 +201,7 @@ def _structured(fields: dict[str, str]) -> Optional[Announcement]:
     policies: dict[str, tuple[float, float]] = {}
     other: set[str] = set()  # policies of another unit (``qu``): their ``RateLimit`` items are not calls
     for name, params in _items(fields.get("ratelimit-policy", "")):
-        if params.get("qu", '"requests"').strip('"') != "requests":
+        if params.get("qu", "requests") != "requests":
             other.add(name)  # a quota of bytes or of concurrent requests: not a rate of calls
             continue
         quota, window = _number(params.get("q")), _number(params.get("w", "1"))

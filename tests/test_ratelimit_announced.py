@@ -5,7 +5,8 @@ Spec line -> tests (SPEC.md 7a; the rate-limit and fleet issue):
 
   IETF draft-11 RateLimit/RateLimit-Policy; several policies: the most restrictive
       test_ietf_structured_fields, test_several_policies_take_the_most_restrictive,
-      test_a_field_sent_as_several_lines_is_one_list, test_a_quota_of_another_unit_is_not_a_rate_of_calls
+      test_a_field_sent_as_several_lines_is_one_list, test_a_quota_of_another_unit_is_not_a_rate_of_calls,
+      test_a_quoted_name_may_hold_commas_and_semicolons
   older drafts: RateLimit: limit=, remaining=, reset=; RateLimit-Limit/-Remaining/-Reset
       test_older_draft_forms
   OpenAI x-ratelimit-*-requests (reset a duration); Anthropic (reset an RFC 3339 time);
@@ -96,6 +97,25 @@ def test_a_quota_of_another_unit_is_not_a_rate_of_calls() -> None:
         parse([("RateLimit-Policy", '"n";q=4;qu="concurrent-requests"'), ("RateLimit", '"n";r=1')], WALL)
         is None
     )
+
+
+def test_a_quoted_name_may_hold_commas_and_semicolons() -> None:
+    # RFC 8941 3.3.3: a policy's name is a quoted string, which may hold "," and ";" (the list's
+    # and the parameters' separators) and escaped quotes. Split at every comma, "x,y" would read
+    # as a second "y" and its tight quota would be lost.
+    found = one(
+        ("RateLimit-Policy", '"x,y";q=10;w=10, "y";q=100;w=10'),
+        ("RateLimit", '"x,y";r=5;t=3, "y";r=50;t=3'),
+    )
+    assert (found.limit, found.remaining, found.reset) == (10, 5, 3)
+    assert found.refill == pytest.approx(1.0)
+    # An escaped quote does not end the name: its ";q=1;w=1" is part of it, not parameters.
+    escaped = one(
+        ("RateLimit-Policy", r'"a\";q=1;w=1";q=6;w=2, "b";q=100;w=1'),
+        ("RateLimit", r'"a\";q=1;w=1";r=4;t=1, "b";r=90;t=1'),
+    )
+    assert (escaped.limit, escaped.remaining) == (6, 4)
+    assert escaped.refill == pytest.approx(3.0)
 
 
 def test_older_draft_forms() -> None:
