@@ -16,8 +16,8 @@ A reset may be seconds, a duration, epoch seconds or an RFC 3339 time. Several p
 field: the most restrictive (the lowest refill rate, else the least remaining per second); a
 list field sent as several lines is one list (RFC 9110, section 5.3), a quoted name may hold the
 list's separators (RFC 8941, section 3.3.3), and a draft-11 policy whose quota unit (``qu``) is
-not requests is left out. A malformed field is ignored: ``parse``
-never raises; it returns None when nothing usable is there.
+not requests is left out. A malformed field is ignored: ``parse`` never raises; it returns
+None when nothing usable is there.
 """
 
 from __future__ import annotations
