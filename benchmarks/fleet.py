@@ -13,8 +13,8 @@ One service process (``qa_min.testing.FakeService(rate_limit=(200, 50))``) answe
 Reported: the share of the service's rate the fleet got (answers over the whole run's time), the
 share of requests answered 429, the calls lost (failed, e.g. ``RateLimited``), the fairness
 (slowest over fastest process's rate while all ran) and, for ``exiting``, the rate after the exit.
-``--quick`` runs a few small rows in seconds (a CI smoke test). Self-contained: it imports no
-other benchmark module.
+``--modes`` and ``--headers`` choose rows; ``--quick`` runs a few small rows in seconds (a CI
+smoke test). Self-contained: it imports no other benchmark module.
 """
 
 from __future__ import annotations
@@ -247,6 +247,13 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument(
         "--modes", nargs="+", help="only these modes (default, split, announced, staggered, exiting)"
     )
+    parser.add_argument(
+        "--headers",
+        nargs="+",
+        choices=list(STYLES),
+        default=list(STYLES),
+        help="only rows whose 429s say this",
+    )
     args = parser.parse_args(argv)
     if args.serve:
         return serve(*args.serve)
@@ -257,7 +264,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     outcomes = []
     print("\n".join(HEAD), file=sys.stderr, flush=True)
     for row in rows(args.quick, args.calls):
-        if args.modes and row.mode not in args.modes:
+        if (args.modes and row.mode not in args.modes) or row.header not in args.headers:
             continue
         outcomes.append(run_row(row))
         print(line(outcomes[-1]), file=sys.stderr, flush=True)

@@ -51,7 +51,7 @@ SMOKE: dict[str, tuple[list[str], str, tuple[pytest.MarkDecorator, ...]]] = {
         (pytest.mark.engines, pytest.mark.timeout(120)),
     ),
     "fleet": (
-        ["--quick", "--calls", "60", "--modes", "announced"],
+        ["--quick", "--calls", "60", "--modes", "announced", "split", "--headers", "retry-after-ms"],
         "| announced (openai) | 2 | retry-after-ms | 60 | ",
         (),
     ),
@@ -120,6 +120,14 @@ def test_a_small_run_of_each_mode_ends_with_its_table(mode: str, tmp_path: Path)
     if output:  # the section went into the file, the markers around it
         written = (tmp_path / "RESULTS.md").read_text()
         assert written == f"<!-- begin {mode} -->\n{proc.stdout.strip()}\n<!-- end {mode} -->\n"
+
+
+def test_fleet_runs_only_the_rows_asked_for() -> None:
+    # --headers drops the quick split row (Retry-After: 1) that --modes kept: no process starts.
+    proc = _benchmarks("fleet", "--quick", "--modes", "split", "--headers", "retry-after-ms")
+    assert proc.returncode == 0, proc.stderr
+    assert "| split |" not in proc.stdout
+    assert "| client | N | 429 says |" in proc.stdout
 
 
 # -- what the figures rest on ----------------------------------------------------------------
