@@ -32,13 +32,15 @@ With no refill told (a fixed window), R is what is left over what is left of the
   promised to waiting calls stay near) and grows ``GROW_SHORT``-fold a second until throttled, though never
   past the pace first throttled nor ``GUESS_SPAN`` times itself; one that grew that far with no
   throttle becomes a measured ceiling and regrows as one.
-* A **long pause** (>= ``LONG_PAUSE``) refilled the server's bucket: the rate is the slope
-  between two throttled stretches (extra successes over extra time), or the last second of a
-  long stretch if more; a guessed ceiling becomes ``SHARE`` of it (half, if the bucket drained
-  at once). Once measured, each such throttle keeps ``CUT`` of the ceiling, whatever was
-  measured: in a fleet a client measures only its own share, noisily, and cutting every
-  client by the same fraction while all regrow by the same calls/s makes unequal shares meet
-  (additive increase, multiplicative decrease).
+* A **long pause** (>= ``LONG_PAUSE``) refilled the server's bucket. A guessed ceiling becomes
+  ``SHARE`` of what got through since the last pause: of its last second if that stretch was
+  long, else of its whole pace (halving a guess below that pace left a fleet's members that
+  drained the bucket together at a half or a quarter of a peer that escaped). Once measured,
+  each such throttle keeps ``CUT`` of the ceiling, whatever the stretches measure (the slope
+  between two of them, or a long one's last second, is kept as the estimate): in a fleet a
+  client measures only its own share, noisily, and cutting every client by the same fraction
+  while all regrow by the same calls/s makes unequal shares meet (additive increase,
+  multiplicative decrease). A stretch with too few successes to measure cuts nothing.
 * A **short pause**: ``SHARE`` of the successes per second of the last second, by at most
   1 - ``FLOOR`` (half, of a guess); once a ceiling is measured, each such throttle keeps
   ``CUT_SHORT`` of it, for the same reason as ``CUT`` (cutting each client of a fleet to its own
@@ -78,7 +80,7 @@ CUT = 0.85  # once measured, a throttle after a long pause keeps this share of t
 FLOOR = 0.7  # a cut after a short pause keeps at least this share of the ceiling...
 CUT_SHORT = 0.7  # ...and, once measured, this share, whatever got through
 MIN_RATE = 0.5  # calls/s: the lowest adaptive ceiling
-GROW_SHORT, GROW_LONG = 3.0, 1.1  # a guess grows a second: fast, or slower where throttles cost 1 s
+GROW_SHORT = 3.0  # a guess grows this much a second until throttled
 GUESS_SPAN = 32.0  # a guess grows to this multiple of itself at most (nor past the pace first throttled)
 FIRST_GUESS = 40.0  # calls/s: the most a first guess may be (the same for every client)
 MIN_GUESS = 5.0  # calls/s: a guess halved again stays at least this (slots promised stay near)
@@ -351,11 +353,13 @@ class Policy:
             self._estimate = estimate
             return SHARE * estimate, 0.0
         if length < 2 * pause:
-            # Drained at once: half the ceiling, or less than the pace that got through (which
-            # holds the service's rate) when the client could not keep up with its ceiling.
+            # Drained at once: a measured ceiling, SHARE of the pace that got through (it holds
+            # the service's rate, or this client's share of it). Halving a guess instead (to
+            # regrow it as a guess) fell below that pace, and in a fleet a member throttled
+            # twice early on was left at a quarter while a peer that escaped kept its guess.
             if self._estimate is not None:  # measured before: a peer may have drained it
                 return CUT * current, 0.0
-            return (0.5 * current, GROW_LONG) if 0.5 * current < SHARE * pace else (SHARE * pace, 0.0)
+            return SHARE * pace, 0.0
         return None if self._estimate is None else (SHARE * self._estimate, 0.0)
 
     def heard(self, now: float, news: Announcement) -> None:

@@ -306,10 +306,12 @@ def test_fleet_without_announcements_loses_no_call(n: int, whole: bool) -> None:
     # run's share of the rate moves by a few points with the seed (who wins which token), so
     # the floor is for the mean of two; each loses no call and stays under 5% of 429s. With
     # exact delays each is within a factor of 2 of the others (every cut the same share); with
-    # Retry-After: 1 the throttles fall at random under one-second pauses (RESULTS.md, fleets).
+    # Retry-After: 1 the throttles fall at random under one-second pauses (RESULTS.md, fleets),
+    # and the slowest gets at least 0.4 of the fastest here (0.47-0.98; 0.34 when a guess
+    # drained at once was halved instead of measured).
     results = [simulate_fleet(fleet(n, 8000), whole_seconds=whole, seed=seed) for seed in (1, 2)]
     for result in results:
-        check(result, 0.0, 0.05, fairness=0.0 if whole else 0.5)
+        check(result, 0.0, 0.05, fairness=0.4 if whole else 0.5)
     assert sum(r.share_of_rate for r in results) / len(results) / RATE >= 0.80
 
 
