@@ -33,13 +33,12 @@ With no refill told (a fixed window), R is what is left over what is left of the
   past the pace first throttled nor ``GUESS_SPAN`` times itself; one that grew that far with no
   throttle becomes a measured ceiling and regrows as one.
 * A **long pause** (>= ``LONG_PAUSE``) refilled the server's bucket. A guessed ceiling becomes
-  ``SHARE`` of what got through since the last pause: of its last second if that stretch was
-  long, else of its whole pace (halving a guess below that pace left a fleet's members that
-  drained the bucket together at a half or a quarter of a peer that escaped). Once measured,
-  each such throttle keeps ``CUT`` of the ceiling, whatever the stretches measure (the slope
-  between two of them, or a long one's last second, is kept as the estimate): in a fleet a
-  client measures only its own share, noisily, and cutting every client by the same fraction
-  while all regrow by the same calls/s makes unequal shares meet (additive increase,
+  ``SHARE`` of what got through since the last pause: of its last second if that stretch lasted
+  two pauses or more, else of its whole pace (halving a guess below that pace left a fleet's
+  members that drained the bucket together at a half or a quarter of a peer that escaped).
+  Once measured, each such throttle keeps ``CUT`` of the ceiling, whatever got through: in a
+  fleet a client measures only its own share, noisily, and cutting every client by the same
+  fraction while all regrow by the same calls/s makes unequal shares meet (additive increase,
   multiplicative decrease). A stretch with too few successes to measure cuts nothing.
 * A **short pause**: ``SHARE`` of the successes per second of the last second, by at most
   1 - ``FLOOR`` (half, of a guess); once a ceiling is measured, each such throttle keeps
@@ -115,7 +114,6 @@ class Policy:
         self._samples: list[tuple[float, int]] = []  # (time, successes), one per SAMPLE
         self._stretch_start = -INF  # the end of the last pause...
         self._stretch_ok: Optional[int] = None  # ...and the successes counted by then
-        self._prev: Optional[tuple[float, int]] = None  # (length, successes) of stretches
         self._ended: Optional[tuple[float, int]] = None
         self._estimate: Optional[float] = None
         self.announced: Optional[Announcement] = None  # the latest announcement...
@@ -177,7 +175,7 @@ class Policy:
             cut = self._base < INF
             self.engaged = False
             self._base = INF
-            self._prev = self._ended = self._estimate = None
+            self._ended = self._estimate = None
             if cut:
                 return f"rate limit recovered: no 429/529 for {QUIET:g} s, no ceiling any more"
         return None
@@ -328,39 +326,26 @@ class Policy:
         return count / (now - base_t) if count >= COUNTED and now > base_t else None
 
     def _by_stretches(self, now: float, pause: float, current: float) -> Optional[tuple[float, float]]:
-        """Long pauses: the service's rate from the stretches between them. (The new ceiling,
-        and how fast it grows if it is a guess.)"""
+        """Long pauses: what got through in the stretch since the last one. (The new ceiling,
+        and 0.0: never a guess.)"""
         ended, self._ended = self._ended, None
         if ended is None or ended[0] <= 0 or ended[1] < COUNTED:
             return None  # nothing got through: nothing measured (the pauses still hold)
         length, successes = ended
-        prev, self._prev = self._prev, ended
-        pace, estimate = successes / length, 0.0
-        # Two stretches that differ enough, by enough successes that one more or less matters
-        # little: a stretch holds the bucket the pause refilled plus the rate times its length.
-        if (
-            prev is not None
-            and abs(length - prev[0]) >= 0.25 * max(length, prev[0])
-            and abs(successes - prev[1]) >= 16
-        ):
-            slope = (successes - prev[1]) / (length - prev[0])
-            estimate = slope if 0 < slope <= pace else 0.0
         if length >= 2 * pause:
-            # Long enough that its last second shows what gets through once the bucket is
-            # empty; a client that was not always faster than the service makes the slope low.
-            estimate = max(estimate, self.seen(now, now - RECENT) or 0.0)
-        if estimate:
-            self._estimate = estimate
-            return SHARE * estimate, 0.0
-        if length < 2 * pause:
-            # Drained at once: a measured ceiling, SHARE of the pace that got through (it holds
-            # the service's rate, or this client's share of it). Halving a guess instead (to
-            # regrow it as a guess) fell below that pace, and in a fleet a member throttled
-            # twice early on was left at a quarter while a peer that escaped kept its guess.
-            if self._estimate is not None:  # measured before: a peer may have drained it
-                return CUT * current, 0.0
-            return SHARE * pace, 0.0
-        return None if self._estimate is None else (SHARE * self._estimate, 0.0)
+            # Long enough that its last second shows what gets through once the bucket is empty.
+            estimate = self.seen(now, now - RECENT)
+            if estimate:
+                self._estimate = estimate
+                return SHARE * estimate, 0.0
+            return None if self._estimate is None else (SHARE * self._estimate, 0.0)
+        # Drained at once: a measured ceiling, SHARE of the pace that got through (it holds the
+        # service's rate, or this client's share of it). Halving a guess instead (to regrow it
+        # as a guess) fell below that pace, and in a fleet a member throttled twice early on was
+        # left at a quarter while a peer that escaped kept its guess.
+        if self._estimate is not None:  # measured before: a peer may have drained it
+            return CUT * current, 0.0
+        return SHARE * successes / length, 0.0
 
     def heard(self, now: float, news: Announcement) -> None:
         """An announced limit: move the ceiling toward the fleet's share of it (module docstring)."""
