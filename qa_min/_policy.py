@@ -238,14 +238,16 @@ class Policy:
             return None  # sent before the latest cut: it says nothing new
         current = self.rate(now)
         if pause is not None and pause >= LONG_PAUSE:
-            new = self._by_stretches(now, pause, current)
-            if new is not None and not new[1] and current < INF and not self._guess:
+            measured = self._by_stretches(now, pause, current)
+            if measured is None:
+                return None
+            if current < INF and not self._guess:
                 # In a fleet what a client measures is its own share, and noisy: the same
                 # fraction off every client's ceiling (and the same calls/s back) makes unequal
                 # shares meet, where cutting to each one's measure kept them apart.
-                new = CUT * current, 0.0
-        else:
-            new = self._by_recent(now, current)
+                measured = CUT * current
+            return self._cut(now, measured, until)
+        new = self._by_recent(now, current)
         return None if new is None else self._cut(now, new[0], until, new[1])
 
     def _first_ceiling(self, now: float, until: float, sent: Iterable[float], busy: bool) -> Optional[str]:
@@ -325,9 +327,9 @@ class Policy:
         count = self._ok - base_ok
         return count / (now - base_t) if count >= COUNTED and now > base_t else None
 
-    def _by_stretches(self, now: float, pause: float, current: float) -> Optional[tuple[float, float]]:
-        """Long pauses: what got through in the stretch since the last one. (The new ceiling,
-        and 0.0: never a guess.)"""
+    def _by_stretches(self, now: float, pause: float, current: float) -> Optional[float]:
+        """Long pauses: what got through in the stretch since the last one; the new ceiling, a
+        measured one, or None for nothing measured."""
         ended, self._ended = self._ended, None
         if ended is None or ended[0] <= 0 or ended[1] < COUNTED:
             return None  # nothing got through: nothing measured (the pauses still hold)
@@ -337,15 +339,15 @@ class Policy:
             estimate = self.seen(now, now - RECENT)
             if estimate:
                 self._estimate = estimate
-                return SHARE * estimate, 0.0
-            return None if self._estimate is None else (SHARE * self._estimate, 0.0)
+                return SHARE * estimate
+            return None if self._estimate is None else SHARE * self._estimate
         # Drained at once: a measured ceiling, SHARE of the pace that got through (it holds the
         # service's rate, or this client's share of it). Halving a guess instead (to regrow it
         # as a guess) fell below that pace, and in a fleet a member throttled twice early on was
         # left at a quarter while a peer that escaped kept its guess.
         if self._estimate is not None:  # measured before: a peer may have drained it
-            return CUT * current, 0.0
-        return SHARE * successes / length, 0.0
+            return CUT * current
+        return SHARE * successes / length
 
     def heard(self, now: float, news: Announcement) -> None:
         """An announced limit: move the ceiling toward the fleet's share of it (module docstring)."""
