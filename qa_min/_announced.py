@@ -22,6 +22,7 @@ None when nothing usable is there.
 
 from __future__ import annotations
 
+import math
 import re
 
 TYPE_CHECKING = False
@@ -147,8 +148,15 @@ def _reset(text: Optional[str], wall: float) -> Optional[float]:
         seconds = _duration(text)
     if seconds is None:
         stamp = _timestamp(text)
-        return None if stamp is None else max(0.0, stamp - wall)
-    return max(0.0, seconds - wall) if seconds >= EPOCH else seconds
+        return None if stamp is None else _until(stamp, wall)
+    return _until(seconds, wall) if seconds >= EPOCH else seconds
+
+
+def _until(stamp: float, wall: float) -> Optional[float]:
+    """Seconds from ``wall`` until the epoch time ``stamp``, at least 0; None when a clock that
+    is not finite cannot tell."""
+    left = stamp - wall
+    return max(0.0, left) if math.isfinite(left) else None
 
 
 def _duration(text: str) -> Optional[float]:

@@ -28,7 +28,7 @@ import threading
 import time
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import qa_min as qa
@@ -263,8 +263,18 @@ VALUES = st.one_of(
 )
 
 
-@settings(max_examples=400, deadline=None)
+# Resets given as times: against a clock that is not finite they were an infinite delay.
+AS_EPOCH = [("RateLimit-Remaining", "0"), ("RateLimit-Reset", "1000000000")]
+AS_STAMP = [
+    ("anthropic-ratelimit-requests-remaining", "0"),
+    ("anthropic-ratelimit-requests-reset", "2026-01-01T00:00:00Z"),
+]
+
+
+@settings(max_examples=400, deadline=None, derandomize=True, database=None)
 @given(st.lists(st.tuples(st.sampled_from(NAMES), VALUES), max_size=6), st.floats(allow_nan=False))
+@example(AS_EPOCH, -math.inf)
+@example(AS_STAMP, -math.inf)
 def test_the_parser_never_raises(fields: list[tuple[str, str]], wall: float) -> None:
     found = parse(fields, wall)
     if found is not None:
