@@ -3,7 +3,8 @@
 For every response, qa_min's reader either agrees with h11 on the status, the fields (names
 as sent, values) and the body, or refuses it (a ``ProtocolError``). It never reads a response
 h11 refuses, except where RFC 9112 says the response is whole (below). Valid responses are
-never refused: the generator knows which ones it made valid.
+never refused: the generator knows which ones it made valid. Derandomized, as the suite's other
+properties: the same 2,000 examples every run (20,000 random ones found no disagreement either).
 
 Where qa_min refuses what h11 (0.16) reads, on purpose (each also in ``_protocol``'s docstring):
 
@@ -231,7 +232,13 @@ def normal(parsed: Parsed) -> Parsed:
     return status, kept, body
 
 
-@settings(max_examples=2000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(
+    max_examples=2000,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 @given(responses())
 def test_qa_min_agrees_with_h11_or_refuses(example: tuple[bytes, bool, list[int]]) -> None:
     data, valid, cuts = example
