@@ -5,7 +5,10 @@ The one redaction function of the package and of its command line: ``Redactor(ke
 body, a prefix quoted in a message), or JSON-escaped, so what is hidden is any run of 8 or more
 characters of any form of the key: as given, as ``json.dumps`` writes it (with and without
 ``ensure_ascii``), and with ``/`` written ``\\/``. A key shorter than 8 characters is hidden
-whole. Callers redact before they shorten anything.
+whole: anywhere in text (a message, a log line), but in a success body about to be decoded
+(``data``) only where it stands alone, not inside a word, since a short test key such as
+``test`` would otherwise turn the model ``judge-latest`` into ``judge-la[redacted]`` and the
+question ``ok`` into no answer. Callers redact before they shorten anything.
 
 How, in one left-to-right scan: every 8-character piece of a form contains one of the form's
 4-character blocks at offsets 0, 4, 8, ...; one compiled pattern of those blocks finds the
@@ -36,7 +39,7 @@ class Redactor:
         secrets: The secrets to hide; None and empty strings are ignored.
     """
 
-    __slots__ = ("_blocks", "_mark", "_needles", "_pieces", "_whole")
+    __slots__ = ("_alone", "_blocks", "_long", "_mark", "_needles", "_pieces", "_whole")
 
     def __init__(self, *secrets: Optional[str]) -> None:
         forms: set[str] = set()
@@ -57,6 +60,12 @@ class Redactor:
         needles = sorted({b.encode() for b in blocks} | {s.encode() for s in short})
         self._needles = re.compile(b"|".join(map(re.escape, needles))) if needles else None
         self._mark = _mark_for(forms, [*self._pieces, *short])
+        self._long = [form for form in self._whole if len(form) >= PIECE]
+        self._alone = (
+            re.compile("|".join(map(_standing_alone, sorted(short, key=len, reverse=True))))
+            if short
+            else None
+        )
 
     def __call__(self, text: str) -> str:
         """``text`` with every piece of the secrets replaced by ``[redacted]``."""
@@ -74,7 +83,15 @@ class Redactor:
         """
         if self._needles is None or self._needles.search(body) is None:
             return body
-        return self(body.decode("utf-8", "replace")).encode("utf-8")
+        text = original = body.decode("utf-8", "replace")
+        for form in self._long:
+            if form in text:
+                text = text.replace(form, self._mark)
+        if self._alone is not None:
+            text = self._alone.sub(self._mark, text)
+        if self._blocks is not None:
+            text = self._scan(text, self._blocks)
+        return body if text == original else text.encode("utf-8")
 
     @property
     def active(self) -> bool:
@@ -154,6 +171,13 @@ def _mark_for(forms: set[str], pieces: list[str]) -> str:
         if not any(edge in form for form in forms for edge in edges) and not any(p in mark for p in pieces):
             return mark
     return "\u2026"  # not latin-1, so never part of a key that can be sent in a header
+
+
+def _standing_alone(form: str) -> str:
+    """A pattern of ``form`` not inside a word: no word character joined to either end."""
+    before = r"(?<!\w)" if re.match(r"\w", form[0]) else ""
+    after = r"(?!\w)" if re.match(r"\w", form[-1]) else ""
+    return before + re.escape(form) + after
 
 
 def _alternatives(blocks: list[str]) -> re.Pattern[str]:

@@ -8,6 +8,8 @@ status line. None of it appears in an exception's message, ``repr``, args or pic
 Passwords in a base URL or proxy URL never appear in a configuration error (``***``).
 
   the function: test_every_piece_of_8_is_hidden_and_7_is_not, test_short_key_is_hidden_whole,
+      test_a_short_key_in_a_success_body_is_hidden_only_where_it_stands_alone,
+      test_a_short_test_key_leaves_model_names_and_answers_as_the_fake_sent_them,
       test_escaped_forms_are_hidden, test_text_without_a_piece_is_returned_as_is,
       test_marker_never_makes_a_piece, test_property_no_piece_survives (hypothesis),
       test_an_8_mib_body_is_redacted_in_bounded_time
@@ -148,6 +150,31 @@ def test_every_piece_of_8_is_hidden_and_7_is_not() -> None:
 def test_short_key_is_hidden_whole() -> None:
     assert redact("a sk-test and sk-tes", "sk-test") == "a [redacted] and sk-tes"
     assert redact("nothing to hide", None, "") == "nothing to hide"
+
+
+def test_a_short_key_in_a_success_body_is_hidden_only_where_it_stands_alone() -> None:
+    hide = Redactor("test")
+    body = b'{"model": "judge-latest", "usage": {"testing": 1}}'
+    assert hide.data(body) is body  # inside a word: the body is decoded as the server sent it
+    assert hide.data(b'{"echo": "test"}') == b'{"echo": "[redacted]"}'
+    assert hide.data(b"Bearer test.") == b"Bearer [redacted]."
+    assert hide.data(b"test") == b"[redacted]"  # at both ends of the body
+    assert hide.data(b"x_test test1") == b"x_test test1"  # joined to a word on either side
+    assert hide("judge-latest") == "judge-la[redacted]"  # in a message it is hidden anywhere
+    # A key that begins or ends with punctuation: only its word-character ends need a boundary.
+    assert Redactor("-ab").data(b"x-ab y-abc") == b"x[redacted] y-abc"
+    # A key of 8 or more: every piece, inside a word or not, as before.
+    assert Redactor(KEY).data(f"judge{KEY[3:11]}x".encode()) == b"judge[redacted]x"
+
+
+def test_a_short_test_key_leaves_model_names_and_answers_as_the_fake_sent_them() -> None:
+    class Short(qa.Questions):
+        ok = qa.YesNo("yes", "no")
+
+    with FakeService(api_key="test") as fake, qa.Client(base_url=fake.url, api_key="test") as client:
+        assert "judge-latest" in [m.name for m in client.list_models().models]
+    with FakeService(api_key="k") as fake, qa.Client(base_url=fake.url, api_key="k") as client:
+        assert isinstance(client.ask("text", Short).answers.ok, bool)
 
 
 @pytest.mark.parametrize("key", [SLASH_KEY, LATIN_KEY, 'sk-"quoted"\\back-0123'])
