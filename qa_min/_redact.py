@@ -5,10 +5,11 @@ The one redaction function of the package and of its command line: ``Redactor(ke
 body, a prefix quoted in a message), or JSON-escaped, so what is hidden is any run of 8 or more
 characters of any form of the key: as given, as ``json.dumps`` writes it (with and without
 ``ensure_ascii``), and with ``/`` written ``\\/``. A key shorter than 8 characters is hidden
-whole: anywhere in text (a message, a log line), but in a success body about to be decoded
-(``data``) only where it stands alone, not inside a word, since a short test key such as
-``test`` would otherwise turn the model ``judge-latest`` into ``judge-la[redacted]`` and the
-question ``ok`` into no answer. Callers redact before they shorten anything.
+whole: anywhere in text (a message, a log line), but in values (a success body about to be
+decoded, the command line's output of answers and model names: ``values``, ``data``) only
+where it stands alone, not inside a word, since a short test key such as ``test`` would
+otherwise turn the model ``judge-latest`` into ``judge-la[redacted]`` and the question ``ok``
+into no answer. Callers redact before they shorten anything.
 
 How, in one left-to-right scan: every 8-character piece of a form contains one of the form's
 4-character blocks at offsets 0, 4, 8, ...; one compiled pattern of those blocks finds the
@@ -77,21 +78,28 @@ class Redactor:
         return text if self._blocks is None else self._scan(text, self._blocks)
 
     def data(self, body: bytes) -> bytes:
-        """``body`` itself when it holds no piece of a secret (the fast, common case), else redacted.
+        """``body`` itself when it holds no piece of a secret (the fast, common case), else redacted
+        as ``values`` does.
 
         A body that holds one is decoded as UTF-8, redacted and encoded again.
         """
         if self._needles is None or self._needles.search(body) is None:
             return body
-        text = original = body.decode("utf-8", "replace")
+        text = body.decode("utf-8", "replace")
+        shown = self.values(text)
+        return body if shown == text else shown.encode("utf-8")
+
+    def values(self, text: str) -> str:
+        """``text`` that holds values someone reads (a body to decode, JSON to print), redacted as
+        ``self(text)`` but for a secret shorter than ``PIECE``, hidden only where it stands alone."""
+        if self._needles is None:
+            return text
         for form in self._long:
             if form in text:
                 text = text.replace(form, self._mark)
         if self._alone is not None:
             text = self._alone.sub(self._mark, text)
-        if self._blocks is not None:
-            text = self._scan(text, self._blocks)
-        return body if text == original else text.encode("utf-8")
+        return text if self._blocks is None else self._scan(text, self._blocks)
 
     @property
     def active(self) -> bool:

@@ -138,6 +138,13 @@ def test_failures_file_lists_each_failed_line_and_the_api_key_is_scrubbed(
 # -- streaming ------------------------------------------------------------------------------------
 
 
+def test_a_short_key_inside_a_question_name_leaves_the_answers_as_decoded(run: Any, inp: Path) -> None:
+    # "tox" is inside "toxic": a short key is hidden only where it stands alone.
+    result = run(str(inp), "--api-key", "tox", *QUESTION)
+    assert result.code == 0, result.err
+    assert [row["answers"] for row in map(json.loads, result.out.splitlines())] == [answer(s) for s in STATES]
+
+
 def test_calls_in_flight_never_exceed_concurrency_and_reading_waits_for_them(
     capsys: pytest.CaptureFixture[str], svc: FakeService, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -555,6 +555,38 @@ def test_answer_output_never_contains_the_api_key(run: Any, svc: FakeService, ke
     }
 
 
+@pytest.mark.parametrize("as_json", [False, True], ids=["text", "json"])
+def test_a_short_test_key_leaves_model_names_and_answers_as_the_service_sent_them(
+    run: Any, as_json: bool
+) -> None:
+    # "test" is inside "judge-latest" and "contest": hidden only where it stands alone.
+    flags = ["--json"] if as_json else []
+    with FakeService(api_key="test") as service:
+        listed = run("--base-url", service.url, "--api-key", "test", *flags, "models")
+        service.script(reply(200, {"answers": {"contest": True}, "usage": {"echo": "test"}}))
+        asked = run(
+            "--base-url",
+            service.url,
+            "--api-key",
+            "test",
+            *flags,
+            "ask",
+            STATE,
+            "--yes-no",
+            "contest",
+            "y",
+            "n",
+        )
+    assert (listed.code, asked.code) == (0, 0), listed.err + asked.err
+    if as_json:
+        assert json.loads(listed.out)[0] == "judge-latest"
+        assert json.loads(asked.out)["answers"] == {"contest": True}
+        assert json.loads(asked.out)["usage"] == {"echo": "[redacted]"}  # standing alone
+    else:
+        assert listed.out.splitlines()[0] == "judge-latest"
+        assert asked.out.splitlines()[0].startswith("contest: ")
+
+
 def test_ctrl_c_exits_130(run: Any, svc: FakeService, monkeypatch: pytest.MonkeyPatch) -> None:
     class Interrupted(io.StringIO):
         def read(self, size: int | None = -1) -> str:

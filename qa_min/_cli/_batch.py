@@ -357,7 +357,7 @@ def run_batch(args: argparse.Namespace, out: Output) -> int:
             out.note(f"{args.output!r}: its last line was cut short; that line is asked again")
         with Client(**client_options(args, max_workers=args.concurrency)) as client:
             progress = Progress(sys.stderr, Tally(), source.total, args.quiet, ceiling=_ceiling(client))
-            write = _writer(output, args.output, out.scrub)
+            write = _writer(output, args.output, out.scrub.values)  # answers: values, as decoded
             batch = _Batch(client, out, questions, done, write, progress, args.concurrency)
             batch.failures = None if failures is None else _writer(failures, args.failures, out.scrub)
             with _Signals(batch.on_signal):

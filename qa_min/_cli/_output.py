@@ -25,7 +25,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     import argparse
     from collections.abc import Iterable
-    from typing import Any, Callable, Optional
+    from typing import Any, Optional
 
 
 class UsageError(QAError):
@@ -71,7 +71,7 @@ def exit_help() -> str:
     return "exit codes:\n" + "\n".join(rows) + "\n"
 
 
-def scrubber(keys: Iterable[Optional[str]]) -> Callable[[str], str]:
+def scrubber(keys: Iterable[Optional[str]]) -> Redactor:
     """The library's one redaction, hiding every piece of every given API key."""
     return Redactor(*dict.fromkeys(filter(None, keys)))
 
@@ -84,11 +84,14 @@ class Output:
         # A server may echo the key anywhere (an error body, usage), raw or JSON-escaped.
         self.scrub = scrubber(keys)
 
-    def line(self, text: str = "") -> None:
-        print(self.scrub(text), flush=True)
+    def line(self, text: str = "", *, decoded: bool = False) -> None:
+        """A line on stdout; ``decoded``: it shows values as the client decoded them, where a
+        short key is hidden only where it stands alone (``Redactor.values``)."""
+        print((self.scrub.values if decoded else self.scrub)(text), flush=True)
 
     def data(self, value: object) -> None:
-        print(self.scrub(json.dumps(value, ensure_ascii=False)), flush=True)
+        # Values as the client decoded them: a short key is hidden only where it stands alone.
+        print(self.scrub.values(json.dumps(value, ensure_ascii=False)), flush=True)
 
     def note(self, text: str) -> None:
         """A message for the person at the terminal, on stderr."""
