@@ -112,6 +112,7 @@ class Limiter:
         own = 0.0 if delay is None else delay
         # Exactly the server's number when nothing else holds the call back.
         wait = own if slot <= now + own + EPSILON else max(own, nap)
+        waiter.look_at = now + wait if now + wait < slot - EPSILON else -INF
         return waiter, (wait, wait - own)
 
     def step(self, waiter: Waiter) -> Optional[tuple[float, bool]]:
@@ -126,8 +127,11 @@ class Limiter:
             hold = pacer.next(now, waiter, pace)
             # Held for an answer: the answer wakes the waiter, which need not poll.
             wakeable = hold is not None and (hold == INF or waiter.held)
+            waiter.look_at = -INF
             if hold is not None and not wakeable:
                 hold = min(hold, pacer.nap(now, waiter, pace))
+                if now + hold < waiter.slot - EPSILON:
+                    waiter.look_at = now + hold
             if wakeable:
                 pacer.waiters[waiter] = None
             else:

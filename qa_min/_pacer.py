@@ -12,9 +12,13 @@ with a time: "go at t", "wait until woken", or "go now". Waiting is not done her
 * **Shared pauses** (SPEC.md 7a): a 429/529's delay pauses every attempt of the client, from
   the first one, with no burst at its end. Slots promised for after it stay; a sleeper whose
   slot a newer pause covers moves behind it.
-* **Sleepers look again under an announced pace** (``Pace.follow``): a new call sleeps at most
-  ``LOOK`` toward its slot, and at each look the slot comes nearer if the pace has risen
-  ``RISEN``-fold since it was taken (slots taken while the bucket was empty lie far ahead).
+* **Sleepers look again while the ceiling moves**: a new call sleeps at most ``LOOK`` toward
+  its slot under an announced pace (``Pace.follow``); under a learned one, which regrows
+  (``Pace.rising``), any call but a last chance whose slot lies more than ``LOOK_FAR`` beyond any
+  pause sleeps ``LOOK_FAR``. At each look the slot comes nearer if the pace has risen
+  ``RISEN``-fold since it was taken. Slots taken while the bucket was empty, or at a first
+  guess, lie far ahead when many calls wait (an asyncio client that sent thousands at once, most
+  of them throttled), and those calls slept on at the old pace.
 * **Throttled calls first.** A throttled call's retry takes the next slot (``Priority.RETRY``)
   and the slots promised behind it move back one each, so no call absorbs repeated 429s.
 * **A last chance goes alone** (``Priority.LAST``): it waits until every attempt out has
@@ -38,6 +42,7 @@ JUMPS = 256  # throttled calls' slots remembered, to move back the sleepers they
 ALONE = 10.0  # s: the longest a last chance holds the others back (its answer ends it sooner)
 LOOK = 0.05  # s: under an announced pace, the longest a new call sleeps before it looks again...
 RISEN = 2.0  # ...and how much the pace must have risen since its slot was taken to bring it nearer
+LOOK_FAR = 1.0  # s: under a learned ceiling, the longest a new call sleeps before it looks again
 
 
 class Priority(enum.IntEnum):
@@ -51,9 +56,10 @@ class Priority(enum.IntEnum):
 class Pace:
     """The ceiling the policy has in force: ``rate`` attempts/s (inf: none), and until when a
     fresh guess of it is unsettled (then throttled calls go no faster than ``spacing``);
-    ``follow``: the ceiling moves often (announced limits), and the slots promised follow it."""
+    ``follow``: the ceiling moves often (announced limits), and the slots promised follow it;
+    ``rising``: a learned ceiling, which regrows with time, and the slots promised follow it up."""
 
-    __slots__ = ("follow", "rate", "settles", "spacing")
+    __slots__ = ("follow", "rate", "rising", "settles", "spacing")
 
     def __init__(
         self,
@@ -61,8 +67,10 @@ class Pace:
         settles: float = -INF,
         spacing: float = 0.0,
         follow: bool = False,
+        rising: bool = False,
     ) -> None:
         self.rate, self.settles, self.spacing, self.follow = rate, settles, spacing, follow
+        self.rising = rising
 
 
 class Waiter:
@@ -72,7 +80,19 @@ class Waiter:
     future's ``set_result``); ``woken`` says an event it waited for came before ``wake`` was set.
     """
 
-    __slots__ = ("due", "held", "loose", "priority", "queued", "rate", "seen", "slot", "wake", "woken")
+    __slots__ = (
+        "due",
+        "held",
+        "look_at",
+        "loose",
+        "priority",
+        "queued",
+        "rate",
+        "seen",
+        "slot",
+        "wake",
+        "woken",
+    )
 
     def __init__(self, priority: int) -> None:
         self.priority = Priority(priority)  # a plain 0, 1 or 2 names its priority too
@@ -80,14 +100,18 @@ class Waiter:
         self.rate = INF  # the ceiling its slot was taken at
         self.seen = (0, 0)  # (pauses and cuts, throttled jumps) when the slot was last checked
         self.due = False  # its wait lasted until its slot
+        self.look_at = -INF  # where a wait shorter than its slot ends (-inf: it lasts until it)
         self.held = self.queued = False  # held back by a last chance; counted among them
         self.wake: Optional[Callable[[], object]] = None
         self.woken = False
 
 
 def _looks(waiter: Waiter, pace: Pace) -> bool:
-    """Whether ``waiter`` sleeps at most ``LOOK`` and looks again: a new call, announced pace."""
-    return pace.follow and not waiter.priority
+    """Whether ``waiter`` looks again before its slot: a new call under an announced ceiling;
+    any but a last chance under a learned one (a burst's throttled calls queue far ahead)."""
+    if pace.follow:
+        return not waiter.priority
+    return pace.rising and waiter.priority is not Priority.LAST
 
 
 class Pacer:
@@ -99,6 +123,7 @@ class Pacer:
         self._burst, self._capped = burst, capped
         self.tat = -INF  # the schedule's theoretical arrival time...
         self._rate = INF  # ...at this ceiling
+        self._spaced = INF  # the lowest learned ceiling the slots promised were spaced for
         self.front = self.paused_until = -INF  # the throttled calls' next slot; a pause
         self.epoch = self.inflight = 0  # pauses and cuts; attempts waiting or out
         self.out = self._solo = 0  # attempts sent and not answered; last chances waiting
@@ -122,16 +147,24 @@ class Pacer:
         return waiter.slot
 
     def nap(self, now: float, waiter: Waiter, pace: Pace) -> float:
-        """How long ``waiter`` may sleep toward its slot before it looks again (``next``): under
-        a ceiling that moves often (announced), a new call whose slot was taken at a low pace
-        looks every ``LOOK``, so that it does not sleep on while the pace has risen."""
+        """How long ``waiter`` may sleep toward its slot before it looks again (``next``), so
+        that a new call whose slot was taken at a low pace does not sleep on while the pace has
+        risen: every ``LOOK`` under an announced ceiling, which moves often; every ``LOOK_FAR``
+        under a learned one, which regrows steadily. The shell records where a wait shorter
+        than the slot ends (``Waiter.look_at``), so that a look happens only after it."""
         wait = waiter.slot - now
-        return min(wait, LOOK) if _looks(waiter, pace) else wait
+        if not _looks(waiter, pace):
+            return wait
+        if pace.follow:
+            return min(wait, LOOK)
+        # No slot comes before a pause ends: only one more than LOOK_FAR beyond it may move.
+        return min(wait, max(0.0, self.paused_until - now) + LOOK_FAR)
 
     def next(self, now: float, waiter: Waiter, pace: Pace) -> Optional[float]:
         """After a wait: None, it goes now (counted out); else how long to wait again (inf:
         until woken by an answer)."""
-        if not waiter.woken and waiter.slot > now + EPSILON and _looks(waiter, pace):
+        looking = waiter.look_at > -INF and now >= waiter.look_at - EPSILON  # a nap ran its course
+        if not waiter.woken and waiter.slot > now + EPSILON and looking and _looks(waiter, pace):
             # A look before its slot (``nap``): nearer if the pace has risen RISEN-fold since.
             if pace.rate >= RISEN * waiter.rate:  # never before a pause ends (SPEC.md 7a)
                 nearer = now + (waiter.slot - now) * waiter.rate / pace.rate
@@ -238,7 +271,16 @@ class Pacer:
             # shrunk to it, so that a client whose ceiling rose is not held back by slots spaced
             # for the old one.
             self.tat = start + (self.tat - start) * self._rate / rate
+        elif pace.rising and rate >= RISEN * self._spaced:
+            # A learned ceiling RISEN-fold what the slots promised were spaced for (a first guess
+            # growing): the schedule beyond LOOK_FAR shrinks to it, the throttled calls' too, as
+            # the sleepers there do when they look. Nearer slots hold: their sleepers do not look.
+            far, shrink = start + LOOK_FAR, self._spaced / rate
+            self.tat = far + (self.tat - far) * shrink if self.tat > far else self.tat
+            self.front = far + (self.front - far) * shrink if self.front > far else self.front
+            self._spaced = rate
         self._rate = rate
+        self._spaced = min(self._spaced, rate)
         if not self._capped and self.inflight <= 1:
             # Alone, a caller is not paced by a learned ceiling; it still uses up schedule,
             # but never more than a burst's worth ahead of itself.

@@ -148,7 +148,9 @@ class Policy:
 
     def pace(self, now: float) -> Pace:
         settles = self._last_cut + WINDOW if self._guess else -INF
-        return Pace(self.rate(now), settles, self._longest, now - self._heard < STALE)
+        announced = now - self._heard < STALE
+        rising = not announced and self.adaptive and self._base < INF  # a learned ceiling regrows
+        return Pace(self.rate(now), settles, self._longest, announced, rising)
 
     def engage(self, now: float) -> None:
         self.engaged = True

@@ -26,11 +26,11 @@ import math
 from typing import Callable, Optional
 
 import pytest
-from ratelimit_sim import Member, Result, simulate_fleet
+from ratelimit_sim import Member, Result, simulate, simulate_fleet
 
 import qa_min as qa
 from qa_min._announced import Announcement
-from qa_min._pacer import INF, LOOK, RISEN, Pace, Pacer, Priority, Waiter
+from qa_min._pacer import INF, LOOK, LOOK_FAR, RISEN, Pace, Pacer, Priority, Waiter
 from qa_min._policy import BETA, STALE, Policy
 from qa_min._steer import BASE, RAMP, START, TOP, Steer
 
@@ -195,10 +195,11 @@ def test_under_an_announced_pace_a_sleeper_looks_again_and_comes_nearer_when_it_
     assert slot > LOOK
     assert pacer.nap(0.0, waiter, slow) == pytest.approx(LOOK)
     assert pacer.nap(0.0, waiter, Pace(2.0)) == pytest.approx(slot)  # not announced: to its slot
-    waiter.due = True  # the limiter's shell marks each wait as lasting until its slot
+    # The limiter's shell marks each wait as lasting until its slot, or where a shorter one ends.
+    waiter.due, waiter.look_at = True, LOOK
     assert pacer.next(LOOK, waiter, Pace(2.0 * RISEN * 0.99, follow=True)) == pytest.approx(slot - LOOK)
     assert not waiter.due
-    waiter.due = True
+    waiter.due, waiter.look_at = True, 2 * LOOK
     hold = pacer.next(2 * LOOK, waiter, fast)
     assert hold is not None
     assert hold == pytest.approx((slot - 2 * LOOK) / RISEN)
@@ -212,7 +213,7 @@ def test_a_sleeper_brought_nearer_still_waits_for_the_pause() -> None:
     slow, fast = Pace(2.0, follow=True), Pace(200.0, follow=True)
     pacer, waiter, _ = second_sleeper(slow)
     pacer.pause(0.01, 0.4, slow)  # a server's delay until 0.4 s, after the slot was taken
-    waiter.due = True
+    waiter.due, waiter.look_at = True, LOOK
     hold = pacer.next(LOOK, waiter, fast)  # the pace rose a hundredfold...
     assert hold is not None
     assert waiter.slot >= 0.4  # ...but the whole client waits out the pause (SPEC.md 7a)
@@ -229,6 +230,65 @@ def test_a_slot_taken_afresh_is_not_brought_nearer_for_the_old_pace() -> None:
     waiter.due = True
     pacer.next(slot + 0.1, waiter, fast)  # a look at the same pace: the fresh slot holds
     assert waiter.slot == pytest.approx(fresh)
+
+
+def test_under_a_learned_pace_far_sleepers_look_every_look_far_and_follow_it_up() -> None:
+    # Calls that took their slots at a first guess (an asyncio client that sent a thousand at
+    # once, most of them throttled) hold slots seconds ahead; the learned ceiling regrows, and
+    # they follow it up, throttled calls included. A last chance, a near slot and an explicit
+    # ceiling's sleep to the slot.
+    slow = Pace(0.2, rising=True)  # 5 s apart
+    pacer, waiter, slot = second_sleeper(slow)
+    assert slot > LOOK_FAR
+    assert pacer.nap(0.0, waiter, slow) == pytest.approx(LOOK_FAR)
+    assert pacer.nap(0.0, waiter, Pace(0.2)) == pytest.approx(slot)  # an explicit ceiling
+    assert pacer.nap(slot - LOOK_FAR / 2, waiter, slow) == pytest.approx(LOOK_FAR / 2)
+    waiter.due, waiter.look_at = True, LOOK_FAR
+    assert pacer.next(LOOK_FAR, waiter, Pace(0.2 * RISEN * 0.99, rising=True)) == pytest.approx(
+        slot - LOOK_FAR
+    )
+    waiter.due, waiter.look_at = True, 2 * LOOK_FAR
+    hold = pacer.next(2 * LOOK_FAR, waiter, Pace(0.2 * RISEN, rising=True))
+    assert hold == pytest.approx((slot - 2 * LOOK_FAR) / RISEN)
+    first, retry, last = Waiter(Priority.RETRY), Waiter(Priority.RETRY), Waiter(Priority.LAST)
+    for each in (first, retry, last):
+        pacer.reserve(0.0, None, each, slow)
+    assert retry.slot == pytest.approx(5.0)
+    assert last.slot == pytest.approx(10.0)
+    assert pacer.nap(0.0, retry, slow) == pytest.approx(LOOK_FAR)
+    assert pacer.nap(0.0, last, slow) == pytest.approx(10.0)
+    # A throttled call's slot taken once the pace has risen tenfold: the throttled calls'
+    # schedule beyond LOOK_FAR shrank with it (15 s ahead at the old pace, 2.4 s at the new).
+    fast = Pace(2.0, rising=True)
+    assert pacer.reserve(0.0, None, Waiter(Priority.RETRY), fast) == pytest.approx(LOOK_FAR + 14 * 0.1)
+
+
+def test_under_a_learned_pace_a_sleeper_looks_only_beyond_a_pause() -> None:
+    slow = Pace(0.2, rising=True)
+    pacer, waiter, slot = second_sleeper(slow)
+    pacer.pause(0.0, slot - LOOK_FAR / 2, slow)  # no slot comes before the pause ends
+    assert pacer.nap(0.0, waiter, slow) == pytest.approx(slot)
+    pacer.pause(0.0, 1.0, slow)
+    assert pacer.nap(0.0, waiter, slow) == pytest.approx(1.0 + LOOK_FAR)
+
+
+def test_a_sleep_that_ends_before_its_look_lets_the_call_go_as_a_whole_wait_did() -> None:
+    # A test's sleep= seam returns at once: the call goes, as it did after a wait to its slot,
+    # rather than looking again and again at a clock that has not moved.
+    pacer, waiter, _ = second_sleeper(Pace(0.2, rising=True))
+    waiter.due, waiter.look_at = True, LOOK_FAR
+    assert pacer.next(0.0, waiter, Pace(0.2, rising=True)) is None
+
+
+def test_a_client_with_a_thousand_calls_waiting_follows_its_learned_pace_up() -> None:
+    # 2,000 calls on 1,000 workers (an asyncio client's gather): the burst's throttled calls
+    # took slots at a first guess, up to tens of seconds ahead. Following the pace up, the
+    # simulated client serves 77% of the rate with exact delays and 50% with whole seconds;
+    # sleeping on to those slots, it served 33% and 25%.
+    for whole in (False, True):
+        result = simulate(2000, 1000, qa.RateLimit(), whole_seconds=whole)
+        assert result.failed == 0
+        assert result.share_of_rate >= 0.45 * 200.0, (whole, result.share_of_rate)
 
 
 def test_the_limiter_lets_a_call_under_an_announced_pace_sleep_at_most_look() -> None:
