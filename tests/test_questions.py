@@ -17,6 +17,8 @@ Spec line -> tests:
       test_ask_returns_typed_answers_on_a_questions_instance
   r.answers.toxic bool / .tone Tone.formal / .quality int (mypy infers bool, Tone, int)
       test_ask_returns_typed_answers_on_a_questions_instance, test_mypy_infers_answer_types
+  a Questions class asks its own questions and every base's
+      test_a_questions_class_asks_the_questions_of_every_base
   r.usage   # mapping, as the server sent it
       test_usage_is_the_servers_mapping
   qa.Request(state=..., questions=[qa.NamedQuestion(...)], model=None); client.core(req)
@@ -265,6 +267,25 @@ def test_wrong_answer_in_ask_is_invalid_response(svc: InProcessService, client: 
         client.ask("x", Review)
 
 
+@pytest.mark.parametrize(
+    ("operation", "body", "message"),
+    [
+        ("ask", {"usage": {}}, 'the response has no "answers"'),
+        ("ask", {"answers": None}, '"answers" must be an object, got None'),
+        ("list_models", {"data": []}, 'the response has no "models"'),
+        ("list_models", {"models": None}, '"models" must be a list, got None'),
+    ],
+)
+def test_a_success_missing_its_field_says_so(
+    svc: InProcessService, client: qa.Client, operation: str, body: object, message: str
+) -> None:
+    svc.script(reply(200, body))
+    with pytest.raises(qa.InvalidResponse) as caught:
+        client.ask("x", Review) if operation == "ask" else client.list_models()
+    assert message in str(caught.value)
+    assert "object at 0x" not in str(caught.value)
+
+
 # -- the operations and their responses ---------------------------------------------------
 
 
@@ -280,6 +301,26 @@ def test_ask_returns_typed_answers_on_a_questions_instance(svc: InProcessService
     assert (svc.requests[0].method, svc.requests[0].path) == ("POST", "/v1/core")
     with pytest.raises(AttributeError):
         r.answers.toxic = True
+
+
+class Tonal(qa.Questions):
+    tone = qa.Choice(Tone)
+
+
+class Judged(qa.Questions):
+    quality = qa.Score(Level)
+
+
+class Both(Tonal, Judged):  # questions from every base, as dataclasses merge fields
+    toxic = qa.YesNo("insults someone", "insults no one")
+
+
+def test_a_questions_class_asks_the_questions_of_every_base(svc: InProcessService, client: qa.Client) -> None:
+    svc.set_answers({"toxic": True, "tone": "casual", "quality": 2})
+    r = client.ask("Some text", Both)
+    assert list(svc.requests[0].json()["questions"]) == ["quality", "tone", "toxic"]  # farthest base first
+    assert (r.answers.toxic, r.answers.tone, r.answers.quality) == (True, Tone.casual, Level.high)
+    assert Both(toxic=False, tone=Tone.formal, quality=Level.low).quality is Level.low
 
 
 def test_mypy_infers_answer_types(svc: InProcessService, client: qa.Client) -> None:
