@@ -48,8 +48,6 @@ if TYPE_CHECKING:
     P = ParamSpec("P")
     Timeout = Union[float, None, Unset]
 
-_MISSING = object()
-
 
 def _check_transport(transport: object) -> MockTransport:
     from ._mock import MockTransport
@@ -366,7 +364,9 @@ class Client:
         """The answers and usage of a ``/v1/core`` body, checked against the questions asked."""
         try:
             obj = parse_object(data)
-            return spec.decode(obj.get("answers", _MISSING)), usage_of(obj)
+            if "answers" not in obj:
+                raise BadShape('the response has no "answers"')
+            return spec.decode(obj["answers"]), usage_of(obj)
         except BadShape as exc:
             problem = str(exc)
         except _Mismatch as exc:

@@ -119,7 +119,9 @@ def usage_of(obj: dict[str, Any]) -> Mapping[str, Any]:
 
 def models_of(obj: dict[str, Any]) -> ModelList:
     """The ``ModelList`` of a ``GET /v1/models`` body."""
-    items = obj.get("models")
+    if "models" not in obj:
+        raise BadShape('the response has no "models"')
+    items = obj["models"]
     if type(items) is not list:
         raise BadShape(f'"models" must be a list, got {short(items)}')
     models = []
