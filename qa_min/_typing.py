@@ -6,8 +6,6 @@ sees typing's objects, the interpreter sees stand-ins. A leaf: it imports nothin
 
 from __future__ import annotations
 
-from types import MappingProxyType
-
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Generic as Generic
@@ -55,6 +53,25 @@ def short(value: object) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
+class ReadOnly(dict):  # type: ignore[type-arg]
+    """A dict that refuses every change (``TypeError``, as a ``MappingProxyType`` does), so that
+    answers handed to the caller cannot be changed under them; unlike a proxy it pickles,
+    copies and encodes as JSON, as a caller storing ``usage`` or ``answers`` expects."""
+
+    __slots__ = ()
+
+    def _refuse(self, *args: object, **kwargs: object) -> None:
+        raise TypeError("this mapping is read-only; dict(mapping) is a copy that can change")
+
+    __setitem__ = __delitem__ = __ior__ = clear = pop = popitem = setdefault = update = _refuse  # type: ignore[assignment]
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (ReadOnly, (dict(self),))
+
+    def __copy__(self) -> ReadOnly:
+        return self  # it never changes
+
+
 def readonly(mapping: dict[str, Any]) -> Mapping[str, Any]:
-    """A read-only view, so answers handed to the caller cannot be changed under them."""
-    return MappingProxyType(mapping)
+    """``mapping`` as a ``ReadOnly`` copy, so answers handed to the caller cannot be changed."""
+    return ReadOnly(mapping)

@@ -24,12 +24,12 @@ from __future__ import annotations
 
 import copy
 import enum
+import json
 import multiprocessing
 import pickle
 import socket
 import subprocess
 import sys
-import types
 from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
@@ -320,7 +320,29 @@ def test_answers_instance_round_trips() -> None:
 
 
 def read_only(mapping: Any) -> bool:
-    return isinstance(mapping, types.MappingProxyType)
+    """A mapping that refuses a change, with a message that says how to get one that does not."""
+    try:
+        mapping["changed"] = True
+    except TypeError as exc:
+        return "read-only" in str(exc) and "changed" not in mapping
+    return False
+
+
+def test_result_mappings_themselves_pickle_copy_and_encode_as_json(
+    svc: FakeService, plain: qa.Client
+) -> None:
+    # usage, answers and a model's info are what a caller logs or stores: each survives pickle,
+    # copy and deepcopy read-only, and json.dumps writes it as the object the service sent.
+    asked = plain.ask("Some text", Review)
+    core = plain.core(qa.Request("Some text", [qa.NamedQuestion("tone", qa.Choice(Tone))]))
+    info = plain.list_models().models[0].info
+    for mapping in (asked.usage, core.answers, core.usage, info):
+        for how, got in [*copies(mapping), ("copy", copy.copy(mapping))]:
+            assert dict(got) == dict(mapping), how
+            assert read_only(got), how
+        assert json.loads(json.dumps(mapping, default=lambda member: member.name)) == {
+            k: v.name if isinstance(v, enum.Enum) else v for k, v in mapping.items()
+        }
 
 
 def test_results_round_trip_and_stay_read_only(svc: FakeService, plain: qa.Client) -> None:
