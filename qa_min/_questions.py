@@ -277,8 +277,7 @@ class Questions:
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        # Every base's questions, as dataclasses merge fields: the farthest base first, a nearer
-        # one's question of the same name in its place (``class AB(A, B)`` asks A's and B's).
+        # Every base's questions (``class AB(A, B)``), the farthest first, as dataclasses do.
         fields: dict[str, _Question[Any]] = {}
         for base in reversed(cls.__mro__[1:]):
             fields.update(base.__dict__.get("_qa_fields", ()))
