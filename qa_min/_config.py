@@ -187,7 +187,10 @@ def resolve_base_url(base_url: Optional[str], env: Mapping[str, str]) -> Origin:
 
 
 def is_public(origin: Origin) -> bool:
-    return origin.url() == Origin(PUBLIC_BASE_URL).url()
+    public = Origin(PUBLIC_BASE_URL)
+    # "api.example.com." is the same host as "api.example.com": a fully qualified name.
+    mine = (origin.scheme, origin.host.rstrip("."), origin.port, origin.path)
+    return mine == (public.scheme, public.host, public.port, public.path)
 
 
 def resolve_model(model: Optional[str], env: Mapping[str, str]) -> str:

@@ -146,3 +146,15 @@ def test_reserved_and_escaped_path_kept() -> None:
     with RawServer(capture(seen)) as server, make_client(server.url + prefix) as client:
         client.list_models()
     assert seen[0].startswith(b"GET " + prefix.encode() + b"/v1/models HTTP/1.1\r\n")
+
+
+@pytest.mark.parametrize("url", ["https://api.qa-service.com.", "HTTPS://API.QA-SERVICE.COM.:443/"])
+def test_the_public_address_written_fully_qualified_still_needs_a_key(
+    monkeypatch: pytest.MonkeyPatch, url: str
+) -> None:
+    # "host." is the same host as "host" (a fully qualified name): the key check is not bypassed.
+    monkeypatch.delenv("SERVICE_API_KEY", raising=False)
+    with pytest.raises(qa.MissingApiKey):
+        qa.Client(base_url=url)
+    with qa.Client(base_url="https://api.qa-service.com.example.", trust_env=False) as client:
+        assert client.base_url == "https://api.qa-service.com.example."  # another host
