@@ -147,6 +147,38 @@ def test_models_lists_names(run: Any, svc: FakeService, argv: list[str], parse: 
     assert parse(result.out) == ["judge-latest", "judge-mini-latest", "judge-2.1", "judge-mini-1.3"]
 
 
+def test_models_text_escapes_a_name_that_does_not_print(run: Any, svc: FakeService) -> None:
+    # One model per line, and no terminal escape from the server reaches the terminal.
+    names = ["judge-latest", "a\nb\x1b[31mred", "c1\x85del\x7f", "naïve model"]
+    svc.script(reply(200, {"models": [{"name": name} for name in names]}))
+    result = run("--base-url", svc.url, "models")
+    assert result.code == 0, result.err
+    assert result.out.splitlines() == [
+        "judge-latest",
+        "'a\\nb\\x1b[31mred'",
+        "'c1\\x85del\\x7f'",
+        "naïve model",
+    ]
+    assert "\x1b" not in result.out
+
+
+def test_models_json_keeps_the_names_as_sent(run: Any, svc: FakeService) -> None:
+    svc.script(reply(200, {"models": [{"name": "a\nb\x1b[31mred"}]}))
+    result = run("--base-url", svc.url, "--json", "models")
+    assert (result.code, json.loads(result.out)) == (0, ["a\nb\x1b[31mred"])
+
+
+@pytest.mark.parametrize("key", ["sk-very-secret-0123", 'sk-"quoted"\\slash'], ids=["plain", "json-escaped"])
+def test_an_escaped_model_name_still_hides_the_api_key(run: Any, svc: FakeService, key: str) -> None:
+    # Redacted before it is escaped: escaping would double the backslash inside the key.
+    svc.script(reply(200, {"models": [{"name": f"it's {key}\x1b"}]}))
+    result = run("--base-url", svc.url, "--api-key", key, "models")
+    assert result.code == 0, result.err
+    for form in key_forms(key):
+        assert form not in result.out
+    assert result.out.splitlines() == ['"it\'s [redacted]\\x1b"']
+
+
 def test_options_after_the_command_do_not_reset_those_before_it(run: Any) -> None:
     with FakeService(models=["only-one"]) as service:
         result = run("--base-url", service.url, "models", "--json")
@@ -196,6 +228,17 @@ def test_ask_says_it_reads_stdin_when_stdin_is_a_terminal(
     assert result.code == 0
     assert result.err == "reading the state from stdin; end it with Ctrl-D\n"
     assert svc.requests[0].json()["state"] == STATE
+
+
+def test_ask_text_escapes_an_id_that_does_not_print(run: Any, svc: FakeService, tmp_path: Path) -> None:
+    path = tmp_path / "q.json"
+    path.write_text(
+        json.dumps({"a\nb": {"yes_no": ["y", "n"]}, "plain": {"choice": {"x": "X", "y\tz": "Y"}}})
+    )
+    svc.script(reply(200, {"answers": {"a\nb": True, "plain": "y\tz"}}))
+    result = run("--base-url", svc.url, "ask", STATE, "--questions", str(path))
+    assert result.code == 0, result.err
+    assert result.out.splitlines() == ["'a\\nb': true", "plain: 'y\\tz'"]
 
 
 def test_ask_json_prints_answers_and_usage(run: Any, svc: FakeService) -> None:
@@ -357,12 +400,19 @@ def _write(tmp_path: Path, text: str) -> str:
         (["--questions", 'FILE:{"q": {"scale": ["a", "b"]}}'], "InvalidQuestion", "unknown kind 'scale'"),
         (["--questions", 'FILE:{"q": {"yes_no": ["a", 7]}}'], "InvalidQuestion", "question 'q': the no text"),
         (["--questions", 'FILE:{"": {"yes_no": ["a", "b"]}}'], "InvalidName", "non-empty string"),
+        (["--choice", "c", "x=X", "x=Y", "z=Z"], "InvalidQuestion", "--choice c: option 'x' is given twice"),
+        (["--choice", "c", "x=X", "x=Y"], "InvalidQuestion", "--choice c: option 'x' is given twice"),
+        (["--questions", 'FILE:{"q": {"yes_no": ["a", "b"]}, "q": {"score": ["a", "b"]}}'], "InvalidQuestion",
+         "key 'q' is given twice in one object"),
+        (["--questions", 'FILE:{"q": {"choice": {"x": "X", "x": "Y", "z": "Z"}}}'], "InvalidQuestion",
+         "key 'x' is given twice in one object"),
     ],
     ids=[
         "no-questions", "choice-without-equals", "choice-one-option", "score-one-level", "yes-no-empty-text",
         "duplicate-name", "file-missing", "file-not-json", "file-not-object", "question-not-object",
         "yes-no-not-pair", "choice-not-object", "score-not-list", "unknown-kind", "text-not-string",
-        "empty-name",
+        "empty-name", "choice-duplicate-option", "choice-duplicate-option-of-two", "file-duplicate-id",
+        "file-duplicate-option",
     ],
 )  # fmt: skip
 def test_bad_questions_exit_3_before_anything_is_sent(

@@ -31,7 +31,7 @@ def models(args: argparse.Namespace, out: Output) -> int:
         out.data(names)
     else:
         for name in names:
-            out.line(name, decoded=True)
+            out.line(out.value(name), decoded=True)
     return 0
 
 
@@ -55,7 +55,7 @@ def ask(args: argparse.Namespace, out: Output) -> int:
         out.data({"answers": dict(response.answers), "usage": dict(response.usage), "request_id": request_id})
     else:
         for name, value in response.answers.items():
-            out.line(f"{name}: {answer_text(value)}", decoded=True)
+            out.line(f"{out.value(name)}: {out.value(answer_text(value))}", decoded=True)
     return 0
 
 

@@ -89,6 +89,13 @@ class Output:
         short key is hidden only where it stands alone (``Redactor.values``)."""
         print((self.scrub.values if decoded else self.scrub)(text), flush=True)
 
+    def value(self, text: str) -> str:
+        """A decoded value (a model name, a question id, an answer) as a text line shows it:
+        redacted as ``line(..., decoded=True)`` redacts, then escaped by `printable`. Redacting
+        first keeps escaping from splitting a key; ``line`` redacts the result again, in case
+        escaping spelled one (a key holding a backslash)."""
+        return printable(self.scrub.values(text))
+
     def data(self, value: object) -> None:
         # Values as the client decoded them: a short key is hidden only where it stands alone.
         print(self.scrub.values(json.dumps(value, ensure_ascii=False)), flush=True)
@@ -135,6 +142,16 @@ def diagnostics_text(diag: Diagnostics) -> str:
     if diag.transport_error is not None:
         text += f", transport_error={diag.transport_error!r}"
     return text
+
+
+def printable(text: str) -> str:
+    """``text`` itself when every character of it prints, else its ``repr()``.
+
+    A name a server sent may hold a newline, a terminal escape (C0, DEL, C1) or another
+    character ``str.isprintable`` refuses; shown raw, it would break "one per line" or reach
+    the terminal as a command. ``--json`` needs none of this: ``json.dumps`` escapes them.
+    """
+    return text if text.isprintable() else repr(text)
 
 
 def answer_text(value: object) -> str:

@@ -21,10 +21,27 @@ an object with exactly one of these keys:
   {"toxic":   {"yes_no": ["The text insults someone", "The text insults no one"]},
    "lang":    {"choice": {"en": "English", "fr": "French"}},
    "quality": {"score":  ["poor", "fair", "good"]}}
-Questions are asked in command-line order, files and flags alike; ids must be unique.
+Questions are asked in command-line order, files and flags alike; ids must be unique, and so
+must the option keys of a choice (a key given twice in a file's object is refused, too).
 --choice and --score take several values: put the state (or input file) first, or after `--`.
 
 """
+
+
+class _DuplicateKey(Exception):
+    """A JSON object of a questions file holds one key twice, which ``json.load`` would drop."""
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``object_pairs_hook`` of ``json.load``: the object, or `_DuplicateKey` naming a repeated key."""
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _DuplicateKey(key)
+            seen.add(key)
+    return obj
 
 
 def _question_from_json(spec: object) -> Any:
@@ -54,11 +71,15 @@ def questions_from_file(path: str) -> list[NamedQuestion]:
     """
     try:
         with open(path, encoding="utf-8") as file:
-            doc = json.load(file)
+            doc = json.load(file, object_pairs_hook=_unique_keys)
     except OSError as exc:
         raise InvalidQuestion(f"cannot read questions file {path!r}: {exc.strerror or exc}") from None
     except ValueError as exc:
         raise InvalidQuestion(f"questions file {path!r} is not JSON: {exc}") from None
+    except _DuplicateKey as exc:
+        raise InvalidQuestion(
+            f"questions file {path!r}: key {exc.args[0]!r} is given twice in one object; keys must be unique"
+        ) from None
     if not isinstance(doc, dict):
         raise InvalidQuestion(f"questions file {path!r} must hold a JSON object of id -> question")
     questions = []
@@ -81,6 +102,10 @@ def _question_from_flag(kind: str, values: list[str]) -> NamedQuestion:
         key, sep, text = item.partition("=")
         if not sep:
             raise InvalidQuestion(f"--choice {name}: expected KEY=TEXT, got {item!r}")
+        if key in options:
+            raise InvalidQuestion(
+                f"--choice {name}: option {key!r} is given twice; option keys must be unique"
+            )
         options[key] = text
     return NamedQuestion(name, Choice(options))
 
