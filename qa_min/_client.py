@@ -25,7 +25,7 @@ from ._errors import (
     InvalidResponse,
 )
 from ._lifecycle import Lifecycle
-from ._options import check_options, check_rate_limit, check_retry, number
+from ._options import COUNTS, check_options, check_rate_limit, check_retry, count, number
 from ._questions import Questions, Request, _Mismatch, _Spec, check_model
 from ._responses import AskResponse, BadShape, CoreResponse, ModelList, models_of, parse_object, usage_of
 from ._typing import UNSET, Unset, cast, readonly, short
@@ -160,7 +160,7 @@ class Client:
         self._life = Lifecycle(int(max_workers))  # owns "closed": everything below reads its token
         self._closing = self._life.closing
         pool = Pool(int(max_idle_per_host), float(number("idle_timeout", idle_timeout, 0)), self._closing)
-        max_body = int(number("max_response_bytes", max_response_bytes, 0))
+        max_body = count("max_response_bytes", max_response_bytes, COUNTS["max_response_bytes"])
         if transport is None:
             self._transport = Transport(origin, proxy_origin, pool, ssl_context, max_body)
         else:

@@ -18,17 +18,33 @@ if TYPE_CHECKING:
     from typing import Any, Optional
 
 
+# The options that count things: threads, idle connections, bytes. Each is an int (not a bool)
+# of at least this much; a float such as 1.5 is refused, not rounded.
+COUNTS = {"max_idle_per_host": 0, "max_workers": 1, "max_response_bytes": 1}
+
+
+def count(name: str, value: object, minimum: int) -> int:
+    """``value`` if it is an int (not a bool) >= ``minimum``, else ``InvalidOption``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise InvalidOption(f"{name} must be a whole number >= {minimum}, got {value!r}")
+    return value
+
+
 def number(name: str, value: object, minimum: float, allow_none: bool = False) -> Any:
-    """``value`` if it is a number in (``minimum``, ``_thread.TIMEOUT_MAX``], else ``InvalidOption``."""
+    """``value`` if it is a number of seconds in (``minimum``, ``_thread.TIMEOUT_MAX``].
+
+    Else ``InvalidOption``, saying the upper bound when ``value`` is over it.
+    """
     if value is None and allow_none:
         return None
     # TIMEOUT_MAX bounds what sockets and locks accept; "no limit" is None, not inf.
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, (int, float))
-        or not minimum < value <= _thread.TIMEOUT_MAX
-    ):
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not minimum < value:
         raise InvalidOption(f"{name} must be a finite number > {minimum:g}, got {value!r}")
+    if value > _thread.TIMEOUT_MAX:  # inf too (nan failed the test above)
+        most = int(_thread.TIMEOUT_MAX)  # CPython's is whole already: 9223372036 on 64-bit Linux
+        unlimited = " (None for no limit)" if allow_none else ""
+        kind = f"a finite number > {minimum:g} and at most {most} seconds{unlimited}"
+        raise InvalidOption(f"{name} must be {kind}, got {value!r}")
     return value
 
 
@@ -44,8 +60,8 @@ def check_options(
     budget = RetryBudget() if retry_budget is UNSET else retry_budget
     if budget is not None and not isinstance(budget, RetryBudget):
         raise InvalidOption(f"retry_budget must be a RetryBudget or None, got {short(retry_budget)}")
-    number("max_idle_per_host", max_idle_per_host, -1)
-    number("max_workers", max_workers, 0)
+    count("max_idle_per_host", max_idle_per_host, COUNTS["max_idle_per_host"])
+    count("max_workers", max_workers, COUNTS["max_workers"])
     for name, function in (("sleep", sleep), ("random", random)):
         if function is not None and not callable(function):
             raise InvalidOption(f"{name} must be a function, got {short(function)}")

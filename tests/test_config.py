@@ -52,14 +52,25 @@ Spec line -> tests:
   (more) bad option types raise InvalidOption, never TypeError/KeyError
       test_bad_client_option_raises_a_validation_error
       test_bad_option_with_a_listening_server_never_escapes_as_a_builtin_error
+  (more) counts (max_idle_per_host >= 0, max_workers >= 1, max_response_bytes >= 1) are ints
+      test_count_options_at_their_minimum_are_accepted (and the async one)
+      test_count_options_refuse_anything_but_a_whole_number_in_range (and the async one)
+  (more) seconds (timeout, idle_timeout, per-call timeout=) are > 0 and <= _thread.TIMEOUT_MAX
+      test_seconds_options_at_their_limits_are_accepted, test_per_call_timeout_at_the_limit_is_accepted
+      test_seconds_options_over_the_limit_name_the_limit
+      test_per_call_timeout_over_the_limit_names_the_limit
+      test_seconds_options_at_or_under_zero_keep_the_short_message
   (helper) test_listener_sees_a_connection: the "nothing was sent" probe itself works
 """
 
 from __future__ import annotations
 
+import _thread
+import asyncio
 import inspect
 import logging
 import math
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -440,6 +451,134 @@ def test_bad_per_call_option_raises_a_validation_error_and_sends_nothing(
         with pytest.raises(error) as caught:
             calls[operation]()
     assert isinstance(caught.value, qa.ValidationError)
+    assert listener.connections() == 0
+
+
+def _one(name: str, value: object) -> dict[str, Any]:
+    return {name: value}
+
+
+# The count options and their least valid value; each must be an int, not a float or a bool.
+COUNT_MINIMUMS = {"max_idle_per_host": 0, "max_workers": 1, "max_response_bytes": 1}
+ASYNC_COUNTS = ["max_idle_per_host", "max_response_bytes"]  # an AsyncClient has no max_workers
+
+
+def _not_counts(minimum: int) -> list[object]:
+    # One under the minimum, a fraction either side of it, the minimum as a float, a bool.
+    return [minimum - 1, minimum - 0.5, minimum + 0.5, float(minimum), float(minimum + 3), True, str(minimum)]
+
+
+def _count_refusal(name: str, value: object) -> str:
+    return f"^{name} must be a whole number >= {COUNT_MINIMUMS[name]}, got {re.escape(repr(value))}$"
+
+
+@pytest.mark.parametrize("name", list(COUNT_MINIMUMS))
+def test_count_options_at_their_minimum_are_accepted(svc: FakeService, name: str) -> None:
+    least = COUNT_MINIMUMS[name]
+    with qa.Client(base_url=svc.url, **_one(name, least)) as client:
+        if name == "max_workers":  # one worker thread really runs a call
+            assert isinstance(client.submit(client.ask, "x", Review).result(timeout=10).answers.toxic, bool)
+    with qa.Client(base_url=svc.url, **_one(name, least + 1)):
+        pass
+
+
+@pytest.mark.parametrize("name", ASYNC_COUNTS)
+def test_async_count_options_at_their_minimum_are_accepted(svc: FakeService, name: str) -> None:
+    async def make() -> None:
+        async with qa.AsyncClient(base_url=svc.url, **_one(name, COUNT_MINIMUMS[name])):
+            pass
+
+    asyncio.run(make())
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [pytest.param(n, v, id=f"{n}={v!r}") for n, least in COUNT_MINIMUMS.items() for v in _not_counts(least)],
+)
+def test_count_options_refuse_anything_but_a_whole_number_in_range(
+    listener: Listener, name: str, value: object
+) -> None:
+    # max_workers=0.5 used to pass here and fail at the first submit with a raw ValueError;
+    # max_response_bytes=1.5 then refused every response as over a "1-byte limit".
+    with pytest.raises(qa.InvalidOption, match=_count_refusal(name, value)):
+        qa.Client(base_url=listener.url, **_one(name, value))
+    assert listener.connections() == 0
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [pytest.param(n, v, id=f"{n}={v!r}") for n in ASYNC_COUNTS for v in _not_counts(COUNT_MINIMUMS[n])],
+)
+def test_async_count_options_refuse_anything_but_a_whole_number_in_range(
+    listener: Listener, name: str, value: object
+) -> None:
+    with pytest.raises(qa.InvalidOption, match=_count_refusal(name, value)):
+        qa.AsyncClient(base_url=listener.url, **_one(name, value))
+    assert listener.connections() == 0
+
+
+# Seconds are bounded by what locks and sockets accept: _thread.TIMEOUT_MAX (a whole number).
+MOST_SECONDS = _thread.TIMEOUT_MAX
+PAST_MOST_SECONDS = [math.nextafter(MOST_SECONDS, math.inf), MOST_SECONDS + 1, 1e10, math.inf]
+
+
+def _seconds_refusal(name: str, value: float, none_allowed: bool) -> str:
+    unlimited = r" \(None for no limit\)" if none_allowed else ""
+    most = f"at most {int(MOST_SECONDS)} seconds{unlimited}"
+    return f"^{name} must be a finite number > 0 and {most}, got {re.escape(repr(value))}$"
+
+
+@pytest.mark.parametrize("name", ["timeout", "idle_timeout"])
+def test_seconds_options_at_their_limits_are_accepted(svc: FakeService, name: str) -> None:
+    for value in (MOST_SECONDS, math.nextafter(0.0, 1.0)):
+        qa.Client(base_url=svc.url, **_one(name, value)).close()
+    with qa.Client(base_url=svc.url, **_one(name, MOST_SECONDS)) as client:
+        assert isinstance(client.ask("x", Review).answers.toxic, bool)
+
+
+@pytest.mark.parametrize(("name", "none_allowed"), [("timeout", True), ("idle_timeout", False)])
+@pytest.mark.parametrize("value", PAST_MOST_SECONDS, ids=repr)
+def test_seconds_options_over_the_limit_name_the_limit(
+    listener: Listener, name: str, none_allowed: bool, value: float
+) -> None:
+    # The message used to say "a finite number > 0, got 10000000000.0": true of the value.
+    with pytest.raises(qa.InvalidOption, match=_seconds_refusal(name, value, none_allowed)):
+        qa.Client(base_url=listener.url, **_one(name, value))
+    with pytest.raises(qa.InvalidOption, match=_seconds_refusal(name, value, none_allowed)):
+        qa.AsyncClient(base_url=listener.url, **_one(name, value))
+    assert listener.connections() == 0
+
+
+@pytest.mark.parametrize("name", ["timeout", "idle_timeout"])
+@pytest.mark.parametrize("value", [0, 0.0, -1, -math.inf, math.nan], ids=repr)
+def test_seconds_options_at_or_under_zero_keep_the_short_message(
+    listener: Listener, name: str, value: float
+) -> None:
+    # The upper bound is named only when the value is over it.
+    with pytest.raises(
+        qa.InvalidOption, match=f"^{name} must be a finite number > 0, got {re.escape(repr(value))}$"
+    ):
+        qa.Client(base_url=listener.url, **_one(name, value))
+    assert listener.connections() == 0
+
+
+def test_per_call_timeout_at_the_limit_is_accepted(svc: FakeService) -> None:
+    with qa.Client(base_url=svc.url) as client:
+        assert isinstance(client.ask("x", Review, timeout=MOST_SECONDS).answers.toxic, bool)
+
+
+@pytest.mark.parametrize("operation", ["ask", "list_models"])
+@pytest.mark.parametrize("value", PAST_MOST_SECONDS, ids=repr)
+def test_per_call_timeout_over_the_limit_names_the_limit(
+    listener: Listener, operation: str, value: float
+) -> None:
+    with qa.Client(base_url=listener.url, timeout=2.0) as client:
+        calls: dict[str, Callable[[], object]] = {
+            "ask": lambda: client.ask("x", Review, timeout=value),
+            "list_models": lambda: client.list_models(timeout=value),
+        }
+        with pytest.raises(qa.InvalidOption, match=_seconds_refusal("timeout", value, True)):
+            calls[operation]()
     assert listener.connections() == 0
 
 
