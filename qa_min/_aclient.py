@@ -7,7 +7,9 @@ limiter, hooks, redaction, ``Diagnostics``, ``MockTransport``. That client's tra
 opens a socket and its executor never starts: the I/O is ``_atransport``'s on the running
 loop, and the waiting is ``_asender``'s. See ``_ascope`` for cancellation.
 
-A client belongs to the event loop it first ran on: its connections are that loop's.
+A client belongs to the event loop it first ran on: its connections are that loop's. Once that
+loop is closed, ``aclose()`` still works, from any loop: the loop can no longer close the
+sockets, so the pool closes them itself; any later call raises ``ClientClosed``.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from ._asender import AioSender
 from ._atransport import AioMock, AioTransport
 from ._client import Client
 from ._constants import MAX_RESPONSE_BYTES
-from ._errors import InvalidOption
+from ._errors import ClientClosed, InvalidOption
 from ._responses import AskResponse, CoreResponse
 from ._typing import UNSET, Unset, readonly, short
 
@@ -104,8 +106,9 @@ class AsyncClient:
             transport=transport,
         )
         sync = core._transport
+        self._pool: Optional[AioPool] = None
         if transport is None:
-            pool = AioPool(sync.pool.max_idle, sync.pool.idle_timeout)
+            self._pool = pool = AioPool(sync.pool.max_idle, sync.pool.idle_timeout)
             self._transport: Union[AioTransport, AioMock] = AioTransport(sync, pool)
         else:
             self._transport = AioMock(sync)  # type: ignore[arg-type]
@@ -192,8 +195,12 @@ class AsyncClient:
     async def aclose(self) -> None:
         """Release every connection; calls in flight end with ``Canceled``. Idempotent.
 
-        Calls made afterwards raise ``ClientClosed``.
+        Calls made afterwards raise ``ClientClosed``. Awaited in any loop once the client's own
+        loop is closed (its calls ended with it): the sockets are closed without that loop.
         """
+        if self._loop is not None and self._loop.is_closed():
+            self._close_orphaned()
+            return
         if self._loop is not None:
             self._bind()
         self._core.close()  # the closing token: every call and wait stops; no call starts
@@ -213,6 +220,17 @@ class AsyncClient:
     ) -> None:
         await self.aclose()
 
+    def _close_orphaned(self) -> None:
+        """``aclose()`` once the loop this client ran on is closed: nothing can run on it, so no
+        call is in flight any more, and each socket is closed here (``AioPool.close_orphaned``)."""
+        self._core.close()
+        scopes = self._sender.scopes
+        for scope in scopes:
+            scope.close()  # a task of the closed loop, which will never run again
+        scopes.clear()
+        if self._pool is not None:
+            self._pool.close_orphaned()
+
     # -- the call machinery -----------------------------------------------------------------
 
     def _bind(self) -> asyncio.AbstractEventLoop:
@@ -224,6 +242,8 @@ class AsyncClient:
         if self._loop is None:
             self._loop = loop
         elif loop is not self._loop:
+            if self._core._closing.cancelled and self._loop.is_closed():
+                raise ClientClosed("the client is closed")  # whichever loop runs now
             state = "closed" if self._loop.is_closed() else "still running"
             raise WrongLoop(
                 f"this AsyncClient belongs to the event loop it first ran on ({state}), not the one "

@@ -16,6 +16,9 @@ While idle, the loop keeps reading the socket: a server that closes an idle conn
 at once (``lost``), and bytes it sends unasked make it unfit (``dirty``). That replaces the
 zero-timeout poll the threaded pool makes before reuse.
 
+A transport closes its socket on the loop's next turn, which a closed loop never takes: a pool
+left behind by a loop that ended is closed with ``AioPool.close_orphaned`` instead.
+
 Deadlines and cancellation are not handled here: the call's task is cancelled (see
 ``_ascope``) and every ``except BaseException`` below aborts the connection, so an interrupted
 exchange never reaches the pool.
@@ -24,6 +27,7 @@ exchange never reaches the pool.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 from ._connection import PoolClosed, Stopped, TunnelRefused, idle_clock
 from ._errors import MalformedHead, ProtocolError
@@ -53,6 +57,7 @@ class AioConnection(asyncio.Protocol):
         "idle_since",
         "key",
         "lost",
+        "raw",
         "received",
         "sent",
         "transport",
@@ -61,6 +66,7 @@ class AioConnection(asyncio.Protocol):
     def __init__(self, key: Hashable) -> None:
         self.key = key
         self.transport: Optional[asyncio.Transport] = None
+        self.raw: Optional[asyncio.Transport] = None  # the socket's, under any TLS layer
         self.idle_since = 0.0
         self.received = 0  # response bytes received in the current exchange
         self.sent = False  # the current exchange's request was handed to the socket
@@ -79,7 +85,7 @@ class AioConnection(asyncio.Protocol):
     # -- asyncio.Protocol -------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
+        self.transport = self.raw = transport  # type: ignore[assignment]
 
     def data_received(self, data: bytes) -> None:
         reader, waiter = self._reader, self._waiter
@@ -178,6 +184,29 @@ class AioConnection(asyncio.Protocol):
         if self.transport is not None:
             self.transport.abort()
 
+    def close_orphaned(self) -> None:
+        """Close at once a connection whose event loop is closed: its socket too, here and now.
+
+        ``abort()`` leaves the socket's closing to the loop's next turn, which a closed loop never
+        takes (scheduling it raises ``RuntimeError``): the socket would stay open until garbage
+        collection. asyncio has no public call for this, so the socket transport's own last step
+        (``_call_connection_lost``, which closes the socket) is run here, as the loop would have.
+        """
+        self.lost = self.aborted = True
+        self._reader = self._waiter = None  # a future of the closed loop: nothing may resolve it
+        raw, tls = self.raw, self.transport
+        # Each step may raise "Event loop is closed" where it would schedule the next on the loop.
+        with contextlib.suppress(RuntimeError):
+            if raw is not None:
+                raw.abort()  # marks it closing
+        finish = getattr(raw, "_call_connection_lost", None)
+        if finish is not None and getattr(raw, "_sock", None) is not None:
+            with contextlib.suppress(RuntimeError):
+                finish(None)  # closes the socket, whatever the protocol's connection_lost raises
+        if tls is not None and tls is not raw:
+            with contextlib.suppress(RuntimeError):
+                tls.abort()  # last: its socket closed, it now marks itself closed on any Python
+
 
 async def start_tls(conn: AioConnection, context: ssl.SSLContext, host: str) -> None:
     """TLS over ``conn``, the certificate checked against ``host``."""
@@ -269,3 +298,14 @@ class AioPool:
             conn.close()
         for conn in busy:
             conn.abort()
+
+    def close_orphaned(self) -> None:
+        """``close()`` once the loop that served the connections is closed: each socket closed
+        here, nothing scheduled on that loop (see ``AioConnection.close_orphaned``). Idempotent."""
+        self.closed = True
+        conns = [conn for stack in self._idle.values() for conn in stack]
+        conns.extend(self._busy)
+        self._idle.clear()
+        self._busy = set()
+        for conn in conns:
+            conn.close_orphaned()

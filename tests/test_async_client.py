@@ -13,8 +13,12 @@ side by side in ``test_scenarios.py``. Here:
       test_token_cancelled_before_the_call
   aclose(): calls in flight end promptly with Canceled, no socket leaks, later calls ClientClosed
       test_aclose_ends_calls_in_flight_and_leaks_no_socket, test_call_after_aclose_raises_client_closed
-  a client belongs to the loop it first ran on
-      test_a_call_from_another_loop_raises_a_clear_error
+  a client belongs to the loop it first ran on; once that loop ended, aclose() from any loop
+  closes every socket (plain and TLS), and a loop still running keeps its client
+      test_a_call_from_another_loop_raises_a_clear_error,
+      test_aclose_after_the_clients_loop_ended_closes_it_from_another_loop,
+      test_a_loop_still_running_keeps_its_client_until_it_closes,
+      test_aclose_after_the_loop_ended_closes_a_tls_connection_too
   keep-alive pool per host, bounded
       test_connections_are_reused_and_the_idle_pool_is_bounded
   pickles as its configuration; rate_limit as Client's; MockTransport handler on the loop's thread
@@ -27,22 +31,28 @@ side by side in ``test_scenarios.py``. Here:
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import pickle
+import ssl
 import threading
 import time
+import warnings
 from collections.abc import Coroutine
+from pathlib import Path
 from typing import Any, Optional, TypeVar
 
 import pytest
 
 import qa_min as qa
+from qa_min._ascope import WrongLoop
 from qa_min._fakehttp import Headers
 from qa_min._fakerules import DEFAULT_MODELS, RecordedRequest, apply_rules
 from qa_min.testing import FakeService, MockTransport, hang, reply
 
 T = TypeVar("T")
 PROMPT = 2.0  # seconds within which a cancelled call must have ended (generous: a shared CI box)
+BOUND = 5.0  # bounds waits for things that happen at once, so a bug fails instead of hanging
 
 
 class Review(qa.Questions):
@@ -334,6 +344,111 @@ def test_a_call_from_another_loop_raises_a_clear_error() -> None:
         run(once())
     assert isinstance(caught.value, qa.QAError)
     assert time.monotonic() - started < PROMPT
+
+
+def idle_socket(client: qa.AsyncClient) -> Any:
+    """The socket (asyncio's ``TransportSocket``) of the client's one idle connection."""
+    pool = client._transport.pool  # type: ignore[union-attr]
+    [conn] = [c for stack in pool._idle.values() for c in stack]
+    assert conn.transport is not None
+    return conn.transport.get_extra_info("socket")
+
+
+def service_sees_no_connection(svc: FakeService) -> bool:
+    """Wait (bounded) until the fake service has seen every connection closed by the client."""
+    state = svc._state
+    with state._cond:
+        return state._cond.wait_for(lambda: not state._conns, BOUND)
+
+
+def resource_warnings_now() -> list[str]:
+    """The ``ResourceWarning``s (unclosed transports) that collecting the garbage now gives."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        gc.collect()
+    return [str(w.message) for w in caught if issubclass(w.category, ResourceWarning)]
+
+
+@pytest.mark.parametrize("how", ["aclose", "async with"])
+def test_aclose_after_the_clients_loop_ended_closes_it_from_another_loop(svc: FakeService, how: str) -> None:
+    # The pytest pattern: a long-lived client, a fresh loop per test, the cleanup in another one.
+    client = qa.AsyncClient(base_url=svc.url, trust_env=False)
+
+    async def use() -> int:
+        return len((await client.list_models()).models)
+
+    async def close() -> None:
+        if how == "aclose":
+            await client.aclose()
+        else:
+            async with client:
+                pass
+
+    assert run(use()) == len(DEFAULT_MODELS)  # that loop is closed now; its connection idles
+    sock = idle_socket(client)
+    assert sock.fileno() != -1
+    run(close())  # no WrongLoop: the client's loop is gone, nothing can run on it
+    assert sock.fileno() == -1  # closed before aclose() returned
+    pool = client._transport.pool  # type: ignore[union-attr]
+    assert (pool.idle_count(), pool.busy_count()) == (0, 0)
+    assert service_sees_no_connection(svc)
+    assert resource_warnings_now() == []
+    run(client.aclose())  # idempotent, from yet another loop
+    with pytest.raises(qa.ClientClosed):
+        run(use())
+    assert svc.connections == 1
+
+
+def test_a_loop_still_running_keeps_its_client_until_it_closes(svc: FakeService) -> None:
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    client = qa.AsyncClient(base_url=svc.url, trust_env=False)
+
+    def on_its_loop(coro: Coroutine[Any, Any, T]) -> T:
+        return asyncio.run_coroutine_threadsafe(coro, loop).result(BOUND)
+
+    try:
+        on_its_loop(client.list_models())
+        sock = idle_socket(client)
+        with pytest.raises(WrongLoop, match="still running"):
+            run(client.list_models())
+        with pytest.raises(WrongLoop, match="still running"):
+            run(client.aclose())
+        assert sock.fileno() != -1  # nothing was closed: the client still works on its loop
+        on_its_loop(client.list_models())
+        assert svc.connections == 1
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(BOUND)
+        loop.close()
+    run(client.aclose())  # its loop ended: closed from this one
+    assert sock.fileno() == -1
+    assert service_sees_no_connection(svc)
+    with pytest.raises(qa.ClientClosed):
+        run(client.list_models())
+
+
+def test_aclose_after_the_loop_ended_closes_a_tls_connection_too(tmp_path: Path) -> None:
+    from tlshelpers import OpenSSLUnavailable, TLSService, make_certs
+
+    try:
+        certs = make_certs(tmp_path)
+    except OpenSSLUnavailable as exc:
+        pytest.skip(f"cannot make test certificates: {exc}")
+    with TLSService(certs.server_cert, certs.server_key) as service:
+        context = ssl.create_default_context(cafile=str(certs.ca))
+        client = qa.AsyncClient(base_url=service.url, trust_env=False, ssl_context=context)
+
+        async def use() -> int:
+            return len((await client.list_models()).models)
+
+        assert run(use()) > 0
+        sock = idle_socket(client)
+        run(client.aclose())
+        assert sock.fileno() == -1
+        assert resource_warnings_now() == []  # neither the TLS transport nor the socket's
+        assert service.handshakes == 1
 
 
 def test_connections_are_reused_and_the_idle_pool_is_bounded() -> None:
