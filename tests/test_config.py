@@ -54,7 +54,7 @@ Spec line -> tests:
       test_bad_option_with_a_listening_server_never_escapes_as_a_builtin_error
   (more) counts (max_idle_per_host >= 0, max_workers >= 1, max_response_bytes >= 1) are ints
       test_count_options_at_their_minimum_are_accepted (and the async one)
-      test_count_options_refuse_anything_but_a_whole_number_in_range (and the async one)
+      test_count_options_refuse_anything_but_a_whole_number_in_range (Client and AsyncClient)
   (more) seconds (timeout, idle_timeout, per-call timeout=) are > 0 and <= _thread.TIMEOUT_MAX
       test_seconds_options_at_their_limits_are_accepted, test_per_call_timeout_at_the_limit_is_accepted
       test_seconds_options_over_the_limit_name_the_limit
@@ -492,28 +492,21 @@ def test_async_count_options_at_their_minimum_are_accepted(svc: FakeService, nam
 
 
 @pytest.mark.parametrize(
-    ("name", "value"),
-    [pytest.param(n, v, id=f"{n}={v!r}") for n, least in COUNT_MINIMUMS.items() for v in _not_counts(least)],
+    ("make", "name", "value"),
+    [
+        pytest.param(make, n, v, id=f"{make.__name__}-{n}={v!r}")
+        for make, names in ((qa.Client, list(COUNT_MINIMUMS)), (qa.AsyncClient, ASYNC_COUNTS))
+        for n in names
+        for v in _not_counts(COUNT_MINIMUMS[n])
+    ],
 )
 def test_count_options_refuse_anything_but_a_whole_number_in_range(
-    listener: Listener, name: str, value: object
+    listener: Listener, make: Any, name: str, value: object
 ) -> None:
     # max_workers=0.5 used to pass here and fail at the first submit with a raw ValueError;
     # max_response_bytes=1.5 then refused every response as over a "1-byte limit".
     with pytest.raises(qa.InvalidOption, match=_count_refusal(name, value)):
-        qa.Client(base_url=listener.url, **_one(name, value))
-    assert listener.connections() == 0
-
-
-@pytest.mark.parametrize(
-    ("name", "value"),
-    [pytest.param(n, v, id=f"{n}={v!r}") for n in ASYNC_COUNTS for v in _not_counts(COUNT_MINIMUMS[n])],
-)
-def test_async_count_options_refuse_anything_but_a_whole_number_in_range(
-    listener: Listener, name: str, value: object
-) -> None:
-    with pytest.raises(qa.InvalidOption, match=_count_refusal(name, value)):
-        qa.AsyncClient(base_url=listener.url, **_one(name, value))
+        make(base_url=listener.url, **_one(name, value))
     assert listener.connections() == 0
 
 
