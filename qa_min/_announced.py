@@ -31,8 +31,17 @@ if TYPE_CHECKING:
     from typing import Optional
 
 EPOCH = 1e9  # a reset this large is a time (epoch seconds), not a delay
-_DURATION = r"(?:(\d+(?:\.\d*)?)h)?(?:(\d+(?:\.\d*)?)m(?!s))?(?:(\d+(?:\.\d*)?)s)?(?:(\d+(?:\.\d*)?)ms)?"
-_RFC3339 = r"(\d{4})-(\d\d)-(\d\d)[Tt ](\d\d):(\d\d):(\d\d)(\.\d+)?(?:([Zz])|([+-])(\d\d):(\d\d))"
+# ASCII digits only: ``\d`` would also match other scripts' digits, which ``float()`` reads.
+_DURATION = (
+    r"(?:([0-9]+(?:\.[0-9]*)?)h)?(?:([0-9]+(?:\.[0-9]*)?)m(?!s))?"
+    r"(?:([0-9]+(?:\.[0-9]*)?)s)?(?:([0-9]+(?:\.[0-9]*)?)ms)?"
+)
+_RFC3339 = (
+    r"([0-9]{4})-([0-9]{2})-([0-9]{2})[Tt ]([0-9]{2}):([0-9]{2}):([0-9]{2})(\.[0-9]+)?"
+    r"(?:([Zz])|([+-])([0-9]{2}):([0-9]{2}))"
+)
+# A number as the fields write one: no sign, no ``_``, no ``inf``/``nan`` (all of which ``float()`` takes).
+_DECIMAL = r"(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?"
 _OPENAI = ("x-ratelimit-limit-requests", "x-ratelimit-remaining-requests", "x-ratelimit-reset-requests")
 _ANTHROPIC = tuple(f"anthropic-ratelimit-requests-{part}" for part in ("limit", "remaining", "reset"))
 _GITHUB = ("x-ratelimit-limit", "x-ratelimit-remaining", "x-ratelimit-reset")
@@ -124,12 +133,9 @@ def _number(text: Optional[str]) -> Optional[float]:
     if text is None:
         return None
     text = text.strip()
-    if not text or not (text[0].isdigit() or text[0] == "."):
+    if re.fullmatch(_DECIMAL, text) is None:
         return None
-    try:
-        value = float(text)
-    except (ValueError, OverflowError):
-        return None
+    value = float(text)
     return value if value < 1e300 else None
 
 
@@ -176,8 +182,8 @@ def _timestamp(text: str) -> Optional[float]:
     if match is None:
         return None
     year, month, day, hour, minute, second = (int(part) for part in match.groups()[:6])
-    if not (1 <= month <= 12 and 1 <= day <= 31 and hour < 24 and minute < 60 and second < 61):
-        return None
+    if not (year >= 1 and 1 <= month <= 12 and 1 <= day <= 31 and hour < 24 and minute < 60 and second < 61):
+        return None  # year 0 too: calendar.timegm raises for it
     stamp = calendar.timegm((year, month, day, hour, minute, second, 0, 0, 0)) + float(match[7] or 0)
     if match[9]:
         offset = int(match[10]) * 3600 + int(match[11]) * 60

@@ -196,6 +196,11 @@ def test_github_epoch_reset() -> None:
         [("x-ratelimit-remaining-requests", "1e999")],
         [("anthropic-ratelimit-requests-remaining", "")],
         [("x-ratelimit-tokens-remaining", "5")],  # tokens, not requests: not a request limit
+        # float() reads these, the fields' grammar does not: digits are ASCII, no "_" or sign
+        [("x-ratelimit-remaining-requests", "1_0")],
+        [("x-ratelimit-remaining-requests", "\u0661\u0662")],  # Arabic-Indic 12
+        [("x-ratelimit-remaining-requests", "+5")],
+        [("x-ratelimit-remaining-requests", "infinity")],
     ],
 )
 def test_malformed_fields_are_ignored(fields: list[tuple[str, str]]) -> None:
@@ -210,6 +215,32 @@ def test_a_malformed_reset_is_no_reset() -> None:
         ("anthropic-ratelimit-requests-reset", "2025-13-40T99:00:00Z"),
     )
     assert bad_date.reset == 0.0
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        [("x-ratelimit-remaining", "5"), ("x-ratelimit-reset", "0000-01-01T00:00:00Z")],
+        [
+            ("anthropic-ratelimit-requests-remaining", "5"),
+            ("anthropic-ratelimit-requests-reset", "0000-01-01T00:00:00Z"),
+        ],
+        [("x-ratelimit-remaining-requests", "5"), ("x-ratelimit-reset-requests", "0000-01-01T00:00:00Z")],
+        [("RateLimit-Remaining", "5"), ("RateLimit-Reset", "0000-01-01T00:00:00Z")],
+        [("RateLimit", "limit=10, remaining=5, reset=0000-01-01T00:00:00Z")],
+        [("x-ratelimit-remaining", "5"), ("x-ratelimit-reset", "2026-01-01T00:00:00Z\u0661")],
+    ],
+)
+def test_a_reset_in_year_0_or_with_other_digits_is_no_reset(fields: list[tuple[str, str]]) -> None:
+    # calendar.timegm raises for year 0: the field is malformed, the rest of the response stands.
+    found = parse(fields, WALL)
+    assert found is not None
+    assert (found.remaining, found.reset) == (5, 0.0)
+
+
+def test_year_1_is_a_reset_long_past() -> None:
+    found = one(("x-ratelimit-remaining", "5"), ("x-ratelimit-reset", "0001-01-01T00:00:00Z"))
+    assert found.reset == 0.0
 
 
 NAMES = [
@@ -275,6 +306,7 @@ AS_STAMP = [
 @given(st.lists(st.tuples(st.sampled_from(NAMES), VALUES), max_size=6), st.floats(allow_nan=False))
 @example(AS_EPOCH, -math.inf)
 @example(AS_STAMP, -math.inf)
+@example([("x-ratelimit-remaining", "5"), ("x-ratelimit-reset", "0000-01-01T00:00:00Z")], 0.0)
 def test_the_parser_never_raises(fields: list[tuple[str, str]], wall: float) -> None:
     found = parse(fields, wall)
     if found is not None:
