@@ -144,37 +144,39 @@ class AioSender:
         if call.deadline is not None:
             left = max(0.0, call.deadline - time.monotonic())
             held = min(held, left)
-        call.delay = max(0.0, seconds - held)
-        call.rate_limit_wait = held
-        call.rate_limit_total += held
-        if call.deadline is not None:
             seconds = min(seconds, left)
+        started, early = time.monotonic(), True
         try:
             if woken is not None and self._sleep is asyncio.sleep:
-                await _until_woken(woken[0], woken[1], seconds)
+                early = await _until_woken(woken[0], woken[1], seconds)
             else:
                 await self._sleep(seconds)
+                early = False
         except asyncio.CancelledError as exc:
             raise scope.absorb(exc) from None
+        finally:
+            # A wait cut short (cancelled, or woken by the limiter) counts what it took.
+            taken = time.monotonic() - started if early else seconds
+            call.waited(seconds, held, taken)
         call.check()
 
 
-async def _until_woken(limiter: Limiter, waiter: Waiter, seconds: float) -> None:
+async def _until_woken(limiter: Limiter, waiter: Waiter, seconds: float) -> bool:
     """Wait ``seconds``, or until the limiter wakes ``waiter`` (an answer it was held for came).
 
     The limiter belongs to one client, which belongs to one loop: it wakes the waiter on the
     loop's thread, from ``report``, so the future is set directly.
     """
     loop = asyncio.get_running_loop()
-    future: asyncio.Future[None] = loop.create_future()
+    future: asyncio.Future[bool] = loop.create_future()
 
-    def wake() -> None:
+    def end(early: bool) -> None:
         if not future.done():
-            future.set_result(None)
+            future.set_result(early)
 
-    timer = loop.call_later(seconds, wake)
-    limiter.arm(waiter, wake)
+    timer = loop.call_later(seconds, end, False)
+    limiter.arm(waiter, lambda: end(True))
     try:
-        await future
+        return await future
     finally:
         timer.cancel()

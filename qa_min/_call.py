@@ -275,6 +275,16 @@ class CallState:
         if reason is not None:
             raise Canceled(reason)
 
+    def waited(self, seconds: float, held: float, taken: float) -> None:
+        """Note a wait before an attempt: ``seconds`` planned, the last ``held`` of them the rate
+        limiter's (after the backoff or the server's delay), that lasted ``taken`` (less when cut
+        short: cancelled, closed, or woken by the limiter)."""
+        delay = max(0.0, seconds - held)
+        taken = max(0.0, min(taken, seconds))
+        self.delay = min(delay, taken)
+        self.rate_limit_wait = max(0.0, min(held, taken - delay))
+        self.rate_limit_total += self.rate_limit_wait
+
     def wait(self, seconds: float, sleep: Callable[[float, threading.Event], object]) -> None:
         """Sleep ``seconds`` through ``sleep(seconds, wake)``, then ``check()``.
 

@@ -168,6 +168,14 @@ class RateLimitState(_ReadOnly):
             announced=told,
         )
 
+    def __reduce__(self) -> tuple[object, ...]:
+        # A snapshot travels as the values it was made of (pickle, copy, deepcopy).
+        from ._announced import Announcement
+
+        told = self.announced
+        announced = None if told is None else Announcement(**told)  # type: ignore[arg-type]
+        return (RateLimitState, (self.limit, self.per_second, self.paused_for, self.throttles, announced))
+
     def __repr__(self) -> str:
         pace = "unlimited" if self.per_second is None else f"paced at {self.per_second:.1f}/s"
         text = f"paused for {self.paused_for:.2f} s, then {pace}" if self.paused_for > 0 else pace

@@ -126,14 +126,19 @@ class Sender:
         """
         if call.deadline is not None:
             held = min(held, max(0.0, call.deadline - time.monotonic()))
-        call.delay = max(0.0, seconds - held)
-        call.rate_limit_wait = held
-        call.rate_limit_total += held
-        sleep, limiter = self._sleep, self.limiter
-        if waiter is not None and limiter is not None:
+        inner, limiter = self._sleep, self.limiter
+        woken: list[threading.Event] = []  # the wait's event, once it sleeps
 
-            def sleep(seconds: float, wake: threading.Event) -> object:
+        def sleep(seconds: float, wake: threading.Event) -> object:
+            woken.append(wake)
+            if waiter is not None and limiter is not None:
                 limiter.arm(waiter, wake.set)  # the limiter wakes it: no polling
-                return self._sleep(seconds, wake)
+            return inner(seconds, wake)
 
-        call.wait(seconds, sleep)
+        started = time.monotonic()
+        try:
+            call.wait(seconds, sleep)
+        finally:
+            # A wait cut short (cancelled, closed, or woken by the limiter) counts what it took.
+            taken = seconds if woken and not woken[0].is_set() else time.monotonic() - started
+            call.waited(seconds, held, taken)

@@ -119,22 +119,28 @@ def test_a_token_cancelled_from_a_thread_ends_a_wait_for_the_limiter() -> None:
     throttle = Throttle()
     token = qa.CancelToken()
 
-    async def main() -> tuple[BaseException, float]:
+    diagnostics = qa.Diagnostics()
+
+    async def main() -> tuple[BaseException, float, float]:
         async with qa.AsyncClient(base_url="http://h", transport=MockTransport(throttle)) as client:
             first = await _paused(client, throttle)
-            second = asyncio.ensure_future(client.ask("second", Review, cancel=token))
+            began = time.monotonic()
+            asked = client.ask("second", Review, cancel=token, diagnostics=diagnostics)
+            second = asyncio.ensure_future(asked)
             await asyncio.sleep(0.02)
             started = time.monotonic()
             threading.Thread(target=token.cancel).start()
             with pytest.raises(qa.Canceled) as caught:
                 await second
-            took = time.monotonic() - started
+            ended = time.monotonic()
             await first
-            return caught.value, took
+            return caught.value, ended - started, ended - began
 
-    error, took = asyncio.run(main())
+    error, took, lasted = asyncio.run(main())
     assert "cancelled" in str(error)
     assert took < PROMPT
+    # The wait it reports is the one it had, not the pause's whole length (400 ms).
+    assert 0.0 < diagnostics.rate_limit_wait <= lasted
 
 
 def test_a_wait_held_for_an_answer_ends_when_the_answer_comes() -> None:

@@ -13,8 +13,12 @@ Spec line -> tests (SPEC.md 7a, 6; the rate-limit issue):
   a 429/529 pauses the client: the throttled call sleeps once; others wait, counted in Diagnostics
       test_throttled_call_sleeps_once_for_the_delay_asked,
       test_other_calls_wait_out_the_pause_and_diagnostics_say_how_long
-  waiting for the limiter honours cancel=, timeout= and close(), and counts no attempt
-      test_wait_for_the_limiter_ends_at_once_on_cancel_timeout_and_close
+  waiting for the limiter honours cancel=, timeout= and close(), and counts no attempt; a wait
+  cut short reports what it lasted
+      test_wait_for_the_limiter_ends_at_once_on_cancel_timeout_and_close,
+      test_a_wait_cut_short_splits_what_it_lasted_into_delay_then_limiter
+  client.rate_limit is a snapshot that pickles and copies
+      test_a_rate_limit_snapshot_survives_pickle_and_copy
   a throttled call retried after the server's delay spends no retry budget; max_retries holds
       test_throttled_retry_after_the_servers_delay_spends_no_budget,
       test_throttled_call_without_a_delay_or_a_pace_or_retries_still_obeys_max_retries
@@ -30,7 +34,9 @@ Spec line -> tests (SPEC.md 7a, 6; the rate-limit issue):
 
 from __future__ import annotations
 
+import copy
 import logging
+import pickle
 import threading
 import time
 from collections.abc import Iterator
@@ -40,6 +46,7 @@ import pytest
 from support import BOUND, SleepRecorder, make_recording_client, wait_until
 
 import qa_min as qa
+from qa_min._call import CallState
 from qa_min._limiter import ABSORBED
 from qa_min.testing import FakeService, reply
 
@@ -248,6 +255,7 @@ def test_wait_for_the_limiter_ends_at_once_on_cancel_timeout_and_close(
     client, svc, sleep = paused
     token = qa.CancelToken()
     options: dict[str, Any] = {"cancel": token} if way != "timeout" else {"timeout": 0.3}
+    began = time.monotonic()
     thread, errors, diag = blocked_call(client, **options)
     assert sleep.waiting.wait(BOUND)
     fired = time.monotonic()
@@ -262,7 +270,8 @@ def test_wait_for_the_limiter_ends_at_once_on_cancel_timeout_and_close(
     assert words[way] in str(error)
     assert diag.attempts == 0  # waiting for the limiter is no attempt
     assert len(svc.requests) == 1
-    assert diag.rate_limit_wait > 0.0
+    # The wait it reports is the one it had, not the 30 s pause it was cut out of.
+    assert 0.0 < diag.rate_limit_wait <= time.monotonic() - began
 
 
 def test_throttled_retry_after_the_servers_delay_spends_no_budget(svc: FakeService) -> None:
@@ -404,3 +413,49 @@ def test_the_first_429_pauses_the_whole_default_client(svc: FakeService) -> None
     assert len(sleep.seconds) == 4
     assert all(29.0 < seconds <= 30.0 for seconds in sleep.seconds)
     assert all(29.0 < d.rate_limit_wait <= 30.0 for d in diags)
+
+
+@pytest.mark.parametrize(
+    ("taken", "delay", "held"),
+    [
+        (5.0, 2.0, 3.0),  # the whole wait: the backoff, then the limiter's part
+        (9.0, 2.0, 3.0),  # a sleep that overran counts what was planned
+        (2.5, 2.0, 0.5),  # cut short in the limiter's part
+        (2.0, 2.0, 0.0),  # exactly at the end of the backoff
+        (1.0, 1.0, 0.0),  # cut short in the backoff: nothing of the limiter's
+        (-1.0, 0.0, 0.0),  # a clock that went back
+    ],
+)
+def test_a_wait_cut_short_splits_what_it_lasted_into_delay_then_limiter(
+    taken: float, delay: float, held: float
+) -> None:
+    call = CallState(None, None)
+    call.rate_limit_total = 1.0  # an earlier wait of the same call
+    call.waited(5.0, 3.0, taken)
+    assert (call.delay, call.rate_limit_wait) == (delay, held)
+    assert call.rate_limit_total == 1.0 + held
+
+
+def test_a_rate_limit_snapshot_survives_pickle_and_copy() -> None:
+    svc = FakeService(rate_limit=(100, 5), announce="openai")
+    with svc, qa.Client(base_url=svc.url, api_key="k-snapshot") as client:
+        client.list_models()
+        state = client.rate_limit
+    assert state is not None
+    assert state.announced is not None
+    assert state.announced["style"] == "openai"
+    for twin in (
+        pickle.loads(pickle.dumps(state)),
+        copy.copy(state),
+        copy.deepcopy(state),
+    ):
+        assert type(twin) is type(state)
+        assert repr(twin) == repr(state)
+        assert (twin.limit, twin.state, twin.per_second, twin.paused_for, twin.throttles, twin.announced) == (
+            state.limit,
+            state.state,
+            state.per_second,
+            state.paused_for,
+            state.throttles,
+            state.announced,
+        )
