@@ -20,7 +20,8 @@ with a time: "go at t", "wait until woken", or "go now". Waiting is not done her
   guess, lie far ahead when many calls wait (an asyncio client that sent thousands at once, most
   of them throttled), and those calls slept on at the old pace.
 * **Throttled calls first.** A throttled call's retry takes the next slot (``Priority.RETRY``)
-  and the slots promised behind it move back one each, so no call absorbs repeated 429s.
+  and the slots promised behind it move back one each, so no call absorbs repeated 429s. With
+  no ceiling yet, a new call goes ``AFTER`` the throttled calls' slots, not with them.
 * **A last chance goes alone** (``Priority.LAST``): it waits until every attempt out has
   answered, for the latest pause and, with others waiting, two intervals after the latest
   success; then it goes while the others wait for its answer (``ALONE`` at most).
@@ -43,6 +44,7 @@ ALONE = 10.0  # s: the longest a last chance holds the others back (its answer e
 LOOK = 0.05  # s: under an announced pace, the longest a new call sleeps before it looks again...
 RISEN = 2.0  # ...and how much the pace must have risen since its slot was taken to bring it nearer
 LOOK_FAR = 1.0  # s: under a learned ceiling, the longest a new call sleeps before it looks again
+AFTER = 0.002  # s: with no ceiling, how long after a pause's throttled calls a new call goes
 
 
 class Priority(enum.IntEnum):
@@ -127,6 +129,7 @@ class Pacer:
         self.front = self.paused_until = -INF  # the throttled calls' next slot; a pause
         self.epoch = self.inflight = 0  # pauses and cuts; attempts waiting or out
         self.out = self._solo = 0  # attempts sent and not answered; last chances waiting
+        self.retrying = 0  # throttled calls waiting for their slot
         self.alone_until = self.last_ok = -INF  # a last chance out alone; the latest success
         self.token = 0.0  # the longest short server delay asked for: about a request's worth
         self._jumped = 0  # throttled calls that took a slot ahead of the schedule...
@@ -142,6 +145,7 @@ class Pacer:
         """Take a slot for ``waiter`` (``delay``: the call's own wait, None before a first
         attempt); the time it may go."""
         self.inflight += 1
+        self.retrying += waiter.priority is not Priority.NEW
         waiter.slot, waiter.loose = self._slot(now, delay, waiter.priority, pace)
         waiter.seen, waiter.rate = (self.epoch, self._jumped), pace.rate
         return waiter.slot
@@ -189,6 +193,7 @@ class Pacer:
             hold = None if waiter.due else waiter.slot - now
         if hold is None:
             self.out += 1
+            self.retrying -= waiter.priority is not Priority.NEW
             self._solo -= waiter.queued
             waiter.queued = False
             if waiter.priority is Priority.LAST:
@@ -204,6 +209,7 @@ class Pacer:
     def gave_up(self, now: float, waiter: Waiter) -> bool:
         """``waiter`` stopped waiting (cancelled, timed out, closed); whether to wake the others."""
         self.inflight -= 1
+        self.retrying -= waiter.priority is not Priority.NEW
         self._solo -= waiter.queued
         if waiter.priority and self.inflight == 0:
             # Nobody waits for this pause any more; the next call probes afresh.
@@ -263,6 +269,9 @@ class Pacer:
             self.front = slot + pace.spacing
             return slot, True
         if rate == INF:
+            if priority is Priority.NEW and self.retrying and earliest < self.front + AFTER:
+                # With no ceiling yet, the pause's end would be a race: throttled calls first.
+                earliest = self.front + AFTER
             return earliest, True
         interval, tolerance = self.spacing(rate)
         start = max(now, self.paused_until + tolerance + interval)

@@ -51,7 +51,7 @@ import pytest
 import qa_min as qa
 from qa_min import _policy
 from qa_min._limiter import Limiter
-from qa_min._pacer import ALONE, Pace, Priority, Waiter
+from qa_min._pacer import AFTER, ALONE, Pace, Priority, Waiter
 from qa_min._policy import (
     CUBE,
     CUBE_SHORT,
@@ -291,6 +291,36 @@ def test_pause_holds_every_call_from_the_first_429_even_without_a_pace() -> None
     naps.calls.clear()
     assert lim.acquire(30.0, Priority.RETRY, naps) == pytest.approx(130.0)
     assert naps.calls == [(30.0, 0.0)]  # the throttled call: exactly its own delay
+
+
+def test_with_no_ceiling_a_new_call_goes_after_the_pauses_throttled_call() -> None:
+    # Both would be due at the pause's end, and race: the throttled call goes first, AFTER ahead.
+    lim, clock = limiter()
+    lim.report(None, 429, 30.0)
+    retry_naps, new_naps = Naps(clock, advance=False), Naps(clock, advance=False)
+    slots: list[float] = []
+    retry_naps.during = lambda: slots.append(lim.acquire(None, Priority.NEW, new_naps))
+    assert lim.acquire(30.0, Priority.RETRY, retry_naps) == pytest.approx(130.0)
+    assert slots == [pytest.approx(130.0 + AFTER)]
+    assert lim.pacer.retrying == 0
+    # With no throttled call waiting, the pause alone holds a new call (SPEC.md 7a).
+    assert lim.acquire(None, Priority.NEW, new_naps) == pytest.approx(130.0)
+
+
+def test_a_throttled_call_that_stops_waiting_holds_no_new_call_back() -> None:
+    lim, clock = limiter()
+    lim.report(None, 429, 30.0)
+    naps = Naps(clock, advance=False)
+    waiting = lim.acquire(None, Priority.NEW, naps)  # keeps the pause from being an orphan
+
+    def stop(seconds: float, held: float, waiter: Optional[Waiter] = None) -> None:
+        raise qa.Canceled("the call was cancelled")
+
+    with pytest.raises(qa.Canceled):
+        lim.acquire(30.0, Priority.RETRY, stop)
+    assert lim.pacer.retrying == 0
+    assert lim.acquire(None, Priority.NEW, naps) == pytest.approx(130.0)
+    lim.report(waiting, 200, None)
 
 
 @pytest.mark.parametrize("others", [0, 1])
