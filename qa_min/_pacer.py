@@ -8,7 +8,8 @@ with a time: "go at t", "wait until woken", or "go now". Waiting is not done her
 * **One schedule** (the generic cell rate algorithm, 50 ms of burst unless ``burst`` says
   otherwise), its slots evenly spaced: spread at random around the same mean, they cost a fleet
   more 429s (benchmarks/RESULTS.md, fleets run 8). A ceiling the policy learned binds only
-  when more than one attempt is in flight or waiting; an explicit one always.
+  when more than one attempt is in flight or waiting; an explicit one always. A new call that
+  stops waiting (cancelled, timed out, closed) gives its slot back if it is the schedule's last.
 * **Shared pauses** (SPEC.md 7a): a 429/529's delay pauses every attempt of the client, from
   the first one, with no burst at its end. Slots promised for after it stay; a sleeper whose
   slot a newer pause covers moves behind it.
@@ -130,6 +131,8 @@ class Pacer:
         self.epoch = self.inflight = 0  # pauses and cuts; attempts waiting or out
         self.out = self._solo = 0  # attempts sent and not answered; last chances waiting
         self.retrying = 0  # throttled calls waiting for their slot
+        # The latest slot taken: (whose, the schedule's end before it, after it).
+        self._latest: Optional[tuple[Waiter, float, float]] = None
         self.alone_until = self.last_ok = -INF  # a last chance out alone; the latest success
         self.token = 0.0  # the longest short server delay asked for: about a request's worth
         self._jumped = 0  # throttled calls that took a slot ahead of the schedule...
@@ -146,7 +149,9 @@ class Pacer:
         attempt); the time it may go."""
         self.inflight += 1
         self.retrying += waiter.priority is not Priority.NEW
+        before = self.tat
         waiter.slot, waiter.loose = self._slot(now, delay, waiter.priority, pace)
+        self._latest = (waiter, before, self.tat)
         waiter.seen, waiter.rate = (self.epoch, self._jumped), pace.rate
         return waiter.slot
 
@@ -211,6 +216,11 @@ class Pacer:
         self.inflight -= 1
         self.retrying -= waiter.priority is not Priority.NEW
         self._solo -= waiter.queued
+        latest = self._latest
+        if latest is not None and latest[0] is waiter and latest[2] == self.tat and not waiter.priority:
+            # A new call's slot, the schedule's last and untouched since: it goes back (an
+            # earlier one would leave a hole the schedule cannot hold, and stays spent).
+            self.tat, self._latest = latest[1], None
         if waiter.priority and self.inflight == 0:
             # Nobody waits for this pause any more; the next call probes afresh.
             self.paused_until = min(self.paused_until, now)

@@ -406,6 +406,32 @@ def test_a_stopped_wait_gives_the_slot_back_and_lifts_an_orphan_pause() -> None:
     assert lim.pacer.inflight == 0
 
 
+def test_the_schedules_last_slot_goes_back_when_its_call_stops_waiting() -> None:
+    lim, clock = limiter(1, burst=1)  # one a second, even alone
+
+    def stop(seconds: float, held: float, waiter: Optional[Waiter] = None) -> None:
+        raise qa.Canceled("the call was cancelled")
+
+    naps = Naps(clock, advance=False)
+    assert lim.acquire(None, Priority.NEW, naps) == pytest.approx(100.0)
+    for _ in range(3):  # each waits for 101 and stops: the slot goes back each time
+        with pytest.raises(qa.Canceled):
+            lim.acquire(None, Priority.NEW, stop)
+    assert lim.acquire(None, Priority.NEW, naps) == pytest.approx(101.0)
+    # An earlier slot, with a later one taken since, stays spent: the schedule holds no hole.
+    later = Naps(clock, advance=False)
+    stopped: list[float] = []
+
+    def stop_after_another(seconds: float, held: float, waiter: Optional[Waiter] = None) -> None:
+        stopped.append(lim.acquire(None, Priority.NEW, later))  # 103, taken while this one waits
+        raise qa.Canceled("the call was cancelled")
+
+    with pytest.raises(qa.Canceled):
+        lim.acquire(None, Priority.NEW, stop_after_another)  # 102
+    assert stopped == [pytest.approx(103.0)]
+    assert lim.acquire(None, Priority.NEW, naps) == pytest.approx(104.0)
+
+
 def test_first_ceiling_is_half_the_pace_of_the_latest_successes() -> None:
     news: list[str] = []
     lim, clock = limiter(news=news)
