@@ -456,15 +456,15 @@ def test_a_newcomer_with_too_few_successes_guesses_the_same_first_ceiling(succes
     # ceiling" (another burst after the pause), but the first guess every client may make.
     news: list[str] = []
     lim, clock = limiter(news=news)
-    for i in range(successes):
-        lim.succeeded.append(clock.now - 0.01 * i)
+    for i in range(successes):  # 10/s: a pace, if COUNTED allowed, well under FIRST_GUESS
+        lim.succeeded.append(clock.now - 0.1 * (successes - i))
     lim.report(None, 429, 1.0)  # one call at a time: still no ceiling (and no absorbed 429s)
     assert ceiling(lim) is None
     assert not lim.absorbs()
 
     lim, clock = limiter(news=news)
     for i in range(successes):
-        lim.succeeded.append(clock.now - 0.01 * i)
+        lim.succeeded.append(clock.now - 0.1 * (successes - i))
     lim.pacer.inflight = 1  # another call of the client is out
     lim.report(None, 429, 1.0)
     assert ceiling(lim) == pytest.approx(FIRST_GUESS)
@@ -957,3 +957,24 @@ def test_a_learned_ceiling_takes_no_draw_from_the_clients_random_seam() -> None:
         assert seam == []
         gaps = [b - a for a, b in zip(slots[10:], slots[11:])]  # past the first 50 ms of burst
         assert gaps == [pytest.approx(0.05)] * len(gaps)  # 20/s, evenly
+
+
+def test_the_figures_the_docs_give_are_the_policys() -> None:
+    """docs/rate-limits.md states the policy's figures in words; each must be the constant's."""
+    from pathlib import Path
+
+    from qa_min import _steer
+
+    text = " ".join((Path(__file__).parent.parent / "docs" / "rate-limits.md").read_text().split())
+    words = {3.0: "tripling", 10.0: "tenfold", 0.125: "an eighth"}.get
+    cut, cut_short = f"{_policy.CUT:.0%}", f"{_policy.CUT_SHORT:.0%}"
+    figures = [
+        f"at least {_policy.REGROW_MIN:g} calls/s each second ({_policy.REGROW_SHORT:g} after millisecond",
+        f"none above {_policy.FIRST_GUESS:g} calls/s, {words(_policy.GROW_SHORT)} each second",
+        f"becomes {_policy.SHARE:.0%} of the pace that got through",
+        f"({cut} where 429s ask for a second, {cut_short} where they ask for milliseconds)",
+        f"{_policy.PLATEAU:g} s after a cut, it adds {_policy.CUBE:g} calls/s times the cube",
+        f"{words(_steer.START)} of the refill rate, growing {words(_steer.RAMP)} a second",
+    ]
+    for figure in figures:
+        assert figure in text, figure
