@@ -787,6 +787,21 @@ def test_a_measured_ceiling_is_cut_by_the_same_share_whatever_the_stretch() -> N
         assert lim.policy._guess == 0.0  # a measured ceiling: it regrows by calls/s, not a share
 
 
+@pytest.mark.parametrize(("pause", "share"), [(0.2, CUT), (0.199, CUT_SHORT)])  # LONG_PAUSE: 0.2 s
+def test_a_pause_of_long_pause_or_more_refilled_the_bucket(pause: float, share: float) -> None:
+    clock = Clock()
+    lim = engaged_at(2000, clock, pause=1.0)
+    clock.now = lim.pacer.paused_until
+    measured(clock, lim, 250, 20.0)
+    lim.report(clock.now - 0.001, 429, 1.0)  # a measured ceiling
+    clock.now = lim.pacer.paused_until
+    measured(clock, lim, 100, 1.0)  # less than the ceiling got through
+    before = ceiling(lim)
+    assert before is not None
+    lim.report(clock.now - 0.001, 429, pause)
+    assert ceiling(lim) == pytest.approx(share * before, rel=0.01)
+
+
 def test_short_stretches_make_no_estimate() -> None:
     clock = Clock()
     lim = engaged_at(2000, clock, pause=1.0)
