@@ -5,7 +5,9 @@ event. On asyncio the one way to interrupt an ``await``, wherever it is (connect
 handshake, the response, a backoff sleep), is to cancel the task, which is what ``Scope.stop``
 does, noting why. The code that catches the ``CancelledError`` asks ``absorb`` what it is:
 qa_min's own cancellation becomes ``Canceled`` with the reason (the call's timeout, its
-``CancelToken``, the client closing); a cancellation of the task by anyone else propagates.
+``CancelToken``, the client closing). A cancellation of the task by anyone else propagates, but
+only once the call has ended as a ``Canceled`` would (the attempt recorded, the hooks run, the
+caller's ``Diagnostics`` filled): ``absorb`` keeps it in ``foreign`` for the driver to raise.
 
 Three things stop a scope: a ``loop.call_at`` timer at the call's deadline (no task and no
 ``asyncio.wait_for`` per call: before Python 3.12 it creates a task and has races), the call's
@@ -36,7 +38,7 @@ class WrongLoop(QAError, RuntimeError):
 class Scope:
     """The task of one call, and why qa_min cancelled it (``reason``), if it did."""
 
-    __slots__ = ("_baseline", "_loop", "_open", "_task", "_timer", "absorbed", "reason")
+    __slots__ = ("_baseline", "_hook", "_loop", "_open", "_task", "_timer", "absorbed", "foreign", "reason")
 
     def __init__(self, loop: asyncio.AbstractEventLoop, call: CallState) -> None:
         task = asyncio.current_task(loop)
@@ -47,12 +49,17 @@ class Scope:
         self._open = True
         self.reason: Optional[str] = None
         self.absorbed = False
+        self.foreign: Optional[BaseException] = None  # a cancellation by anyone else, to raise
         uncancel = getattr(task, "cancelling", None)
         self._baseline = 0 if uncancel is None else uncancel()
         self._timer: Optional[asyncio.TimerHandle] = None
         if call.deadline is not None:
             at = loop.time() + (call.deadline - time.monotonic())
             self._timer = loop.call_at(at, self.stop, f"the call's timeout of {call.timeout:g} s expired")
+        # A token already cancelled registers nothing: the call's first check raises.
+        self._hook = None if call.token is None else call.token.hooked(self.stop_soon)
+        if self._hook is not None:
+            self._hook.__enter__()
 
     def stop(self, reason: str) -> None:
         """Cancel the call's task, once, unless the call is over. On the loop's thread only."""
@@ -68,13 +75,15 @@ class Scope:
             pass  # the loop is closed: so is every call on it
 
     def absorb(self, exc: BaseException) -> Canceled:
-        """The ``Canceled`` that a cancellation of ours becomes; re-raise ``exc`` otherwise."""
+        """The ``Canceled`` that the task's cancellation ``exc`` ends the call with. One by
+        anyone else is also kept in ``foreign``: the driver raises it once the call has ended."""
         if self.reason is None or self.absorbed:
-            raise exc
+            self.foreign = exc
+            return Canceled("the call's task was cancelled")
         self.absorbed = True
         uncancel = getattr(self._task, "uncancel", None)
         if uncancel is not None and uncancel() > self._baseline:
-            raise exc  # the task was also cancelled by someone else: theirs wins
+            self.foreign = exc  # the task was also cancelled by someone else: theirs wins
         return Canceled(self.reason)
 
     def close(self) -> None:
@@ -82,3 +91,5 @@ class Scope:
         self._open = False
         if self._timer is not None:
             self._timer.cancel()
+        if self._hook is not None:
+            self._hook.__exit__(None, None, None)

@@ -66,10 +66,6 @@ class AioSender:
         state = Attempts(sender.rules, request, policy, call)
         scope = Scope(loop, call)
         self.scopes.add(scope)
-        # A token already cancelled registers nothing: the first check raises.
-        hook = None if call.token is None else call.token.hooked(scope.stop_soon)
-        if hook is not None:
-            hook.__enter__()
         fresh = False
         try:
             while True:
@@ -105,10 +101,11 @@ class AioSender:
                     messages.retrying(decision.wait, call, error)
         except BaseException as exc:
             state.end(exc)
-            raise
+            if scope.foreign is None:
+                raise
+            # Recorded as the Canceled it became; the canceller gets its CancelledError.
+            raise scope.foreign from None
         finally:
-            if hook is not None:
-                hook.__exit__(None, None, None)
             scope.close()
             self.scopes.discard(scope)
 

@@ -8,6 +8,9 @@ side by side in ``test_scenarios.py``. Here:
   cancelling the awaiting task: CancelledError at once, the connection closed, never pooled
       test_cancelling_the_task_raises_cancelled_error_and_closes_the_connection,
       test_cancelling_a_task_during_the_backoff_sleep
+  ...and the call still ends as a Canceled would: Diagnostics filled, after_attempt run
+      test_cancelling_the_task_fills_diagnostics_and_runs_after_attempt,
+      test_cancelling_the_task_during_the_backoff_fills_diagnostics
   timeout= and cancel= raise Canceled (a token cancelled from another thread too)
       test_timeout_raises_canceled_and_drops_the_connection, test_token_cancelled_from_another_thread,
       test_token_cancelled_before_the_call
@@ -229,6 +232,79 @@ def test_cancelling_a_task_during_the_backoff_sleep() -> None:
 
     assert run(main()) < PROMPT
     assert len(mock.requests) == 1
+
+
+async def _cancel_from_outside(how: str, call: Coroutine[Any, Any, object], started: asyncio.Event) -> None:
+    """Await ``call`` and cancel its task ``how``, once ``started`` is set (the request is out)."""
+
+    async def cancel_when_started(task: asyncio.Task[object]) -> None:
+        await asyncio.wait_for(started.wait(), BOUND)
+        task.cancel()
+
+    if how == "task.cancel()":
+        task = asyncio.ensure_future(call)
+        canceller = asyncio.ensure_future(cancel_when_started(task))
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await canceller
+    elif how == "wait_for":
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(call, 0.1)
+    else:
+        with pytest.raises(TimeoutError):
+            async with asyncio.timeout(0.1):  # type: ignore[attr-defined]
+                await call
+
+
+@pytest.mark.parametrize("how", ["task.cancel()", "wait_for", "asyncio.timeout"])
+def test_cancelling_the_task_fills_diagnostics_and_runs_after_attempt(how: str) -> None:
+    if how == "asyncio.timeout" and not hasattr(asyncio, "timeout"):
+        pytest.skip("asyncio.timeout is Python 3.11+")
+    diagnostics = qa.Diagnostics()
+    events: list[qa.HookEvent] = []
+
+    async def main() -> None:
+        server, _, url = await serve(hold=True)
+        started = asyncio.Event()
+        hooks = {"before_attempt": [lambda e: started.set()], "after_attempt": [events.append]}
+        async with qa.AsyncClient(base_url=url, trust_env=False, hooks=hooks) as client:
+            await _cancel_from_outside(how, client.ask("x", Review, diagnostics=diagnostics), started)
+        server.close()
+
+    run(main())
+    # As for a Canceled: the request was written, so it is an attempt, shown to the hooks.
+    assert diagnostics.attempts == 1
+    assert [(a.number, a.status, a.error) for a in diagnostics.history] == [(1, None, "Canceled")]
+    assert diagnostics.elapsed > 0.0
+    assert [(e.stage, e.attempt, e.status) for e in events] == [("after_attempt", 1, None)]
+    assert isinstance(events[0].error, qa.Canceled)
+    assert "task was cancelled" in str(events[0].error)
+
+
+def test_cancelling_the_task_during_the_backoff_fills_diagnostics() -> None:
+    mock = MockTransport(lambda request: reply(503, {"detail": "busy"}))
+    diagnostics = qa.Diagnostics()
+
+    napping = asyncio.Event()
+
+    async def nap(seconds: float) -> None:
+        napping.set()
+        await asyncio.sleep(30)
+
+    async def main() -> None:
+        async with qa.AsyncClient(base_url="http://h", transport=mock, sleep=nap) as client:
+            task = asyncio.ensure_future(client.ask("x", Review, diagnostics=diagnostics))
+            await asyncio.wait_for(napping.wait(), BOUND)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+
+    run(main())
+    assert diagnostics.attempts == 1  # the 503, then the wait before the retry
+    assert diagnostics.status == 503
+    assert diagnostics.body is not None
+    assert "busy" in diagnostics.body
+    assert diagnostics.elapsed > 0.0
 
 
 def test_timeout_raises_canceled_and_drops_the_connection() -> None:
@@ -561,29 +637,28 @@ def test_a_cancel_of_the_task_that_comes_with_ours_propagates_on_3_11() -> None:
     from qa_min._ascope import Scope
     from qa_min._call import CallState
 
-    async def main() -> tuple[object, object]:
+    async def main() -> tuple[object, bool, object]:
         loop = asyncio.get_running_loop()
         scope = Scope(loop, CallState(None, None))
         scope.stop("the call was cancelled")  # ours...
         task = asyncio.current_task()
         assert task is not None
         task.cancel()  # ...and the caller's, before the task reaches its next await
+        absorbed: object = None
+        propagates = False
         try:
             await loop.create_future()
         except asyncio.CancelledError as exc:
-            try:
-                absorbed: object = scope.absorb(exc)
-            except asyncio.CancelledError:
-                absorbed = "propagated"
+            absorbed = scope.absorb(exc)
+            # The driver raises what ``foreign`` holds once the call has ended.
+            propagates = scope.foreign is exc
         scope.close()
         scope.stop("later")  # the call is over: nothing happens
-        return absorbed, scope.reason
+        return absorbed, propagates, scope.reason
 
-    absorbed, reason = run(main())
-    if sys.version_info >= (3, 11):
-        assert absorbed == "propagated"
-    else:
-        assert isinstance(absorbed, qa.Canceled)
+    absorbed, propagates, reason = run(main())
+    assert isinstance(absorbed, qa.Canceled)
+    assert propagates == (sys.version_info >= (3, 11))
     assert reason == "the call was cancelled"
 
 
