@@ -47,6 +47,11 @@ if TYPE_CHECKING:
     Timeout = Union[float, None, Unset]
 
 
+# Seconds aclose() waits for its cancelled calls to end. They take a loop turn or two; the bound
+# keeps aclose() prompt should a call's task never run again.
+_ENDING = 1.0
+
+
 def _rebuild(options: dict[str, Any]) -> AsyncClient:
     return AsyncClient(**options)
 
@@ -193,7 +198,8 @@ class AsyncClient:
         return core._models(data, call)
 
     async def aclose(self) -> None:
-        """Release every connection; calls in flight end with ``Canceled``. Idempotent.
+        """Release every connection; calls in flight end with ``Canceled``, their sockets closed
+        before it returns. Idempotent.
 
         Calls made afterwards raise ``ClientClosed``. Awaited in any loop once the client's own
         loop is closed (its calls ended with it): the sockets are closed without that loop.
@@ -204,9 +210,14 @@ class AsyncClient:
         if self._loop is not None:
             self._bind()
         self._core.close()  # the closing token: every call and wait stops; no call starts
-        for scope in list(self._sender.scopes):
+        scopes = list(self._sender.scopes)
+        for scope in scopes:
             scope.stop("the client was closed")
         self._transport.close()
+        if scopes:
+            # A call still connecting holds a socket the pool does not know yet: its task closes
+            # it when it takes the cancellation, a turn or two of the loop from now.
+            await asyncio.wait([scope.ended() for scope in scopes], timeout=_ENDING)
         await asyncio.sleep(0)  # the loop closes the sockets on its next turn: let it
 
     async def __aenter__(self) -> AsyncClient:

@@ -38,7 +38,18 @@ class WrongLoop(QAError, RuntimeError):
 class Scope:
     """The task of one call, and why qa_min cancelled it (``reason``), if it did."""
 
-    __slots__ = ("_baseline", "_hook", "_loop", "_open", "_task", "_timer", "absorbed", "foreign", "reason")
+    __slots__ = (
+        "_baseline",
+        "_ended",
+        "_hook",
+        "_loop",
+        "_open",
+        "_task",
+        "_timer",
+        "absorbed",
+        "foreign",
+        "reason",
+    )
 
     def __init__(self, loop: asyncio.AbstractEventLoop, call: CallState) -> None:
         task = asyncio.current_task(loop)
@@ -53,6 +64,7 @@ class Scope:
         uncancel = getattr(task, "cancelling", None)
         self._baseline = 0 if uncancel is None else uncancel()
         self._timer: Optional[asyncio.TimerHandle] = None
+        self._ended: Optional[asyncio.Future[None]] = None  # made by ``ended()``: few calls need it
         if call.deadline is not None:
             at = loop.time() + (call.deadline - time.monotonic())
             self._timer = loop.call_at(at, self.stop, f"the call's timeout of {call.timeout:g} s expired")
@@ -86,9 +98,19 @@ class Scope:
             self.foreign = exc  # the task was also cancelled by someone else: theirs wins
         return Canceled(self.reason)
 
+    def ended(self) -> asyncio.Future[None]:
+        """A future done once the call is over (``close``). On the loop's thread only."""
+        if self._ended is None:
+            self._ended = self._loop.create_future()
+            if not self._open:
+                self._ended.set_result(None)
+        return self._ended
+
     def close(self) -> None:
         """The call is over: later stops do nothing."""
         self._open = False
+        if self._ended is not None and not self._ended.done():
+            self._ended.set_result(None)
         if self._timer is not None:
             self._timer.cancel()
         if self._hook is not None:

@@ -16,6 +16,8 @@ side by side in ``test_scenarios.py``. Here:
       test_token_cancelled_before_the_call
   aclose(): calls in flight end promptly with Canceled, no socket leaks, later calls ClientClosed
       test_aclose_ends_calls_in_flight_and_leaks_no_socket, test_call_after_aclose_raises_client_closed
+  ...the sockets of calls still connecting closed too, before aclose() returns
+      test_aclose_closes_the_sockets_of_calls_still_connecting
   a client belongs to the loop it first ran on; once that loop ended, aclose() from any loop
   closes every socket (plain and TLS), and a loop still running keeps its client
       test_a_call_from_another_loop_raises_a_clear_error,
@@ -37,6 +39,7 @@ import asyncio
 import gc
 import os
 import pickle
+import socket
 import ssl
 import threading
 import time
@@ -390,6 +393,47 @@ def test_aclose_ends_calls_in_flight_and_leaks_no_socket() -> None:
     assert took < PROMPT
     assert still_open == 0
     assert leaked <= 0
+
+
+def open_sockets() -> int:
+    """Sockets this process holds open (a listener that never accepts adds none per connection)."""
+    count = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            count += os.readlink(f"/proc/self/fd/{fd}").startswith("socket:")
+        except OSError:
+            pass  # closed meanwhile
+    return count
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="counts sockets in /proc/self/fd")
+def test_aclose_closes_the_sockets_of_calls_still_connecting() -> None:
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(64)  # the kernel completes the connects; nobody accepts: no socket of its own
+    url = f"http://127.0.0.1:{listener.getsockname()[1]}"
+
+    async def aclose_after(turns: int) -> tuple[int, int, int, list[object]]:
+        base = open_sockets()
+        client = qa.AsyncClient(base_url=url, trust_env=False)
+        tasks = [asyncio.ensure_future(client.ask(f"t{i}", Review)) for i in range(5)]
+        for _ in range(turns):  # each call somewhere between its socket() and its request
+            await asyncio.sleep(0)
+        pool = client._transport.pool  # type: ignore[union-attr]
+        untracked = open_sockets() - base - pool.busy_count()  # connecting: not in the pool yet
+        await client.aclose()
+        left = open_sockets() - base
+        results = await asyncio.gather(*tasks, return_exceptions=True)
+        return untracked, left, open_sockets() - base, list(results)
+
+    try:
+        runs = [run(aclose_after(turns)) for turns in range(1, 16)]  # 0: no call started yet
+    finally:
+        listener.close()
+    assert any(untracked > 0 for untracked, _, _, _ in runs)  # some aclose() met calls connecting
+    for turns, (_, left, later, results) in enumerate(runs, 1):
+        assert (turns, left, later) == (turns, 0, 0)  # closed before aclose() returned
+        assert all(isinstance(r, qa.Canceled) and "closed" in str(r) for r in results), results
 
 
 def test_call_after_aclose_raises_client_closed() -> None:
