@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import math
+import sys
 
 from ._errors import InvalidOption
 
@@ -17,14 +18,21 @@ if TYPE_CHECKING:
 
     from ._announced import Announcement
 
+_FLOAT_MAX = sys.float_info.max
+
 
 def _check(name: str, value: object, whole: bool) -> None:
+    kind = "a whole number >= 1" if whole else "a finite number > 0"
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > _FLOAT_MAX:
+        # The limiter computes in floats; such an int would raise OverflowError there, and its
+        # repr may be too long to format.
+        too_large = f"and at most {_FLOAT_MAX:g}, got an int too large for a float"
+        raise InvalidOption(f"{name} must be {kind} {too_large}")
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         good = False
     else:
         good = isinstance(value, int) and value >= 1 if whole else value > 0
     if not good:
-        kind = "a whole number >= 1" if whole else "a finite number > 0"
         raise InvalidOption(f"{name} must be {kind}, got {value!r}")
 
 
@@ -57,7 +65,8 @@ class RateLimit(_ReadOnly):
 
     Raises:
         InvalidOption: ``per_second`` is not a finite number > 0, ``burst`` not a whole
-            number >= 1, ``adaptive`` not a bool, or a burst is given with nothing to pace.
+            number >= 1 (either one larger than the largest float), ``adaptive`` not a bool, or a
+            burst is given with nothing to pace.
     """
 
     __slots__ = ("adaptive", "burst", "per_second")
@@ -86,7 +95,7 @@ class RateLimit(_ReadOnly):
         so that together they never exceed this one's, unless ``n`` is larger than it.
 
         Raises:
-            InvalidOption: ``n`` is not a whole number >= 1.
+            InvalidOption: ``n`` is not a whole number >= 1, or is larger than the largest float.
         """
         _check("RateLimit.split n", n, whole=True)
         per_second = None if self.per_second is None else self.per_second / n

@@ -76,6 +76,10 @@ from qa_min._policy import (
         pytest.param({"per_second": sys.float_info.min}, id="per_second-smallest-positive"),
         pytest.param({"per_second": 1}, id="per_second-int"),
         pytest.param({"per_second": sys.float_info.max}, id="per_second-largest-finite"),
+        pytest.param({"per_second": int(sys.float_info.max)}, id="per_second-largest-int-a-float-holds"),
+        pytest.param(
+            {"per_second": 5, "burst": int(sys.float_info.max)}, id="burst-largest-int-a-float-holds"
+        ),
         pytest.param({"per_second": 5, "burst": 1}, id="burst-exactly-1"),
         pytest.param({"burst": 10}, id="burst-for-the-adaptive-ceiling"),
         pytest.param({"per_second": 5, "adaptive": False}, id="fixed-ceiling"),
@@ -98,7 +102,18 @@ def test_rate_limit_accepts_values_at_the_limits(kwargs: dict[str, Any]) -> None
         pytest.param({"per_second": math.nan}, "finite number", id="per_second-nan"),
         pytest.param({"per_second": True}, "finite number", id="per_second-bool"),
         pytest.param({"per_second": "10"}, "finite number", id="per_second-str"),
+        pytest.param(
+            {"per_second": int(sys.float_info.max) + 1},
+            "per_second must be a finite number > 0 and at most 1.79769e[+]308, got an int too large",
+            id="per_second-one-past-the-largest-float",
+        ),
+        pytest.param({"per_second": 10**400}, "got an int too large for a float", id="per_second-10**400"),
         pytest.param({"per_second": 5, "burst": 0}, "burst must be a whole number >= 1", id="burst-0"),
+        pytest.param(
+            {"per_second": 5, "burst": int(sys.float_info.max) + 1},
+            "burst must be a whole number >= 1 and at most 1.79769e[+]308, got an int too large for a float",
+            id="burst-one-past-the-largest-float",
+        ),
         pytest.param({"per_second": 5, "burst": 1.0}, "whole number", id="burst-float"),
         pytest.param({"per_second": 5, "burst": True}, "whole number", id="burst-bool"),
         pytest.param({"adaptive": 1}, "adaptive must be True or False", id="adaptive-int"),
@@ -160,6 +175,16 @@ def test_split_shares_the_rate_and_the_burst(limit: qa.RateLimit, n: int, share:
 def test_split_refuses_a_bad_count(n: Any) -> None:
     with pytest.raises(qa.InvalidOption, match="split n must be a whole number >= 1"):
         qa.RateLimit(10).split(n)
+
+
+def test_split_counts_up_to_the_largest_float() -> None:
+    # The share is per_second / n in floats: a larger int raised OverflowError there.
+    assert qa.RateLimit(1).split(int(sys.float_info.max)) == qa.RateLimit(1 / sys.float_info.max)
+    for n in (int(sys.float_info.max) + 1, 10**400):
+        with pytest.raises(
+            qa.InvalidOption, match=r"split n must be a whole number >= 1 and at most .*too large for a float"
+        ):
+            qa.RateLimit(1).split(n)
 
 
 # -- the limiter on an injected clock --------------------------------------------------------
