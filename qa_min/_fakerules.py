@@ -98,6 +98,14 @@ class TokenBucket:
         return (1.0 - self._tokens) / self._rate
 
 
+MAX_REFILL_SECONDS: Final = 1e10
+"""The longest a fake's bucket may take to fill from empty, ``burst / rate`` (about 317 years).
+
+Every delay and reset the fake tells is at most this, so each can be written: whole seconds and
+milliseconds as integers, and an RFC 3339 time that ``time.gmtime`` gives on every platform
+(Windows' stops at year 3000). A rate of ``1e-310`` made them infinite."""
+
+
 def throttle_headers(wait: float, style: str) -> HeaderPairs:
     """The 429's delay headers: ``Retry-After`` in whole seconds (rounded up), ``retry-after-ms``
     exact to the microsecond (rounded up, so never 0), both, or neither."""

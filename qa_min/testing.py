@@ -87,11 +87,20 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from collections.abc import Mapping, Sequence
 from typing import Final
 
 from ._fake import ServiceState
-from ._fakerules import ANNOUNCE_STYLES, DEFAULT_MODELS, RecordedRequest, Step, answer, classify
+from ._fakerules import (
+    ANNOUNCE_STYLES,
+    DEFAULT_MODELS,
+    MAX_REFILL_SECONDS,
+    RecordedRequest,
+    Step,
+    answer,
+    classify,
+)
 from ._mock import MockTransport
 
 __all__ = [
@@ -225,7 +234,9 @@ class FakeService:
 
     Raises:
         TypeError: ``models`` is a str, or ``rate_limit`` not a pair of numbers.
-        ValueError: ``rate_limit`` holds a rate that is not > 0 or a burst below 1,
+        ValueError: ``rate_limit`` holds a rate that is not > 0, a burst below 1, a number
+            larger than the largest float, or a bucket that takes more than ``1e10`` seconds
+            to fill (``burst / rate``: its delays and resets could not be written),
             ``retry_after`` is not one of the four styles, ``announce`` not one of its five,
             or ``announce`` is given without ``rate_limit``.
     """
@@ -351,13 +362,24 @@ class FakeService:
 
 
 def _bucket(rate_limit: object) -> tuple[float, float]:
-    """``(rate, burst)`` checked: a rate > 0 and a burst >= 1, both finite numbers."""
+    """``(rate, burst)`` checked: a rate > 0 and a burst >= 1, both finite numbers, and a bucket
+    that fills within ``MAX_REFILL_SECONDS``."""
     pair = tuple(rate_limit) if isinstance(rate_limit, (tuple, list)) else ()
-    if len(pair) != 2 or not all(
-        isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) for x in pair
-    ):
+    if len(pair) != 2 or not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in pair):
+        raise TypeError(f"rate_limit must be a (rate, burst) pair of finite numbers, not {rate_limit!r}")
+    if any(isinstance(x, int) and abs(x) > sys.float_info.max for x in pair):
+        # math.isfinite and float() raise OverflowError on such an int.
+        raise ValueError(
+            f"rate_limit's rate and burst must be at most {sys.float_info.max:g}, the largest float"
+        )
+    if not all(math.isfinite(x) for x in pair):
         raise TypeError(f"rate_limit must be a (rate, burst) pair of finite numbers, not {rate_limit!r}")
     rate, burst = float(pair[0]), float(pair[1])
     if not rate > 0 or not burst >= 1:
         raise ValueError(f"rate_limit needs a rate > 0 and a burst >= 1, not {rate_limit!r}")
+    if burst / rate > MAX_REFILL_SECONDS:
+        raise ValueError(
+            f"rate_limit needs burst / rate, the seconds its bucket takes to fill, to be at most "
+            f"{MAX_REFILL_SECONDS:g}, not {rate_limit!r}: a longer delay or reset cannot be written"
+        )
     return rate, burst

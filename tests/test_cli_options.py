@@ -75,7 +75,13 @@ BAD_NUMBERS = [
     (["fake", "--port", "http"], "argument --port: not an integer"),
     (["fake", "--rate-limit", "0", "5"], "argument --rate-limit: must be a finite number > 0"),
     (["fake", "--rate-limit", "5", "nan"], "argument --rate-limit: must be a finite number > 0"),
-    (["fake", "--rate-limit", "5", "0.5"], "--rate-limit: rate_limit needs a rate > 0 and a burst >= 1"),
+    (["fake", "--rate-limit", "5", "0.5"], "argument --rate-limit: BURST must be >= 1, got 0.5"),
+    (
+        ["fake", "--rate-limit", "1", "10000000001"],
+        "argument --rate-limit: BURST / RATE, the seconds the bucket takes to fill, must be <= 1e+10, "
+        "got 10000000001",
+    ),
+    (["fake", "--rate-limit", "1e-310", "1"], "argument --rate-limit: BURST / RATE, the seconds the bucket"),
 ]
 
 
@@ -92,6 +98,9 @@ def test_every_limit_itself_is_accepted() -> None:
     parse = _parser.build_parser().parse_args
     assert parse(["fake", "--port", "65535"]).port == 65535
     assert parse(["fake", "--port", "0"]).port == 0
+    assert parse(["fake", "--rate-limit", "5", "1"]).rate_limit == (5.0, 1.0)
+    assert parse(["fake", "--rate-limit", "1", "1e10"]).rate_limit == (1.0, 1e10)
+    assert parse(["fake", "--rate-limit", "1e-10", "1"]).rate_limit == (1e-10, 1.0)
     assert parse(["--retries", "1000", "models"]).retries == 1000
     assert parse(["--timeout", repr(_thread.TIMEOUT_MAX), "models"]).timeout == _thread.TIMEOUT_MAX
     assert parse(["batch", "--concurrency", "256", *QUESTION]).concurrency == 256

@@ -9,6 +9,7 @@ import math
 import pickle
 import socket
 import struct
+import sys
 import threading
 import time
 import urllib.parse
@@ -830,8 +831,24 @@ def test_counts_are_zero_without_a_rate_limit(svc: FakeService, connect: Connect
     [
         ((1, 1), None, ""),
         ((0.001, 1.0), None, ""),
+        ((1, 1e10), None, ""),
+        ((1e-10, 1), None, ""),
+        ((int(sys.float_info.max), 1), None, ""),
         ((0, 1), ValueError, "rate > 0"),
         ((1, 0.99), ValueError, "burst >= 1"),
+        (
+            (1, 1e10 + 1),
+            ValueError,
+            r"burst / rate, the seconds its bucket takes to fill, to be at most 1e\+10",
+        ),
+        (
+            (1e-310, 1),
+            ValueError,
+            r"burst / rate, the seconds its bucket takes to fill, to be at most 1e\+10",
+        ),
+        ((int(sys.float_info.max) + 1, 1), ValueError, r"must be at most 1.79769e\+308, the largest float"),
+        ((10**400, 5), ValueError, r"must be at most 1.79769e\+308, the largest float"),
+        ((5, 10**400), ValueError, r"must be at most 1.79769e\+308, the largest float"),
         ((1, math.inf), TypeError, "pair of finite numbers"),
         ((True, 1), TypeError, "pair of finite numbers"),
         ((1, 2, 3), TypeError, "pair of finite numbers"),
@@ -844,6 +861,22 @@ def test_rate_limit_is_checked(rate_limit: Any, error: type[Exception] | None, w
         return
     with pytest.raises(error, match=words):
         FakeService(rate_limit=rate_limit)
+
+
+@pytest.mark.parametrize("announce", ["none", "ietf", "ietf-draft", "openai", "anthropic"])
+def test_rate_limit_at_the_longest_refill_still_answers_its_429(connect: Connect, announce: str) -> None:
+    # A bucket filling in 1e10 s tells delays and resets that long; a longer one (a rate of
+    # 1e-310) made them infinite and crashed the handler on every 429.
+    with FakeService(rate_limit=(1e-10, 1), retry_after="both", announce=announce) as service:
+        conn = connect(service)
+        assert exchange(conn).status == 200
+        throttled = exchange(conn)
+        assert throttled.status == 429
+        assert throttled.getheader("Retry-After") == "10000000000"
+        assert 9_999_999_000_000.0 < float(throttled.getheader("retry-after-ms") or "nan") <= 1e13
+        if announce == "anthropic":
+            reset = throttled.getheader("anthropic-ratelimit-requests-reset") or ""
+            assert 2300 < int(reset[:4]) < 3000
 
 
 def test_retry_after_style_is_checked() -> None:

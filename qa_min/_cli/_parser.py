@@ -75,6 +75,30 @@ class _AddBatchQuestion(_AddQuestion):
         super().__call__(parser, namespace, values, option_string)
 
 
+class _RateLimitPair(argparse.Action):
+    """``--rate-limit RATE BURST``, each a finite number > 0 (its type): a bucket the fake can play."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Union[str, Sequence[Any], None],
+        option_string: Optional[str] = None,
+    ) -> None:
+        from .._fakerules import MAX_REFILL_SECONDS
+
+        rate, burst = list(values or [])
+        if burst < 1:
+            raise argparse.ArgumentError(self, f"BURST must be >= 1, got {burst:g}")
+        if burst / rate > MAX_REFILL_SECONDS:
+            raise argparse.ArgumentError(
+                self,
+                f"BURST / RATE, the seconds the bucket takes to fill, must be <= {MAX_REFILL_SECONDS:g}, "
+                f"got {burst / rate:.12g}",
+            )
+        setattr(namespace, self.dest, (rate, burst))
+
+
 def _positive_float(text: str) -> float:
     try:
         value = float(text)
@@ -196,6 +220,7 @@ def _add_fake_options(sub: argparse.ArgumentParser) -> None:
         "--rate-limit",
         nargs=2,
         type=_positive_float,
+        action=_RateLimitPair,
         metavar=("RATE", "BURST"),
         default=None,
         help="play a rate-limited service: a token bucket of BURST refilled at RATE a second; "
