@@ -771,6 +771,34 @@ def test_fake_refuses_a_rate_limit_it_cannot_play(run: Any, rate: str, burst: st
     assert "--rate-limit" in result.err
 
 
+def test_fake_announce_without_a_rate_limit_is_a_usage_error_naming_the_option(run: Any) -> None:
+    # It once read "error: UsageError: --announce: announce='openai' needs a rate_limit".
+    result = run("fake", "--port", "0", "--announce", "openai")
+    assert result.code == 2
+    assert result.err.startswith("usage: qa-min fake")
+    assert "qa-min fake: error: argument --announce: openai needs --rate-limit RATE BURST" in result.err
+    assert "UsageError" not in result.err
+    assert "rate_limit" not in result.err
+
+
+def test_fake_announces_with_a_rate_limit(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen: dict[str, str] = {}
+
+    def use_it() -> None:
+        url = json.loads(capsys.readouterr().out)["url"]
+        diagnostics = qa.Diagnostics()
+        with qa.Client(base_url=url, trust_env=False) as client:
+            client.list_models(diagnostics=diagnostics)
+        assert diagnostics.headers is not None
+        seen.update((name.lower(), value) for name, value in diagnostics.headers.items())
+
+    monkeypatch.setattr(_commands, "_serve_forever", _serve_then(use_it))
+    assert main(["--json", "fake", "--port", "0", "--rate-limit", "5", "5", "--announce", "openai"]) == 0
+    assert seen["x-ratelimit-limit-requests"] == "5"
+
+
 def test_fake_on_a_busy_port_exits_1(run: Any) -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))

@@ -82,6 +82,10 @@ BAD_NUMBERS = [
         "got 10000000001",
     ),
     (["fake", "--rate-limit", "1e-310", "1"], "argument --rate-limit: BURST / RATE, the seconds the bucket"),
+    (
+        ["fake", "--announce", "openai"],
+        "qa-min fake: error: argument --announce: openai needs --rate-limit RATE BURST, the limit",
+    ),
 ]
 
 

@@ -11,7 +11,7 @@ import sys
 import time
 
 from .. import Client, Request
-from ._output import UsageError, answer_text, client_options
+from ._output import answer_text, client_options
 from ._questions import collect_questions
 
 TYPE_CHECKING = False
@@ -81,7 +81,7 @@ def fake(args: argparse.Namespace, out: Output) -> int:
     from ..testing import FakeService
 
     try:
-        service = FakeService(  # checks the rate limit: ValueError, a usage error
+        service = FakeService(  # the parser checked what FakeService would refuse with ValueError
             api_key=args.api_key,
             host=args.host,
             port=args.port,
@@ -91,9 +91,6 @@ def fake(args: argparse.Namespace, out: Output) -> int:
             announce=args.announce,
         )
         service.start()
-    except ValueError as exc:
-        option = "--announce" if "announce" in str(exc) else "--rate-limit"
-        raise UsageError(f"{option}: {exc}") from None
     except OSError as exc:
         print(f"error: cannot listen on {args.host}:{args.port}: {exc.strerror or exc}", file=sys.stderr)
         return 1

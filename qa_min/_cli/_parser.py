@@ -246,8 +246,25 @@ def _add_fake_options(sub: argparse.ArgumentParser) -> None:
     sub.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print the URL as JSON")
 
 
+def _no_checks(args: argparse.Namespace) -> None:
+    pass
+
+
+def _fake_checks(sub: argparse.ArgumentParser) -> Callable[[argparse.Namespace], None]:
+    """What argparse cannot check option by option: ``--announce`` needs ``--rate-limit``."""
+
+    def check(args: argparse.Namespace) -> None:
+        if args.announce != "none" and args.rate_limit is None:
+            sub.error(
+                f"argument --announce: {args.announce} needs --rate-limit RATE BURST, the limit to announce"
+            )
+
+    return check
+
+
 def build_parser() -> argparse.ArgumentParser:
-    """The ``qa-min`` argument parser; each command sets ``run``, a function ``(args, out) -> code``."""
+    """The ``qa-min`` argument parser; each command sets ``run``, a function ``(args, out) -> code``,
+    and ``check``, run on the parsed ``args`` (a usage error exits as argparse's do)."""
     formatter = argparse.RawDescriptionHelpFormatter
     exits = exit_help()
     parser = argparse.ArgumentParser(
@@ -258,7 +275,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     _add_connection_options(parser, top=True)
-    parser.set_defaults(run=demo, questions=None)
+    parser.set_defaults(run=demo, questions=None, check=_no_checks)
     commands = parser.add_subparsers(title="commands", metavar="COMMAND")
 
     def command(name: str, run: Callable[[argparse.Namespace, Output], int], help: str, epilog: str) -> Any:
@@ -279,5 +296,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_connection_options(many, top=False)
     _add_batch_options(many)
     _add_question_options(many, _AddBatchQuestion)
-    _add_fake_options(command("fake", fake, "serve the fake service locally until Ctrl-C", ""))
+    serve = command("fake", fake, "serve the fake service locally until Ctrl-C", "")
+    _add_fake_options(serve)
+    serve.set_defaults(check=_fake_checks(serve))
     return parser
