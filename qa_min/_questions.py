@@ -145,6 +145,10 @@ class Choice(_Question[_T]):
             self._options = {k: k for k, _ in pairs}
         else:
             raise InvalidQuestion(f"a choice takes a dict or an Enum class, got {options!r}")
+        if {key for key, _ in pairs} == {"true", "false"}:
+            raise InvalidQuestion(
+                "options 'true' and 'false' are yes/no criteria on the wire, answered with a bool: use YesNo"
+            )
         self.criteria = dict(pairs)
 
     def __reduce__(self) -> tuple[object, ...]:
@@ -309,11 +313,10 @@ class Questions:
             )
         self.__dict__.update(answers)
 
-    def __setattr__(self, name: str, value: object) -> None:
+    def __setattr__(self, name: str, value: object = None) -> None:
         raise AttributeError(f"{type(self).__name__} answers are read-only")
 
-    def __delattr__(self, name: str) -> None:
-        raise AttributeError(f"{type(self).__name__} answers are read-only")
+    __delattr__ = __setattr__
 
     def __repr__(self) -> str:
         inner = ", ".join(f"{k}={v!r}" for k, v in self.__dict__.items())
@@ -348,9 +351,7 @@ class NamedQuestion:
         return (NamedQuestion, (self.name, self.question))
 
     def __eq__(self, other: object) -> bool:
-        return (
-            isinstance(other, NamedQuestion) and other.name == self.name and other.question == self.question
-        )
+        return isinstance(other, NamedQuestion) and (other.name, other.question) == (self.name, self.question)
 
     __hash__ = None  # type: ignore[assignment]
 
@@ -392,8 +393,7 @@ class Request:
         self.model = model
 
     def __repr__(self) -> str:
-        questions = list(self.questions)
-        return f"Request(state={short(self.state)}, questions={questions!r}, model={self.model!r})"
+        return f"Request(state={short(self.state)}, questions={list(self.questions)!r}, model={self.model!r})"
 
     def __reduce__(self) -> tuple[object, ...]:
         # Compiled again where it lands: the compiled form holds bound methods.

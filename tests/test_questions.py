@@ -34,8 +34,11 @@ Spec line -> tests:
       test_model_override_is_sent_for_one_call
   Validation before any byte is sent, ValidationError subclasses: NoQuestions,
   DuplicateQuestionName, empty or non-string names or state, yes/no with an empty text,
-  choice < 2 options, score < 2 levels, ...
+  choice < 2 options, a choice of exactly "true" and "false" (yes/no criteria), score < 2 levels,
+  ...
       test_no_questions, test_duplicate_question_name, test_bad_question_name,
+      test_choice_of_exactly_true_and_false_is_refused_as_a_yes_no,
+      test_choice_near_true_and_false_is_a_choice,
       test_bad_state_for_ask, test_bad_state_for_request, test_bad_question_definition,
       test_non_question_objects_are_refused, test_ask_refuses_what_is_not_a_questions_class,
       test_core_refuses_what_is_not_a_request, test_bad_model_is_refused_before_sending
@@ -590,6 +593,44 @@ def test_bad_question_definition(listener: Listener, make: Callable[[], object])
     with pytest.raises(qa.ValidationError):
         make()
     assert_nothing_sent(listener)
+
+
+class TrueFalse(enum.Enum):
+    true = "The claim is true"
+    false = "The claim is false"
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: qa.Choice({"true": "The claim is true", "false": "The claim is false"}),
+        lambda: qa.Choice({"false": "The claim is false", "true": "The claim is true"}),
+        lambda: qa.Choice(TrueFalse),
+    ],
+    ids=["dict", "dict-reversed", "enum"],
+)
+def test_choice_of_exactly_true_and_false_is_refused_as_a_yes_no(make: Callable[[], object]) -> None:
+    # Its wire criteria are exactly a yes/no question's (SPEC 1): the service answers a bool,
+    # and every call failed with InvalidResponse.
+    with pytest.raises(
+        qa.InvalidQuestion, match="'true' and 'false' are yes/no criteria on the wire"
+    ) as info:
+        make()
+    assert isinstance(info.value, qa.ValidationError)
+    assert "answered with a bool: use YesNo" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"true": "T", "false": "F", "unsure": "U"},
+        {"True": "T", "False": "F"},
+        {"true": "T", "no": "F"},
+    ],
+    ids=["three-options", "capitalised", "one-of-them"],
+)
+def test_choice_near_true_and_false_is_a_choice(options: dict[str, str]) -> None:
+    assert qa.Choice(options).criteria == options
 
 
 @pytest.mark.parametrize(
