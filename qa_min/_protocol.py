@@ -61,7 +61,7 @@ import re
 
 from ._diagnostics import ResponseHeaders
 from ._errors import BadFraming, IncompleteMessage, LimitExceeded, MalformedHead, ProtocolError
-from ._wire import HEX, SIZE_LINE, content_length, members, parse_fields, shown, status_line
+from ._wire import HEX, SIZE_LINE, byte_count, content_length, members, parse_fields, shown, status_line
 from ._wire import NEED_DATA as NEED_DATA
 from ._wire import Data as Data
 from ._wire import End as End
@@ -250,7 +250,7 @@ class ResponseReader:
             if length > self.limit:
                 if 200 <= status < 300:
                     raise LimitExceeded(
-                        f"the response body has {length} bytes, over the {self.limit}-byte limit"
+                        f"the response body has {byte_count(length)}, over the {self.limit}-byte limit"
                     )
                 self._left, self._reusable = self.limit, False
             if not self._left:

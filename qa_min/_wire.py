@@ -135,14 +135,24 @@ def members(values: list[bytes]) -> list[bytes]:
     return [m.strip(BLANK).lower() for value in values for m in value.split(b",") if m.strip(BLANK)]
 
 
+LENGTH_DIGITS = 40
+"""The significant digits of a Content-Length read exactly; a longer one reads as 10**40."""
+
+
 def content_length(values: list[bytes]) -> int:
     members = {m.strip(BLANK) for value in values for m in value.split(b",")}
     text = members.pop() if len(members) == 1 else b""
     if not text.isdigit():  # bytes.isdigit() is ASCII-only, unlike str.isdigit()
         raise BadFraming(f"invalid Content-Length {shown(b', '.join(values))}")
-    # Past 18 digits the value only matters as "more than any limit"; int() would also refuse
-    # a few thousand digits with a ValueError of its own.
-    return int(text) if len(text) < 19 else 1 << 62
+    # Leading zeros are allowed (1*DIGIT) and weigh nothing. Past 40 digits the value only
+    # matters as "more than any limit"; int() would refuse a few thousand with a ValueError.
+    digits = text.lstrip(b"0") or b"0"
+    return int(digits) if len(digits) <= LENGTH_DIGITS else 10**LENGTH_DIGITS
+
+
+def byte_count(length: int) -> str:
+    """A ``content_length`` for a message: exact, or a true bound for one too long to read."""
+    return f"{length} bytes" if length < 10**LENGTH_DIGITS else f"at least 10**{LENGTH_DIGITS} bytes"
 
 
 _SENDS_BODY = ("POST", "PUT", "PATCH")

@@ -9,6 +9,8 @@ and must give the same result each way: (status, fields, body, reusable) or the 
                                    test_http10_with_transfer_encoding_is_refused
   obs-fold ....................... test_obs_fold_becomes_one_sp
   Python's generous functions .... test_content_length_is_ascii_digits_only,
+                                   test_a_huge_content_length_is_refused_with_its_true_size,
+                                   test_leading_zeros_of_a_content_length_weigh_nothing,
                                    test_chunk_size_is_hex_digits_only, test_status_line_is_strict,
                                    test_field_values_refuse_controls, test_connection_tokens_are_exact
   ambiguous framing .............. test_ambiguous_framing_is_refused, test_te_with_cl_is_not_reused
@@ -282,6 +284,27 @@ def test_ambiguous_framing_is_refused(fields: bytes) -> None:
 
 def test_same_content_length_twice_is_one_length() -> None:
     assert read(ok(b"Content-Length: 5\r\ncontent-length: 5, 5\r\n", b"hello"))[2:] == (b"hello", True)
+
+
+@pytest.mark.parametrize(
+    ("value", "words"),
+    [
+        (b"99999999999999999999999999", "has 99999999999999999999999999 bytes, over the 20-byte limit"),
+        (b"9" * 40, f"has {'9' * 40} bytes, over the 20-byte limit"),
+        (b"0" * 30 + b"9" * 40, f"has {'9' * 40} bytes, over the 20-byte limit"),
+        (b"1" + b"0" * 40, "has at least 10**40 bytes, over the 20-byte limit"),
+        (b"9" * 5000, "has at least 10**40 bytes, over the 20-byte limit"),
+    ],
+    ids=["26-digits", "40-digits", "40-digits-after-zeros", "41-digits", "5000-digits"],
+)
+def test_a_huge_content_length_is_refused_with_its_true_size(value: bytes, words: str) -> None:
+    # Past 18 digits it was reported as 4611686018427387904 bytes, whatever it said.
+    refused(read(ok(b"Content-Length: " + value + b"\r\n", b"{}"), limit=20), qa.LimitExceeded, words)
+
+
+def test_leading_zeros_of_a_content_length_weigh_nothing() -> None:
+    # 1*DIGIT: twenty zeros and a 5 is 5 (it was read as a 19-digit number, over any limit).
+    assert read(ok(b"Content-Length: " + b"0" * 20 + b"5\r\n", b"hello"), limit=20)[2:] == (b"hello", True)
 
 
 def test_te_with_cl_is_read_as_chunked_and_not_reused() -> None:
