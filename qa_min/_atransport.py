@@ -79,10 +79,12 @@ class AioTransport:
         try:
             if conn is None:
                 # Opened here, not in a coroutine of its own: one frame less per call in flight.
-                conn = AioConnection(sync._key)
+                fresh = AioConnection(sync._key)
                 peer = sync.proxy or sync.origin
-                # The loop resolves the name (loop.getaddrinfo) unless it is an IP address.
-                await asyncio.get_running_loop().create_connection(conn.itself, peer.host, peer.port)
+                # The loop resolves the name (loop.getaddrinfo) unless it is an IP address. Until
+                # it is connected, conn stays None: Transport.failed then names the peer unreached.
+                await asyncio.get_running_loop().create_connection(fresh.itself, peer.host, peer.port)
+                conn = fresh
                 self._opened(conn)
                 if sync.origin.scheme == "https":
                     await self._secure(conn)

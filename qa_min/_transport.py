@@ -148,6 +148,8 @@ class Transport:
         try:
             if conn is None:
                 conn = self._open(call)
+                if self.origin.scheme == "https":
+                    self._secure(conn, call)
             status, headers, body, reusable = self._leased(conn, request, method, call)
             if status in (401, 407) and self._plain_proxy:
                 # A proxy that refused may leave the request body unread and the connection
@@ -205,10 +207,9 @@ class Transport:
         text = body.decode("utf-8", "replace")
         for secret in self._proxy_secrets:
             text = text.replace(secret, "[redacted]")
-        host = f"[{proxy.host}]" if ":" in proxy.host else proxy.host
         hint = "; check the proxy user name and password" if status in (401, 407) else ""
         reason = f"HTTP {status} {responses.get(status, '')}".rstrip()
-        error = ProxyError(f"proxy {host}:{proxy.port} refused {what}: {reason}{hint}", status=status)
+        error = ProxyError(f"proxy {_named(proxy)} refused {what}: {reason}{hint}", status=status)
         # A wrong or missing proxy password cannot succeed on retry; the retry loop decides others.
         error.retryable = status not in (401, 407)
         error.diagnostics.status = status
@@ -231,7 +232,8 @@ class Transport:
         return error, (None if isinstance(error, InvalidResponse) else exc)
 
     def _translate(self, exc: BaseException, conn: Optional[Connection], call: CallState) -> BaseException:
-        error = failure(exc, self.origin, call)
+        # No connection yet: connecting failed, and through a proxy the proxy is the host not reached.
+        error = failure(exc, self.origin, call, unreached=self.proxy if conn is None else None)
         if not isinstance(error, Canceled) and conn is not None and conn.idle_since and conn.received == 0:
             return _Stale(conn.sent, exc)
         return error
@@ -244,8 +246,6 @@ class Transport:
             self.pool.track(conn)
         except PoolClosed:
             raise Stopped from None
-        if self.origin.scheme == "https":
-            self._secure(conn, call)
         return conn
 
     def _secure(self, conn: Connection, call: CallState) -> None:
@@ -324,9 +324,12 @@ class _Stale(Exception):
         self.error = error
 
 
-def failure(exc: BaseException, origin: Origin, call: CallState) -> QAError:
+def failure(
+    exc: BaseException, origin: Origin, call: CallState, unreached: Optional[Origin] = None
+) -> QAError:
     """What an exchange that failed becomes above the transports: the one translation of
     network, protocol and size-cap errors, used by ``Transport`` and ``MockTransport`` alike.
+    ``unreached``: the proxy that could not be connected to, named as the host that failed.
 
     ``Canceled`` when the call was stopped (cancelled, timed out, client closed) whatever the
     error; ``InvalidResponse`` for a refused 2xx body (``BadFraming`` or ``LimitExceeded`` with
@@ -342,7 +345,10 @@ def failure(exc: BaseException, origin: Origin, call: CallState) -> QAError:
         reason = f"the call's timeout of {call.timeout:g} s expired"
     if reason is not None or isinstance(exc, Stopped):
         return Canceled(reason or "the call was cancelled")
-    error = ConnectionFailed(f"{origin.url()}: {_describe(exc)}")
+    where = (
+        origin.url() if unreached is None else f"cannot reach proxy {_named(unreached)} (for {origin.url()})"
+    )
+    error = ConnectionFailed(f"{where}: {_describe(exc)}")
     error.diagnostics.transport_error = exc
     error.retryable = not _is_certificate_error(exc)
     return error
@@ -370,6 +376,12 @@ def _is_certificate_error(exc: BaseException) -> bool:
 def _refusal(exc: ProtocolError) -> str:
     text = str(exc)
     return text if isinstance(exc, LimitExceeded) else f"the response body is malformed: {text}"
+
+
+def _named(proxy: Origin) -> str:
+    """A proxy as host:port, IPv6 in brackets; never its URL, which may hold its password."""
+    host = f"[{proxy.host}]" if ":" in proxy.host else proxy.host
+    return f"{host}:{proxy.port}"
 
 
 def _describe(exc: BaseException) -> str:

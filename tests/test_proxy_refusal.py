@@ -2,11 +2,13 @@
 
 The proxies here are raw sockets that answer with exact bytes, as squid and tinyproxy do (see
 ``test_real_proxies.py`` for the real ones): a CONNECT refused with 407, 401, 403 or 50x; a
-plain-http request refused with 407, or with a 401 the proxy wrote itself.
+plain-http request refused with 407, or with a 401 the proxy wrote itself. A proxy that cannot be
+reached is a ``ConnectionFailed`` naming the proxy as the host not reached.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import socket
 import threading
@@ -266,3 +268,58 @@ def test_proxy_answering_before_reading_the_body_is_read(size: int) -> None:
             error, diag = call(HTTP_ORIGIN, proxy.url(), state="x" * size)
             assert type(error) is qa.ProxyError, repr(error)
             assert (diag.status, diag.attempts) == (401, 1)
+
+
+# -- a proxy that cannot be reached -------------------------------------------------------------
+
+
+@pytest.fixture
+def closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def list_models_through(base_url: str, proxy: str, kind: str) -> tuple[qa.QAError, qa.Diagnostics]:
+    diag = qa.Diagnostics()
+    options: dict[str, Any] = {"base_url": base_url, "proxy": proxy, "trust_env": False}
+    try:
+        if kind == "async":
+
+            async def main() -> None:
+                async with qa.AsyncClient(**options) as client:
+                    await client.list_models(retry=qa.RetryPolicy.none, diagnostics=diag, timeout=10)
+
+            asyncio.run(main())
+        else:
+            with qa.Client(**options) as client:
+                client.list_models(retry=qa.RetryPolicy.none, diagnostics=diag, timeout=10)
+    except qa.QAError as exc:
+        return exc, diag
+    raise AssertionError("the call succeeded")
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+@pytest.mark.parametrize("origin", [HTTP_ORIGIN, HTTPS_ORIGIN], ids=["http", "https-connect"])
+def test_an_unreachable_proxy_is_named_as_the_host_not_reached(
+    closed_port: int, origin: str, kind: str
+) -> None:
+    # The message once read "http://api.example.invalid:8080: ... Connection refused", as if the
+    # service had refused.
+    proxy = f"http://{USER}:{PASSWORD}@127.0.0.1:{closed_port}"
+    error, diag = list_models_through(origin, proxy, kind)
+    assert type(error) is qa.ConnectionFailed
+    assert str(error).startswith(
+        f"cannot reach proxy 127.0.0.1:{closed_port} (for {origin}): ConnectionRefusedError: "
+    ), str(error)
+    assert isinstance(diag.transport_error, ConnectionRefusedError)
+    assert_no_password(error, diag)
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_a_proxy_reached_that_then_fails_names_the_service(kind: str) -> None:
+    with refusing(b"") as proxy:  # reads the request, then closes without an answer
+        error, _ = list_models_through(HTTP_ORIGIN, proxy.url(), kind)
+    assert type(error) is qa.ConnectionFailed
+    assert str(error).startswith(f"{HTTP_ORIGIN}: "), str(error)
+    assert "cannot reach proxy" not in str(error)
