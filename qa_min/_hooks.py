@@ -68,6 +68,24 @@ class HookEvent:
         """The request body (the JSON with the state and questions); empty for ``GET``."""
         return self._body
 
+    def __reduce__(self) -> tuple[object, ...]:
+        # Protocols 0 and 1 refuse a class with __slots__ and no __getstate__; built again from
+        # its arguments, it travels by every protocol.
+        return (
+            HookEvent,
+            (
+                self.stage,
+                self.method,
+                self.url,
+                self.attempt,
+                self._body,
+                self.status,
+                self.error,
+                self.duration,
+                self.request_id,
+            ),
+        )
+
     def __repr__(self) -> str:
         outcome = (
             "" if self.stage == "before_attempt" else f", status={self.status}, error={short(self.error)}"
