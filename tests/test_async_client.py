@@ -288,13 +288,15 @@ def test_cancelling_the_task_during_the_backoff_fills_diagnostics() -> None:
     mock = MockTransport(lambda request: reply(503, {"detail": "busy"}))
     diagnostics = qa.Diagnostics()
 
-    napping = asyncio.Event()
+    events: list[asyncio.Event] = []  # made on the loop: on 3.9 an Event binds a loop when made
 
     async def nap(seconds: float) -> None:
-        napping.set()
+        events[0].set()
         await asyncio.sleep(30)
 
     async def main() -> None:
+        napping = asyncio.Event()
+        events.append(napping)
         async with qa.AsyncClient(base_url="http://h", transport=mock, sleep=nap) as client:
             task = asyncio.ensure_future(client.ask("x", Review, diagnostics=diagnostics))
             await asyncio.wait_for(napping.wait(), BOUND)
