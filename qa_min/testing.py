@@ -337,7 +337,15 @@ class FakeService:
         self._state.set_answers(overrides)
 
     def script(self, *steps: Step) -> None:
-        """Queue ``steps``; each following request, on any path, consumes one in order."""
+        """Queue ``steps``; each following request, on any path, consumes one in order.
+
+        Raises:
+            TypeError: A step is not a `Step` (built by `reply`, `delay`, `hang`, ...).
+        """
+        for step in steps:
+            if not isinstance(step, Step):
+                # Checked here, in the test, rather than inside the handler thread that takes it.
+                raise TypeError(f"script() takes steps built by reply(), delay(), hang() ..., not {step!r}")
         self._state.script(steps)
 
     def wait_for_requests(self, n: int, timeout: float = 5.0) -> bool:

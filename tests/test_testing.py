@@ -488,6 +488,15 @@ def test_reply_rejects_bodies_json_cannot_encode() -> None:
         reply(200, {1, 2})
 
 
+@pytest.mark.parametrize("step", ["drop", None, 503, (503, "busy")])
+def test_script_refuses_what_is_not_a_step(svc: FakeService, connect: Connect, step: object) -> None:
+    # Queued, it would crash the handler thread that took it, and the client saw a dropped connection.
+    with pytest.raises(TypeError, match=r"script\(\) takes steps built by reply"):
+        svc.script(reply(503), step)  # type: ignore[arg-type]
+    assert get(connect(svc))[0] == 200  # nothing of the call was queued
+    assert len(svc.requests) == 1
+
+
 def test_drop_closes_without_a_response(svc: FakeService, connect: Connect) -> None:
     svc.script(drop())
     conn = connect(svc)
