@@ -15,7 +15,7 @@ import json
 import math
 import re
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
@@ -69,6 +69,21 @@ class Step:
     body: bytes = b""
     headers: HeaderPairs = ()
     seconds: float = 0.0
+
+
+def model_names(models: object) -> tuple[str, ...]:
+    """``models`` as the fake's tuple of names: a sequence of str, never one str.
+
+    Raises:
+        TypeError: ``models`` is a str, not iterable, or holds something other than a str.
+    """
+    if isinstance(models, (str, bytes)) or not isinstance(models, Iterable):
+        raise TypeError(f"models must be a sequence of names, not {models!r}")
+    names = tuple(models)
+    for name in names:
+        if not isinstance(name, str):
+            raise TypeError(f"models must hold str names, not {name!r}")
+    return names
 
 
 class TokenBucket:

@@ -19,7 +19,7 @@ from ._call import hooked
 from ._diagnostics import ResponseHeaders
 from ._errors import IncompleteMessage, InvalidResponse, ProtocolError
 from ._fakehttp import Headers
-from ._fakerules import DEFAULT_MODELS, HeaderPairs, RecordedRequest, Step, apply_rules
+from ._fakerules import DEFAULT_MODELS, HeaderPairs, RecordedRequest, Step, apply_rules, model_names
 from ._http import wire_fields
 from ._transport import cap_body, failure
 
@@ -61,6 +61,10 @@ class MockTransport:
         api_key: When set, the normal answer to a request without ``Bearer <api_key>`` is 401.
         models: The models the normal answers list and accept.
 
+    Raises:
+        TypeError: ``handler`` is not callable, or ``models`` is a str or holds something other
+            than str names.
+
     Attributes:
         requests: Every request received, in order (a snapshot list).
     """
@@ -76,7 +80,7 @@ class MockTransport:
             raise TypeError(f"handler must be a function of a RecordedRequest, got {handler!r}")
         self._handler = handler
         self._api_key = api_key
-        self._models = tuple(models)
+        self._models = model_names(models)
         self._lock = threading.Lock()
         self._requests: list[RecordedRequest] = []
 

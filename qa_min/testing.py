@@ -100,6 +100,7 @@ from ._fakerules import (
     Step,
     answer,
     classify,
+    model_names,
 )
 from ._mock import MockTransport
 
@@ -233,7 +234,8 @@ class FakeService:
             in this module's docstring). Needs ``rate_limit``.
 
     Raises:
-        TypeError: ``models`` is a str, or ``rate_limit`` not a pair of numbers.
+        TypeError: ``models`` is a str or holds something other than str names, or
+            ``rate_limit`` is not a pair of numbers.
         ValueError: ``rate_limit`` holds a rate that is not > 0, a burst below 1, a number
             larger than the largest float, or a bucket that takes more than ``1e10`` seconds
             to fill (``burst / rate``: its delays and resets could not be written),
@@ -253,8 +255,7 @@ class FakeService:
         retry_after: str = "seconds",
         announce: str = "none",
     ) -> None:
-        if isinstance(models, str):
-            raise TypeError("models must be a sequence of names, not a str")
+        models = model_names(models)
         if retry_after not in _RETRY_AFTER:
             raise ValueError(f"retry_after must be one of {', '.join(_RETRY_AFTER)}, not {retry_after!r}")
         if announce not in ANNOUNCE_STYLES:

@@ -274,6 +274,13 @@ def test_anything_else_as_transport_is_refused() -> None:
         qa.Client(base_url=URL, transport=object())  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize("models", ["judge-latest", ["judge-latest", 1], [None], 5])
+def test_models_must_be_a_sequence_of_str_names(models: Any) -> None:
+    # A str was read as the names of its letters; a name not a str crashed the normal answer.
+    with pytest.raises(TypeError, match="models must"):
+        MockTransport(models=models)
+
+
 def test_a_handler_must_be_callable() -> None:
     with pytest.raises(TypeError, match="handler must be a function"):
         MockTransport(42)  # type: ignore[arg-type]

@@ -231,6 +231,13 @@ def test_models_must_not_be_a_single_string() -> None:
         FakeService(models="judge-latest")
 
 
+@pytest.mark.parametrize("models", [["judge-latest", 1], [None], [b"judge-latest"], 5])
+def test_models_must_be_str_names(models: Any) -> None:
+    # Accepted, a name that is not a str crashed every GET /v1/models' handler thread.
+    with pytest.raises(TypeError, match="models must"):
+        FakeService(models=models)
+
+
 @pytest.mark.parametrize("model", ["judge-2.1", "judge-9.9", "judge-mini-1.0.3", "x-0.0"])
 def test_versioned_and_listed_models_are_accepted(svc: FakeService, connect: Connect, model: str) -> None:
     status, body = post(connect(svc), core_body(model=model))
