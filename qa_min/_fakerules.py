@@ -14,6 +14,7 @@ import hashlib
 import json
 import math
 import re
+import sys
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -84,6 +85,42 @@ def model_names(models: object) -> tuple[str, ...]:
         if not isinstance(name, str):
             raise TypeError(f"models must hold str names, not {name!r}")
     return names
+
+
+def header_pairs(headers: object) -> tuple[tuple[str, str], ...]:
+    """``reply``'s headers checked: a sequence of ``(name, value)`` pairs of str."""
+    pairs: list[tuple[str, str]] = []
+    for pair in (
+        headers if isinstance(headers, Iterable) and not isinstance(headers, (str, bytes)) else [None]
+    ):
+        if not (isinstance(pair, (tuple, list)) and len(pair) == 2 and all(isinstance(x, str) for x in pair)):
+            raise TypeError(f"headers must be a sequence of (name, value) pairs of str, not {headers!r}")
+        pairs.append((pair[0], pair[1]))
+    return tuple(pairs)
+
+
+def rate_bucket(rate_limit: object) -> tuple[float, float]:
+    """``FakeService``'s ``rate_limit`` as ``(rate, burst)``, checked: a rate > 0 and a burst
+    >= 1, both finite numbers, and a bucket that fills within ``MAX_REFILL_SECONDS``."""
+    pair = tuple(rate_limit) if isinstance(rate_limit, (tuple, list)) else ()
+    if len(pair) != 2 or not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in pair):
+        raise TypeError(f"rate_limit must be a (rate, burst) pair of finite numbers, not {rate_limit!r}")
+    if any(isinstance(x, int) and abs(x) > sys.float_info.max for x in pair):
+        # math.isfinite and float() raise OverflowError on such an int.
+        raise ValueError(
+            f"rate_limit's rate and burst must be at most {sys.float_info.max:g}, the largest float"
+        )
+    if not all(math.isfinite(x) for x in pair):
+        raise TypeError(f"rate_limit must be a (rate, burst) pair of finite numbers, not {rate_limit!r}")
+    rate, burst = float(pair[0]), float(pair[1])
+    if not rate > 0 or not burst >= 1:
+        raise ValueError(f"rate_limit needs a rate > 0 and a burst >= 1, not {rate_limit!r}")
+    if burst / rate > MAX_REFILL_SECONDS:
+        raise ValueError(
+            f"rate_limit needs burst / rate, the seconds its bucket takes to fill, to be at most "
+            f"{MAX_REFILL_SECONDS:g}, not {rate_limit!r}: a longer delay or reset cannot be written"
+        )
+    return rate, burst
 
 
 class TokenBucket:

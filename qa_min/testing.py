@@ -87,7 +87,6 @@ from __future__ import annotations
 
 import json
 import math
-import sys
 from collections.abc import Mapping, Sequence
 from typing import Final
 
@@ -95,12 +94,13 @@ from ._fake import ServiceState
 from ._fakerules import (
     ANNOUNCE_STYLES,
     DEFAULT_MODELS,
-    MAX_REFILL_SECONDS,
     RecordedRequest,
     Step,
     answer,
     classify,
+    header_pairs,
     model_names,
+    rate_bucket,
 )
 from ._mock import MockTransport
 
@@ -138,8 +138,11 @@ def reply(status: int, body: bytes | str | object = None, *, headers: Sequence[t
 
     Raises:
         ValueError: ``status`` is outside 200-599.
-        TypeError: ``body`` cannot be encoded as JSON.
+        TypeError: ``status`` is not an int, ``body`` cannot be encoded as JSON, or ``headers``
+            is not a sequence of ``(name, value)`` pairs of str.
     """
+    if isinstance(status, bool) or not isinstance(status, int):
+        raise TypeError(f"status must be an int within 200-599, not {status!r}")
     if not 200 <= status <= 599:
         # A 1xx would make http.client wait for a final response that never comes.
         raise ValueError(f"status must be within 200-599, not {status}")
@@ -152,6 +155,7 @@ def reply(status: int, body: bytes | str | object = None, *, headers: Sequence[t
         data = body.encode()
     else:
         data, content_type = json.dumps(body).encode(), "application/json"
+    headers = header_pairs(headers)
     names = {name.lower() for name, _ in headers}
     kept = tuple((name, value) for name, value in headers if name.lower() != "content-length")
     if content_type is not None and "content-type" not in names:
@@ -165,10 +169,16 @@ def delay(seconds: float) -> Step:
     `FakeService.close` cuts the wait short and drops the connection instead.
 
     Raises:
-        ValueError: ``seconds`` is negative.
+        TypeError: ``seconds`` is not a number.
+        ValueError: ``seconds`` is negative or not finite (`hang` never answers).
     """
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
+        raise TypeError(f"seconds must be a number, not {seconds!r}")
     if seconds < 0:
         raise ValueError(f"seconds must not be negative, not {seconds}")
+    if not math.isfinite(seconds):
+        # NaN and infinity would hold the request for ever, as hang() does.
+        raise ValueError(f"seconds must be finite, not {seconds}")
     return Step("delay", seconds=seconds)
 
 
@@ -267,7 +277,7 @@ class FakeService:
             models=models,
             prefix=prefix,
             address=(host, port),
-            rate_limit=None if rate_limit is None else _bucket(rate_limit),
+            rate_limit=None if rate_limit is None else rate_bucket(rate_limit),
             retry_after=retry_after,
             announce=announce,
         )
@@ -368,27 +378,3 @@ class FakeService:
         on such a connection finds it closed. Returns once those connections are gone.
         """
         self._state.close_idle_connections()
-
-
-def _bucket(rate_limit: object) -> tuple[float, float]:
-    """``(rate, burst)`` checked: a rate > 0 and a burst >= 1, both finite numbers, and a bucket
-    that fills within ``MAX_REFILL_SECONDS``."""
-    pair = tuple(rate_limit) if isinstance(rate_limit, (tuple, list)) else ()
-    if len(pair) != 2 or not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in pair):
-        raise TypeError(f"rate_limit must be a (rate, burst) pair of finite numbers, not {rate_limit!r}")
-    if any(isinstance(x, int) and abs(x) > sys.float_info.max for x in pair):
-        # math.isfinite and float() raise OverflowError on such an int.
-        raise ValueError(
-            f"rate_limit's rate and burst must be at most {sys.float_info.max:g}, the largest float"
-        )
-    if not all(math.isfinite(x) for x in pair):
-        raise TypeError(f"rate_limit must be a (rate, burst) pair of finite numbers, not {rate_limit!r}")
-    rate, burst = float(pair[0]), float(pair[1])
-    if not rate > 0 or not burst >= 1:
-        raise ValueError(f"rate_limit needs a rate > 0 and a burst >= 1, not {rate_limit!r}")
-    if burst / rate > MAX_REFILL_SECONDS:
-        raise ValueError(
-            f"rate_limit needs burst / rate, the seconds its bucket takes to fill, to be at most "
-            f"{MAX_REFILL_SECONDS:g}, not {rate_limit!r}: a longer delay or reset cannot be written"
-        )
-    return rate, burst

@@ -490,6 +490,25 @@ def test_reply_rejects_statuses_outside_200_599(status: int) -> None:
         reply(status)
 
 
+@pytest.mark.parametrize("status", ["200", 200.5, None, True])
+def test_reply_refuses_a_status_that_is_not_an_int(status: Any) -> None:
+    # "200" failed on a comparison of int and str; 200.5 was accepted and sent as 200.
+    with pytest.raises(TypeError, match="status must be an int"):
+        reply(status)
+
+
+@pytest.mark.parametrize("headers", ["x-a: b", [("x-a",)], [("x-a", 1)], [(b"x-a", b"b")], [None]])
+def test_reply_refuses_headers_that_are_not_pairs_of_str(headers: Any) -> None:
+    # A value that was not a str was accepted; a pair of the wrong length failed on unpacking.
+    with pytest.raises(TypeError, match=r"headers must be a sequence of \(name, value\) pairs of str"):
+        reply(200, headers=headers)
+
+
+def test_reply_takes_header_pairs_as_lists_or_tuples() -> None:
+    headers: Any = [["x-a", "1"], ("x-b", "2")]
+    assert reply(204, headers=headers).headers == (("x-a", "1"), ("x-b", "2"))
+
+
 def test_reply_rejects_bodies_json_cannot_encode() -> None:
     with pytest.raises(TypeError):
         reply(200, {1, 2})
@@ -582,6 +601,19 @@ def test_delay_serves_normally_after_the_delay(svc: FakeService, connect: Connec
 def test_delay_rejects_negative_seconds() -> None:
     with pytest.raises(ValueError, match="negative"):
         delay(-1)
+
+
+@pytest.mark.parametrize("seconds", [math.nan, math.inf])
+def test_delay_refuses_seconds_that_are_not_finite(seconds: float) -> None:
+    # A NaN delay held its request until close(), as hang() does, instead of serving it late.
+    with pytest.raises(ValueError, match="finite"):
+        delay(seconds)
+
+
+@pytest.mark.parametrize("seconds", ["1", None, True])
+def test_delay_refuses_seconds_that_are_not_a_number(seconds: Any) -> None:
+    with pytest.raises(TypeError, match="seconds must be a number"):
+        delay(seconds)
 
 
 def test_close_interrupts_a_delay(connect: Connect) -> None:
