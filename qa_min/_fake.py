@@ -119,7 +119,9 @@ class ServiceState:
                 target=accept_loop, args=(server, wake_r), name="qa_min-fake-accept", daemon=True
             )
             self._running = _Running(server, thread, wake_r, wake_w)
-            self.url = f"http://{self._address[0]}:{server.socket.getsockname()[1]}{self._prefix}"
+            host = self._address[0]
+            authority = f"[{host}]" if ":" in host else host  # an IPv6 literal is bracketed in a URL
+            self.url = f"http://{authority}:{server.socket.getsockname()[1]}{self._prefix}"
             if self._rate_limit is not None:
                 self._bucket = TokenBucket(*self._rate_limit, time.monotonic())
         thread.start()

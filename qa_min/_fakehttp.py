@@ -118,6 +118,9 @@ class Server(socketserver.TCPServer):
 
     def __init__(self, host: Host, address: tuple[str, int]) -> None:
         self.host = host
+        if ":" in address[0]:
+            # An IPv6 literal such as "::1": the class's AF_INET cannot bind it.
+            self.address_family = socket.AF_INET6
         super().__init__(address, Handler)
 
     def process_request(self, request: Any, client_address: Any) -> None:

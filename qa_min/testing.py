@@ -230,7 +230,8 @@ class FakeService:
         models: The model names listed by ``GET /v1/models`` and accepted by ``/v1/core``
             (versioned names are accepted whether listed or not).
         prefix: A path prefix the service lives under, e.g. ``"/api"``.
-        host: The address to listen on.
+        host: The address to listen on: a name, an IPv4 or an IPv6 literal (``"::1"``, bracketed in
+            `url`).
         port: The port to listen on; 0 picks a free one.
         rate_limit: ``(rate, burst)``: play a rate-limited service, a token bucket of
             ``burst`` tokens refilled at ``rate`` a second (full at start). A request that finds

@@ -812,6 +812,29 @@ def test_host_and_explicit_port(connect: Connect) -> None:
         assert get(connect(second))[0] == 200
 
 
+def ipv6_loopback() -> bool:
+    try:
+        with socket.socket(socket.AF_INET6) as probe:
+            probe.bind(("::1", 0))
+    except OSError:
+        return False
+    return True
+
+
+@pytest.mark.skipif(not ipv6_loopback(), reason="no IPv6 loopback")
+def test_an_ipv6_host_is_served_and_bracketed_in_the_url() -> None:
+    # "::1" failed to bind (gaierror: the server was AF_INET only), and its URL had no brackets.
+    with FakeService(host="::1") as svc:
+        split = urllib.parse.urlsplit(svc.url)
+        assert svc.url == f"http://[::1]:{split.port}"
+        assert split.hostname == "::1"
+        conn = http.client.HTTPConnection("::1", split.port, timeout=5)
+        try:
+            assert get(conn)[0] == 200
+        finally:
+            conn.close()
+
+
 # --- a rate-limited service --------------------------------------------------------------------
 
 
