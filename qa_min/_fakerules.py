@@ -123,6 +123,19 @@ def rate_bucket(rate_limit: object) -> tuple[float, float]:
     return rate, burst
 
 
+def check_address(api_key: object, prefix: object, host: object, port: object) -> None:
+    """The types of ``FakeService``'s key, prefix and address, and its port's range."""
+    if api_key is not None and not isinstance(api_key, str):
+        raise TypeError(f"api_key must be a str or None, not {api_key!r}")
+    for name, value in (("prefix", prefix), ("host", host)):
+        if not isinstance(value, str):
+            raise TypeError(f"{name} must be a str, not {value!r}")
+    if isinstance(port, bool) or not isinstance(port, int):
+        raise TypeError(f"port must be an int, not {port!r}")
+    if not 0 <= port <= 65535:
+        raise ValueError(f"port must be within 0-65535, not {port}")
+
+
 class TokenBucket:
     """``rate`` tokens a second, at most ``burst`` saved up; full at first. Not thread-safe:
     its owner holds a lock around it."""

@@ -62,8 +62,8 @@ class MockTransport:
         models: The models the normal answers list and accept.
 
     Raises:
-        TypeError: ``handler`` is not callable, or ``models`` is a str or holds something other
-            than str names.
+        TypeError: ``handler`` is not callable, ``api_key`` is not a str or None, or ``models``
+            is a str or holds something other than str names.
 
     Attributes:
         requests: Every request received, in order (a snapshot list).
@@ -78,6 +78,8 @@ class MockTransport:
     ) -> None:
         if handler is not None and not callable(handler):
             raise TypeError(f"handler must be a function of a RecordedRequest, got {handler!r}")
+        if api_key is not None and not isinstance(api_key, str):
+            raise TypeError(f"api_key must be a str or None, not {api_key!r}")
         self._handler = handler
         self._api_key = api_key
         self._models = model_names(models)

@@ -97,6 +97,7 @@ from ._fakerules import (
     RecordedRequest,
     Step,
     answer,
+    check_address,
     classify,
     header_pairs,
     model_names,
@@ -245,11 +246,13 @@ class FakeService:
             in this module's docstring). Needs ``rate_limit``.
 
     Raises:
-        TypeError: ``models`` is a str or holds something other than str names, or
+        TypeError: ``models`` is a str or holds something other than str names, ``api_key`` is
+            not a str or None, ``prefix`` or ``host`` not a str, ``port`` not an int, or
             ``rate_limit`` is not a pair of numbers.
-        ValueError: ``rate_limit`` holds a rate that is not > 0, a burst below 1, a number
-            larger than the largest float, or a bucket that takes more than ``1e10`` seconds
-            to fill (``burst / rate``: its delays and resets could not be written),
+        ValueError: ``port`` is outside 0-65535, ``rate_limit`` holds a rate that is not > 0,
+            a burst below 1, a number larger than the largest float, or a bucket that takes
+            more than ``1e10`` seconds to fill (``burst / rate``: its delays and resets could
+            not be written),
             ``retry_after`` is not one of the four styles, ``announce`` not one of its five,
             or ``announce`` is given without ``rate_limit``.
     """
@@ -267,6 +270,7 @@ class FakeService:
         announce: str = "none",
     ) -> None:
         models = model_names(models)
+        check_address(api_key, prefix, host, port)
         if retry_after not in _RETRY_AFTER:
             raise ValueError(f"retry_after must be one of {', '.join(_RETRY_AFTER)}, not {retry_after!r}")
         if announce not in ANNOUNCE_STYLES:

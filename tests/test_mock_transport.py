@@ -281,6 +281,13 @@ def test_models_must_be_a_sequence_of_str_names(models: Any) -> None:
         MockTransport(models=models)
 
 
+@pytest.mark.parametrize("api_key", [5, b"sk-test"])
+def test_the_api_key_must_be_a_str(api_key: Any) -> None:
+    # Accepted, it made every normal answer a 401, whatever key the client sent.
+    with pytest.raises(TypeError, match="api_key must be a str or None"):
+        MockTransport(api_key=api_key)
+
+
 def test_a_handler_must_be_callable() -> None:
     with pytest.raises(TypeError, match="handler must be a function"):
         MockTransport(42)  # type: ignore[arg-type]

@@ -812,6 +812,29 @@ def test_host_and_explicit_port(connect: Connect) -> None:
         assert get(connect(second))[0] == 200
 
 
+@pytest.mark.parametrize(
+    ("options", "error", "words"),
+    [
+        ({"api_key": 5}, TypeError, "api_key must be a str or None"),
+        ({"api_key": b"sk-test"}, TypeError, "api_key must be a str or None"),
+        ({"prefix": None}, TypeError, "prefix must be a str"),
+        ({"host": None}, TypeError, "host must be a str"),
+        ({"port": "8080"}, TypeError, "port must be an int"),
+        ({"port": 8080.0}, TypeError, "port must be an int"),
+        ({"port": True}, TypeError, "port must be an int"),
+        ({"port": -1}, ValueError, "port must be within 0-65535"),
+        ({"port": 65536}, ValueError, "port must be within 0-65535"),
+    ],
+)
+def test_key_prefix_host_and_port_are_checked(
+    options: dict[str, Any], error: type[Exception], words: str
+) -> None:
+    # These failed later, or never: api_key=5 answered every request 401, prefix=None raised
+    # AttributeError, port="8080" and port=-1 raised TypeError or OverflowError from start().
+    with pytest.raises(error, match=words):
+        FakeService(**options)
+
+
 def ipv6_loopback() -> bool:
     try:
         with socket.socket(socket.AF_INET6) as probe:
