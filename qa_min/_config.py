@@ -275,7 +275,9 @@ def env_proxy(origin: Origin, env: Mapping[str, str]) -> Optional[str]:
         return None
     # Not in typeshed, but public and documented in urllib.request since Python 3.2.
     bypass = getattr(urllib.request, "proxy_bypass_environment")  # noqa: B009
-    if bypass(origin.host, proxies):
+    # urllib asks with the URL's host[:port], so that an entry "host:port" matches too; and with
+    # the bare host, so that an IPv6 entry written without brackets ("::1") does as well.
+    if bypass(origin.netloc, proxies) or bypass(origin.host, proxies):
         return None
     return proxy
 

@@ -73,6 +73,7 @@ import math
 import re
 import threading
 import time
+import urllib.parse
 from collections.abc import Callable
 from typing import Any
 
@@ -795,3 +796,23 @@ def test_bad_key_errors_do_not_show_the_key(key: str) -> None:
     if key.strip():
         assert "SECRET" not in str(caught.value)
         assert "SECRET" not in repr(caught.value)
+
+
+# -- NO_PROXY -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("entry", ["{host}", "{host}:{port}", "example.com, {host}:{port}"])
+def test_no_proxy_entries_match_as_urllib_matches_them(monkeypatch: pytest.MonkeyPatch, entry: str) -> None:
+    # urllib matches NO_PROXY against the URL's host[:port]; a "host:port" entry was ignored
+    # (the client asked with the bare host) and the request went to the proxy.
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+        monkeypatch.delenv(name.lower(), raising=False)
+    with FakeService() as service, FakeService() as proxy:  # the proxy records what it is sent
+        split = urllib.parse.urlsplit(service.url)
+        monkeypatch.setenv("HTTP_PROXY", proxy.url)
+        monkeypatch.setenv("NO_PROXY", entry.format(host=split.hostname, port=split.port))
+        with qa.Client(base_url=service.url, retry=qa.RetryPolicy.none) as client:
+            client.list_models()
+        assert proxy.requests == []
+        assert [r.path for r in service.requests] == ["/v1/models"]
