@@ -107,29 +107,31 @@ class Origin:
 
     __slots__ = ("_auth", "host", "path", "port", "scheme", "source")
 
-    def __init__(self, url: object, what: str = "base_url") -> None:
+    def __init__(self, url: object, what: str = "base_url", via: Optional[str] = None) -> None:
+        """``what`` names the option in messages, ``via`` the environment variable it came from."""
         error = InvalidBaseUrl if what == "base_url" else InvalidOption
+        name = what if via is None else f"{what} from {via}"
         if not isinstance(url, str) or any(ch.isspace() or ord(ch) < 32 for ch in url):
-            raise error(f"{what} must be an http(s) URL without spaces, got {shown_url(url)}")
+            raise error(f"{name} must be an http(s) URL without spaces, got {shown_url(url)}")
         # The helpers catch; the errors are raised here, outside any except clause, so that
         # no __context__ carries the URL (and its password) along.
         parts, problem = _split(url)
         if parts is None:
-            raise error(f"{what} is not a valid URL ({problem}): {shown_url(url)}")
+            raise error(f"{name} is not a valid URL ({problem}): {shown_url(url)}")
         scheme = parts.scheme.lower()
         if scheme not in _DEFAULT_PORTS or not parts.hostname:
-            raise error(f"{what} must be an http or https URL with a host, got {shown_url(url)}")
+            raise error(f"{name} must be an http or https URL with a host, got {shown_url(url)}")
         if parts.query or parts.fragment:
-            raise error(f"{what} must not have a query or fragment, got {shown_url(url)}")
+            raise error(f"{name} must not have a query or fragment, got {shown_url(url)}")
         host, problem = _encoded_host(parts.hostname)
         if problem:
-            raise error(f"{what} has a host name IDNA cannot encode ({problem}): {shown_url(url)}")
+            raise error(f"{name} has a host name IDNA cannot encode ({problem}): {shown_url(url)}")
         self.scheme = scheme
         self.host = host
         self.port = parts.port if parts.port is not None else _DEFAULT_PORTS[scheme]
         self.path = quote(parts.path.rstrip("/"), safe=_PATH_SAFE)
         if what == "base_url" and (parts.username is not None or parts.password is not None):
-            raise error("base_url must not carry credentials; pass api_key instead")
+            raise error(f"{name} must not carry credentials; pass api_key instead")
         self._auth = (parts.username, parts.password)
         self.source = url  # as given, credentials included: for pickling a client
 
@@ -168,8 +170,8 @@ def resolve(
         raise MissingApiKey(
             "no API key: pass api_key= or set SERVICE_API_KEY (required for the public service)"
         )
-    proxy_url = proxy if proxy is not None else (env_proxy(origin, env) if trust_env else None)
-    proxy_origin = None if proxy_url is None else parse_proxy(proxy_url)
+    proxy_url, via = (proxy, None) if proxy is not None else env_proxy(origin, env)
+    proxy_origin = None if proxy_url is None else parse_proxy(proxy_url, via)
     return key, origin, proxy_origin, resolve_model(model, env)
 
 
@@ -182,8 +184,11 @@ def resolve_api_key(api_key: Optional[str], env: Mapping[str, str]) -> Optional[
 
 
 def resolve_base_url(base_url: Optional[str], env: Mapping[str, str]) -> Origin:
-    url = base_url if base_url is not None else from_env("SERVICE_BASE_URL", env)
-    return Origin(url if url is not None else PUBLIC_BASE_URL)
+    if base_url is not None:
+        return Origin(base_url)
+    url = from_env("SERVICE_BASE_URL", env)
+    # A bad value is reported under the variable's name: the caller passed no base_url.
+    return Origin(PUBLIC_BASE_URL) if url is None else Origin(url, via="SERVICE_BASE_URL")
 
 
 def is_public(origin: Origin) -> bool:
@@ -263,31 +268,35 @@ def endpoints(origin: Origin, proxy: Optional[Origin], common: Fields) -> Endpoi
     return Endpoints(core, models)
 
 
-def env_proxy(origin: Origin, env: Mapping[str, str]) -> Optional[str]:
-    """The proxy the environment names for ``origin``, by the standard library's rules."""
+def env_proxy(origin: Origin, env: Mapping[str, str]) -> tuple[Optional[str], Optional[str]]:
+    """The proxy the environment names for ``origin``, by the standard library's rules, and the
+    variable that names it (for messages); (None, None) for none."""
     if not any(key.lower().endswith("_proxy") for key in env):
-        return None  # keeps the heavy urllib.request import off the common path
+        return None, None  # keeps the heavy urllib.request import off the common path
     import urllib.request
 
     proxies = urllib.request.getproxies_environment()
-    proxy = proxies.get(origin.scheme) or proxies.get("all")
+    scheme = origin.scheme if proxies.get(origin.scheme) else "all"
+    proxy = proxies.get(scheme)
     if not proxy:
-        return None
+        return None, None
     # Not in typeshed, but public and documented in urllib.request since Python 3.2.
     bypass = getattr(urllib.request, "proxy_bypass_environment")  # noqa: B009
     # urllib asks with the URL's host[:port], so that an entry "host:port" matches too; and with
     # the bare host, so that an IPv6 entry written without brackets ("::1") does as well.
     if bypass(origin.netloc, proxies) or bypass(origin.host, proxies):
-        return None
-    return proxy
+        return None, None
+    return proxy, f"{scheme.upper()}_PROXY"
 
 
-def parse_proxy(url: str) -> Origin:
+def parse_proxy(url: str, via: Optional[str] = None) -> Origin:
+    """The proxy's origin; ``via`` names the environment variable ``url`` came from, if any."""
     if isinstance(url, str) and "://" not in url:
         url = "http://" + url
-    proxy = Origin(url, "proxy")
+    proxy = Origin(url, "proxy", via)
     if proxy.scheme != "http":
-        raise InvalidOption(f"only http:// proxies are supported, got {shown_url(url)}")
+        name = "proxy" if via is None else f"proxy from {via}"
+        raise InvalidOption(f"only http:// proxies are supported ({name}), got {shown_url(url)}")
     return proxy
 
 

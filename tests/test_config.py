@@ -816,3 +816,49 @@ def test_no_proxy_entries_match_as_urllib_matches_them(monkeypatch: pytest.Monke
             client.list_models()
         assert proxy.requests == []
         assert [r.path for r in service.requests] == ["/v1/models"]
+
+
+# -- a bad value from the environment is reported under its variable's name ------------------
+
+
+def test_a_bad_service_base_url_names_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The message said "base_url must be ...", to a caller who passed no base_url.
+    monkeypatch.setenv("SERVICE_BASE_URL", "ftp://example.com")
+    with pytest.raises(
+        qa.InvalidBaseUrl, match=r"^base_url from SERVICE_BASE_URL must be an http or https URL"
+    ):
+        qa.Client(api_key=KEY)
+    with pytest.raises(qa.InvalidBaseUrl, match=r"^base_url must be an http or https URL"):
+        qa.Client(api_key=KEY, base_url="ftp://example.com")
+
+
+@pytest.mark.parametrize(
+    ("variable", "base_url", "value", "words"),
+    [
+        (
+            "HTTP_PROXY",
+            "http://api.example",
+            "socks5://p:1080",
+            "proxy from HTTP_PROXY must be an http or https URL",
+        ),
+        (
+            "HTTPS_PROXY",
+            "https://api.example",
+            "http://p:notaport",
+            "proxy from HTTPS_PROXY is not a valid URL",
+        ),
+        ("ALL_PROXY", "https://api.example", "http://p:3128?x", "proxy from ALL_PROXY must not have a query"),
+    ],
+)
+def test_a_bad_proxy_variable_is_named(
+    monkeypatch: pytest.MonkeyPatch, variable: str, base_url: str, value: str, words: str
+) -> None:
+    # The message said "proxy ...", to a caller who passed no proxy.
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+        monkeypatch.delenv(name.lower(), raising=False)
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(qa.InvalidOption, match=f"^{re.escape(words)}"):
+        qa.Client(api_key=KEY, base_url=base_url)
+    with pytest.raises(qa.InvalidOption, match=r"^proxy (must|is not)"):
+        qa.Client(api_key=KEY, base_url=base_url, proxy=value)
