@@ -161,7 +161,7 @@ class AioMock:
             status, body, headers = mock._answer(step, recorded, bound.origin.path)
             return bound.delivered(status, body, headers, call)
         except (OSError, ProtocolError) as exc:
-            error = failure(exc, bound.origin, call)
+            error = failure(exc, bound.origin, call, mocked=True)
             raise error from (None if isinstance(error, InvalidResponse) else exc)
 
 

@@ -159,7 +159,7 @@ class _Bound:
             status, body, headers = self.mock._serve(recorded, self.origin.path, call)
             return self.delivered(status, body, headers, call)
         except (OSError, ProtocolError) as exc:
-            error = failure(exc, self.origin, call)
+            error = failure(exc, self.origin, call, mocked=True)
             # As the socket transport: a refused body's text is the message, raised from None.
             raise error from (None if isinstance(error, InvalidResponse) else exc)
 

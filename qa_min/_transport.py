@@ -325,11 +325,18 @@ class _Stale(Exception):
 
 
 def failure(
-    exc: BaseException, origin: Origin, call: CallState, unreached: Optional[Origin] = None
+    exc: BaseException,
+    origin: Origin,
+    call: CallState,
+    unreached: Optional[Origin] = None,
+    *,
+    mocked: bool = False,
 ) -> QAError:
     """What an exchange that failed becomes above the transports: the one translation of
     network, protocol and size-cap errors, used by ``Transport`` and ``MockTransport`` alike.
     ``unreached``: the proxy that could not be connected to, named as the host that failed.
+    ``mocked``: ``exc`` was raised by a ``MockTransport`` handler, so a ``TimeoutError`` is the
+    handler's dropped connection, not a socket's timeout set from the call's deadline.
 
     ``Canceled`` when the call was stopped (cancelled, timed out, client closed) whatever the
     error; ``InvalidResponse`` for a refused 2xx body (``BadFraming`` or ``LimitExceeded`` with
@@ -341,7 +348,8 @@ def failure(
         call.status = exc.status
         return InvalidResponse(_refusal(exc))
     reason = call.stop_reason()
-    if reason is None and isinstance(exc, (Expired, socket.timeout)) and call.deadline is not None:
+    timed_out = isinstance(exc, Expired) or (isinstance(exc, socket.timeout) and not mocked)
+    if reason is None and timed_out and call.deadline is not None:
         reason = f"the call's timeout of {call.timeout:g} s expired"
     if reason is not None or isinstance(exc, Stopped):
         return Canceled(reason or "the call was cancelled")

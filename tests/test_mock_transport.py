@@ -7,6 +7,7 @@ scenario the socket tests run against ``FakeService``, and checks the same obser
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import threading
 from collections.abc import Iterator
@@ -175,6 +176,37 @@ def test_an_oserror_from_the_handler_is_a_dropped_connection(no_sockets: None) -
         client.list_models()
     assert "Connection refused" in str(caught.value)
     assert isinstance(caught.value.diagnostics.transport_error, ConnectionRefusedError)
+
+
+@pytest.mark.parametrize("error", [TimeoutError("timed out"), socket.timeout("timed out")])
+def test_a_timeout_error_from_the_handler_is_a_dropped_connection_before_the_deadline(
+    no_sockets: None, error: OSError
+) -> None:
+    # With a call timeout set, it was Canceled "the call's timeout of 60 s expired" at once, and
+    # not retried: read as a socket's timeout, which only the deadline sets.
+    def handler(request: RecordedRequest) -> Step | None:
+        raise error
+
+    diag = qa.Diagnostics()
+    with mock_client(handler, timeout=60) as client, pytest.raises(qa.ConnectionFailed) as caught:
+        client.list_models(diagnostics=diag)
+    assert "timed out" in str(caught.value)
+    assert caught.value.diagnostics.transport_error is error
+    assert [a.error for a in diag.history] == ["ConnectionFailed"] * 3  # retried as a dropped one
+
+
+def test_a_timeout_error_from_the_handler_is_a_dropped_connection_on_the_loop() -> None:
+    def handler(request: RecordedRequest) -> Step | None:
+        raise TimeoutError("timed out")
+
+    async def main() -> None:
+        transport = MockTransport(handler)
+        client = qa.AsyncClient(base_url=URL, trust_env=False, transport=transport, timeout=60)
+        async with client:
+            with pytest.raises(qa.ConnectionFailed, match="timed out"):
+                await client.list_models(retry=qa.RetryPolicy.none)
+
+    asyncio.run(main())
 
 
 def test_a_handler_bug_reaches_the_test_unchanged() -> None:
