@@ -346,8 +346,12 @@ class FakeService:
         previous overrides; ``set_answers({})`` clears them.
 
         Raises:
-            TypeError: A value cannot be encoded as JSON.
+            TypeError: ``answers`` is not a mapping of str question ids, or a value cannot be
+                encoded as JSON.
         """
+        if not isinstance(answers, Mapping) or not all(isinstance(key, str) for key in answers):
+            # A key that is not a str would match no question id, silently.
+            raise TypeError(f"set_answers() takes a mapping of question id (str) to answer, not {answers!r}")
         overrides = dict(answers)
         json.dumps(overrides)  # fail here, in the test, rather than inside a handler thread
         self._state.set_answers(overrides)
@@ -365,7 +369,15 @@ class FakeService:
         self._state.script(steps)
 
     def wait_for_requests(self, n: int, timeout: float = 5.0) -> bool:
-        """Block until at least ``n`` requests were recorded; return False on timeout."""
+        """Block until at least ``n`` requests were recorded; return False on timeout.
+
+        Raises:
+            TypeError: ``n`` is not an int, or ``timeout`` not a number.
+        """
+        if isinstance(n, bool) or not isinstance(n, int):
+            raise TypeError(f"n must be an int, not {n!r}")
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+            raise TypeError(f"timeout must be a number of seconds, not {timeout!r}")
         return self._state.wait_for_requests(n, timeout)
 
     def release(self) -> None:

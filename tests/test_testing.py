@@ -200,6 +200,23 @@ def test_set_answers_rejects_values_json_cannot_encode(svc: FakeService) -> None
 # --- models -------------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("answers", [[("q", True)], None, {1: True}, {b"q": True}])
+def test_set_answers_refuses_what_is_not_a_mapping_of_str_ids(svc: FakeService, answers: Any) -> None:
+    # A list failed in dict() with "cannot convert dictionary update sequence element #0"; a key
+    # that was not a str was accepted and matched no question id.
+    with pytest.raises(TypeError, match=r"set_answers\(\) takes a mapping of question id \(str\)"):
+        svc.set_answers(answers)
+
+
+@pytest.mark.parametrize(
+    ("n", "timeout", "words"), [("1", 0.1, "n must be an int"), (1, "0.1", "timeout must be")]
+)
+def test_wait_for_requests_checks_its_arguments(svc: FakeService, n: Any, timeout: Any, words: str) -> None:
+    # Both failed on an operator inside the wait: '>=' between int and str, '+' of float and str.
+    with pytest.raises(TypeError, match=words):
+        svc.wait_for_requests(n, timeout)
+
+
 def test_default_models(svc: FakeService, connect: Connect) -> None:
     status, body = get(connect(svc))
     assert status == 200
