@@ -254,3 +254,70 @@ def test_progress_line_shows_busy_replies_and_the_rate_ceiling_when_known() -> N
 )
 def test_duration(seconds: float, text: str) -> None:
     assert _progress.duration(seconds) == text
+
+
+@pytest.mark.parametrize(
+    ("signum", "code", "word"),
+    [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "terminated")],
+    ids=["sigint", "sigterm"],
+)
+def test_a_signal_while_stdin_waits_for_its_writer_exits_with_the_signals_code(
+    svc: FakeService, tmp_path: Path, signum: int, code: int, word: str
+) -> None:
+    # The writer keeps the pipe open: the reader is blocked on stdin when the signal comes. A
+    # reader stuck in readline() held stdin's lock, and the interpreter aborted at exit
+    # ("Fatal Python error: _enter_buffered_busy", exit 134) instead of exiting with the code.
+    out = tmp_path / "out.jsonl"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "qa_min", "--base-url", svc.url, "batch", "-o", str(out), *QUESTION],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=Path(__file__).resolve().parent.parent,
+        env=child_env(),
+    )
+    assert proc.stdin is not None
+    try:
+        proc.stdin.write('"first"\n')
+        proc.stdin.flush()
+        assert wait_until(lambda: line_count(out) == 1, timeout=10)
+        proc.send_signal(signum)
+        proc.wait(timeout=10)  # stdin stays open: the run must not wait for it
+        assert proc.stderr is not None
+        err = proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate()
+    assert proc.returncode == code, err
+    assert "Fatal Python error" not in err
+    assert f"{word}: 1 input lines done" in err
+    assert read_rows(out) == [{"line": 1, "answers": answer("first")}]
+
+
+@pytest.mark.parametrize(
+    ("signum", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)], ids=["sigint", "sigterm"]
+)
+def test_a_signal_while_a_fifo_waits_for_its_writer_ends_the_run(
+    svc: FakeService, tmp_path: Path, signum: int, code: int
+) -> None:
+    # Closing the FIFO waited for the reader blocked in readline(), so the run hung until the
+    # writer closed its end.
+    fifo = tmp_path / "in.fifo"
+    os.mkfifo(fifo)
+    out = tmp_path / "out.jsonl"
+    writer = os.open(fifo, os.O_RDWR)  # holds the FIFO open for writing until the end
+    try:
+        os.write(writer, b'"first"\n')
+        proc = start_batch("--base-url", svc.url, "batch", str(fifo), "-o", str(out), *QUESTION)
+        assert wait_until(lambda: line_count(out) == 1, timeout=10)
+        proc.send_signal(signum)
+        try:
+            proc.wait(timeout=10)
+        finally:
+            err = finish(proc)
+    finally:
+        os.close(writer)
+    assert proc.returncode == code, err
+    assert read_rows(out) == [{"line": 1, "answers": answer("first")}]

@@ -128,8 +128,9 @@ class _Batch:
                 else:
                     self._wait()
         finally:
-            # A reader waiting for room ends now; one blocked on a pipe ends with the process.
+            # A reader waiting for room, or for a pipe's writer, ends now.
             self.closing = True
+            source.stop()
             self.room.release(WINDOW * self.concurrency + 1)
             reader.join(REDRAW_EVERY)
 
@@ -141,6 +142,8 @@ class _Batch:
                 if self.closing:
                     return
                 item = source.read()
+                if self.closing:
+                    return
                 self.wakeups.put(("line", item) if item is not None else ("eof", None))
                 if item is None:
                     return

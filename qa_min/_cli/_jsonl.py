@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import stat
 import sys
 from array import array
@@ -44,19 +45,35 @@ class InputLines:
             except OSError as exc:
                 raise FileError(f"cannot read {path!r}: {exc.strerror or exc}") from None
         self.size: Optional[int] = None
+        # A pipe, FIFO or terminal is read from its descriptor, polled, so that `stop` ends a
+        # read that waits for a writer: a thread blocked in readline() would hold the stream's
+        # lock, and closing it (or the interpreter's exit, for stdin) would wait or abort.
+        self._fd = -1
+        self._poll: Optional[select.poll] = None
+        self._buffer = bytearray()
+        self._scanned = 0  # bytes of _buffer known to hold no newline
+        self._ended = False  # the pipe's writer closed it
+        self._stopped = False
         try:
-            info = os.fstat(self._stream.fileno())
+            fd = self._stream.fileno()
+            info = os.fstat(fd)
             if stat.S_ISREG(info.st_mode):
                 self.size = info.st_size
+            elif hasattr(select, "poll"):  # not on Windows: a plain readline() there
+                self._fd, self._poll = fd, select.poll()
+                self._poll.register(fd, select.POLLIN)
         except (OSError, ValueError, AttributeError):
-            pass  # a stream without a file (a test's StringIO), or a pipe: no size
+            pass  # a stream without a file (a test's StringIO): no size
         self.lines = 0
         self.bytes = 0
         self.eof = False
 
     def read(self) -> Optional[tuple[int, Optional[str]]]:
-        """``(line number, text)`` (text None when it is not UTF-8), or None at the end."""
-        raw: Union[bytes, str] = self._stream.readline()
+        """``(line number, text)`` (text None when it is not UTF-8), or None at the end (or once
+        `stop` was called, for a pipe)."""
+        raw: Union[bytes, str, None] = self._stream.readline() if self._poll is None else self._pipe_line()
+        if raw is None:
+            return None
         if not raw:
             self.eof = True
             return None
@@ -68,6 +85,31 @@ class InputLines:
             return self.lines, raw.decode("utf-8-sig" if self.lines == 1 else "utf-8")
         except UnicodeDecodeError:
             return self.lines, None
+
+    def stop(self) -> None:
+        """End a `read` that waits for a pipe's writer (from another thread), within 50 ms."""
+        self._stopped = True
+
+    def _pipe_line(self) -> Optional[bytes]:
+        """The next line of a pipe (b"" at its end), or None once stopped."""
+        assert self._poll is not None
+        while True:
+            end = self._buffer.find(b"\n", self._scanned)
+            if end >= 0 or (self._ended and self._buffer):
+                size = end + 1 if end >= 0 else len(self._buffer)
+                line = bytes(self._buffer[:size])
+                del self._buffer[:size]
+                self._scanned = 0
+                return line
+            if self._ended:
+                return b""
+            self._scanned = len(self._buffer)
+            while not self._poll.poll(50):
+                if self._stopped:
+                    return None
+            chunk = os.read(self._fd, 1 << 16)
+            self._buffer += chunk
+            self._ended = not chunk
 
     def estimate(self) -> int:
         """About how many lines the input holds, from its size and its first lines; 0 if unknown."""
