@@ -25,7 +25,7 @@ import re
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Optional
+    from typing import Callable, Optional
 
 PIECE = 8
 """Runs of the key this long or longer are hidden; a shorter key is hidden whole."""
@@ -86,8 +86,29 @@ class Redactor:
         if self._needles is None or self._needles.search(body) is None:
             return body
         text = body.decode("utf-8", "replace")
-        shown = self.values(text)
+        try:
+            # JSON is redacted as data, string by string: a short key that spells a number,
+            # ``true`` or ``null`` is never cut out of its syntax, so the body still parses.
+            value = json.loads(text)
+            shown_value = self.walk(value)
+            if shown_value == value:
+                return body
+            return json.dumps(shown_value, ensure_ascii=False).encode("utf-8")
+        except (ValueError, RecursionError):
+            shown = self.values(text)
         return body if shown == text else shown.encode("utf-8")
+
+    def walk(self, value: object, hide: Optional[Callable[[str], str]] = None) -> object:
+        """``value``, JSON data, with every string in it (object keys included) redacted by
+        ``hide`` (``values`` by default); numbers, booleans and null as they are."""
+        hide = self.values if hide is None else hide
+        if isinstance(value, str):
+            return hide(value)
+        if isinstance(value, dict):
+            return {hide(str(key)): self.walk(item, hide) for key, item in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [self.walk(item, hide) for item in value]
+        return value
 
     def values(self, text: str) -> str:
         """``text`` that holds values someone reads (a body to decode, JSON to print), redacted as

@@ -44,7 +44,7 @@ from support import make_recording_client
 
 import qa_min as qa
 from qa_min._redact import PIECE, Redactor, redact
-from qa_min.testing import FakeService, reply
+from qa_min.testing import FakeService, MockTransport, RecordedRequest, reply
 
 KEY = "sk-proj-Xq7vB2mK9pL4nR8tW1yZ3cF6hJ0dG5sA"
 SLASH_KEY = "sk-ab/cd+ef/SECRET-0123/456789"  # "/" is "\/" in PHP's JSON
@@ -175,6 +175,24 @@ def test_a_short_test_key_leaves_model_names_and_answers_as_the_fake_sent_them()
         assert "judge-latest" in [m.name for m in client.list_models().models]
     with FakeService(api_key="k") as fake, qa.Client(base_url=fake.url, api_key="k") as client:
         assert isinstance(client.ask("text", Short).answers.ok, bool)
+
+
+@pytest.mark.parametrize("key", ["2", "null", "true"])
+def test_a_short_key_that_spells_a_json_number_or_word_leaves_a_success_body_that_parses(key: str) -> None:
+    # Redacted as text, {"s": 2} became {"s": [redacted]}: every call failed with InvalidResponse.
+    body = b'{"answers": {"s": 2, "ok": true, "n": null}, "usage": {"input_tokens": 2}, "echo": "%s"}'
+    shown = json.loads(Redactor(key).data(body % key.encode()))
+    assert shown["answers"] == {"s": 2, "ok": True, "n": None}
+    assert shown["echo"] == "[redacted]"  # a string that is the key is still hidden
+
+    class Levels(qa.Questions):
+        s = qa.Score(["low", "mid", "high"])
+
+    def handler(request: RecordedRequest) -> Any:
+        return reply(200, {"answers": {"s": 2}, "usage": {"input_tokens": 2, "output_tokens": 1}})
+
+    with qa.Client(base_url="http://qa.test", api_key="2", transport=MockTransport(handler)) as client:
+        assert client.ask("text", Levels).answers.s == 2
 
 
 @pytest.mark.parametrize("key", [SLASH_KEY, LATIN_KEY, 'sk-"quoted"\\back-0123'])
