@@ -541,3 +541,25 @@ def test_progress_shows_the_limiters_ceiling_and_counts_busy_replies() -> None:
         assert _ceiling(adaptive)() is None  # no ceiling until the first 429
     with qa.Client(base_url="http://127.0.0.1:9", rate_limit=None) as unlimited:
         assert _ceiling(unlimited)() is None
+
+
+def test_a_short_key_that_spells_a_number_leaves_every_json_line_parseable(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # The key was hidden in the JSON text: with the key "1", {"line": 1, ...} became
+    # {"line": [redacted], ...}, which a reader cannot parse and --resume refused to continue.
+    inp = write_input(tmp_path / "in.jsonl", STATES[:3])
+    out, failed = tmp_path / "out.jsonl", tmp_path / "failed.jsonl"
+    with FakeService(api_key="1") as svc:
+        svc.script(reply(500, {"detail": "no"}))
+        argv = ["--base-url", svc.url, "--api-key", "1", "--retries", "0", "batch", str(inp), "-o", str(out)]
+        first = run_main(capsys, *argv, "--failures", str(failed), "--concurrency", "1", "-q", *QUESTION)
+        assert first.code == 5, first.err
+        assert [row["line"] for row in read_rows(failed)] == [1]
+        assert [row["line"] for row in read_rows(out)] == [1, 2, 3]
+        again = run_main(capsys, *argv, "--resume", "-q", *QUESTION)
+        assert again.code == 0, again.err
+        assert read_rows(out)[-1] == {"line": 1, "answers": answer(STATES[0])}
+        shown = run_main(capsys, "--base-url", svc.url, "--api-key", "1", "--json", "models")
+        assert shown.code == 0, shown.err
+        assert isinstance(json.loads(shown.out), list)

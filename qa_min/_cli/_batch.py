@@ -30,7 +30,6 @@ Ctrl-C and SIGTERM:
 
 from __future__ import annotations
 
-import json
 import os
 import queue
 import shlex
@@ -88,7 +87,7 @@ class _Batch:
         out: Output,
         questions: list[NamedQuestion],
         done: Done,
-        write: Callable[[str], None],
+        write: Callable[[dict[str, Any]], None],
         progress: Progress,
         concurrency: int,
     ) -> None:
@@ -100,7 +99,7 @@ class _Batch:
         self.progress = progress
         self.tally = progress.tally
         self.concurrency = concurrency
-        self.failures: Optional[Callable[[str], None]] = None
+        self.failures: Optional[Callable[[dict[str, Any]], None]] = None
         self.pending: deque[_Line] = deque()  # read, not yet written
         self.waiting: deque[tuple[int, Optional[str]]] = deque()  # read, not yet admitted
         self.in_flight = 0
@@ -226,9 +225,9 @@ class _Batch:
             record["error"] = self.out.error_info(error)
             self.tally.failed += 1
             self.worst = self.worst or exit_code(error)
-        self.write(json.dumps(record, ensure_ascii=False))
+        self.write(record)
         if error is not None and self.failures is not None:
-            self.failures(json.dumps(record, ensure_ascii=False))
+            self.failures(record)
         if line.diagnostics is not None:
             self.tally.retries += max(line.diagnostics.attempts - 1, 0)
             self.tally.busy += sum(a.status in (429, 529) for a in line.diagnostics.history)
@@ -289,20 +288,20 @@ def _report_duplicates(out: Output, duplicates: list[tuple[int, Union[str, int]]
 
 
 def _writer(
-    file: Optional[IO[bytes]], path: Optional[str], scrub: Callable[[str], str]
-) -> Callable[[str], None]:
-    """Writes a line, scrubbed, and flushes it: to ``file`` (``path``), else stdout."""
+    file: Optional[IO[bytes]], path: Optional[str], line: Callable[[dict[str, Any]], str]
+) -> Callable[[dict[str, Any]], None]:
+    """Writes a record as a line of JSON (``line``), and flushes it: to ``file`` (``path``), else stdout."""
     if file is None:
 
-        def write(text: str) -> None:
-            sys.stdout.write(scrub(text) + "\n")
+        def write(record: dict[str, Any]) -> None:
+            sys.stdout.write(line(record) + "\n")
             sys.stdout.flush()
 
     else:
 
-        def write(text: str) -> None:
+        def write(record: dict[str, Any]) -> None:
             try:
-                file.write((scrub(text) + "\n").encode())
+                file.write((line(record) + "\n").encode())
                 file.flush()
             except OSError as exc:  # a full disk, /dev/full, a lost network share
                 raise FileError(f"cannot write {path!r}: {exc.strerror or exc}") from None
@@ -360,9 +359,10 @@ def run_batch(args: argparse.Namespace, out: Output) -> int:
             out.note(f"{args.output!r}: its last line was cut short; that line is asked again")
         with Client(**client_options(args, max_workers=args.concurrency)) as client:
             progress = Progress(sys.stderr, Tally(), source.total, args.quiet, ceiling=_ceiling(client))
-            write = _writer(output, args.output, out.scrub.values)  # answers: values, as decoded
+            write = _writer(output, args.output, out.json_line)  # answers: values, as decoded
             batch = _Batch(client, out, questions, done, write, progress, args.concurrency)
-            batch.failures = None if failures is None else _writer(failures, args.failures, out.scrub)
+            if failures is not None:
+                batch.failures = _writer(failures, args.failures, lambda r: out.json_line(r, decoded=False))
             with _Signals(batch.on_signal):
                 batch.run(source)
                 unwritten = batch.stop() if batch.signal is not None else 0

@@ -97,8 +97,16 @@ class Output:
         return printable(self.scrub.values(text))
 
     def data(self, value: object) -> None:
-        # Values as the client decoded them: a short key is hidden only where it stands alone.
-        print(self.scrub.values(json.dumps(value, ensure_ascii=False)), flush=True)
+        """``value`` as one line of JSON on stdout."""
+        print(self.json_line(value), flush=True)
+
+    def json_line(self, value: object, *, decoded: bool = True) -> str:
+        """``value`` as one line of JSON, its strings redacted before it is written (values as the
+        client decoded them, where a short key is hidden only where it stands alone, unless not
+        ``decoded``): redacting the JSON text would cut a short key that spells a number,
+        ``true`` or ``null`` out of the syntax, and the line would no longer parse."""
+        hide = self.scrub.values if decoded else self.scrub
+        return json.dumps(self.scrub.walk(value, hide), ensure_ascii=False)
 
     def note(self, text: str) -> None:
         """A message for the person at the terminal, on stderr."""
