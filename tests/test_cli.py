@@ -893,3 +893,15 @@ def test_fake_process_stops_cleanly_on_sigint() -> None:
             proc.communicate()
     assert proc.returncode == 0, err
     assert err == ""
+
+
+@pytest.mark.parametrize("key", [" ", "\t"], ids=["space", "tab"])
+def test_a_blank_api_key_is_refused_with_its_message_and_json_intact(
+    run: Any, svc: FakeService, key: str
+) -> None:
+    # A blank key was taken as a key to hide: every space of the message became [redacted].
+    result = run("--base-url", svc.url, "--api-key", key, "--json", "models")
+    assert result.code == 3
+    assert result.err.startswith("error: InvalidOption: api_key must be a non-empty string")
+    error = json.loads(result.out)["error"]
+    assert error["message"] == "api_key must be a non-empty string (or None to read SERVICE_API_KEY)"

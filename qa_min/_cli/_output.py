@@ -72,8 +72,10 @@ def exit_help() -> str:
 
 
 def scrubber(keys: Iterable[Optional[str]]) -> Redactor:
-    """The library's one redaction, hiding every piece of every given API key."""
-    return Redactor(*dict.fromkeys(filter(None, keys)))
+    """The library's one redaction, hiding every piece of every given API key.
+
+    A blank key is no key (the client refuses it): hiding it would hide every space."""
+    return Redactor(*dict.fromkeys(key for key in keys if key and key.strip()))
 
 
 class Output:
