@@ -33,7 +33,7 @@ _TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 # A field value: no control character (C0, DEL, C1) but HTAB.
 _CONTROL = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f]")
 # RFC 3986 section 3.3: what a path may hold as it is; the rest is percent-encoded.
-_PATH_SAFE = "/%:@!$&'()*+,;=-._~"
+PATH_SAFE = "/%:@!$&'()*+,;=-._~"
 
 
 def from_env(name: str, env: Mapping[str, str]) -> Optional[str]:
@@ -129,7 +129,7 @@ class Origin:
         self.scheme = scheme
         self.host = host
         self.port = parts.port if parts.port is not None else _DEFAULT_PORTS[scheme]
-        self.path = quote(parts.path.rstrip("/"), safe=_PATH_SAFE)
+        self.path = quote(parts.path.rstrip("/"), safe=PATH_SAFE)
         if what == "base_url" and (parts.username is not None or parts.password is not None):
             raise error(f"{name} must not carry credentials; pass api_key instead")
         self._auth = (parts.username, parts.password)

@@ -22,7 +22,9 @@ from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
+from urllib.parse import quote
 
+from ._config import PATH_SAFE
 from ._fakehttp import ConnState, Server, accept_loop, shutdown
 from ._fakerules import (
     HeaderPairs,
@@ -75,7 +77,9 @@ class ServiceState:
     ) -> None:
         self._api_key = api_key
         self._models = tuple(models)
-        stripped = prefix.strip("/")
+        # Percent-encoded as a client encodes its base URL's path, so that the URL is one a
+        # client takes and the routes are the paths it sends ("/a b" serves "/a%20b/v1/...").
+        stripped = quote(prefix.strip("/"), safe=PATH_SAFE)
         self._prefix = f"/{stripped}" if stripped else ""
         self._address = address
         self._rate_limit = rate_limit

@@ -230,7 +230,8 @@ class FakeService:
         api_key: When set, requests must carry ``Authorization: Bearer <api_key>``.
         models: The model names listed by ``GET /v1/models`` and accepted by ``/v1/core``
             (versioned names are accepted whether listed or not).
-        prefix: A path prefix the service lives under, e.g. ``"/api"``.
+        prefix: A path prefix the service lives under, e.g. ``"/api"``; percent-encoded as a client
+            encodes its base URL (``"/a b"`` serves ``/a%20b``), so that `url` is one it takes.
         host: The address to listen on: a name, an IPv4 or an IPv6 literal (``"::1"``, bracketed in
             `url`).
         port: The port to listen on; 0 picks a free one.

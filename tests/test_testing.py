@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+import qa_min as qa
 from qa_min.testing import (
     DEFAULT_MODELS,
     FakeService,
@@ -1004,3 +1005,15 @@ def test_recorded_requests_and_steps_are_public_values_of_this_module(
     assert pickle.loads(pickle.dumps(recorded)) == recorded
     step = reply(503)
     assert pickle.loads(pickle.dumps(step)) == step
+
+
+@pytest.mark.parametrize(
+    ("prefix", "path"), [("/a b", "/a%20b"), ("/ä", "/%C3%A4"), ("/a?b", "/a%3Fb"), ("api/", "/api")]
+)
+def test_a_prefix_is_served_at_the_url_a_client_takes(prefix: str, path: str) -> None:
+    # The URL held the prefix raw: a client refused it ("without spaces", "a query") or sent
+    # the percent-encoded path, which got 404 "no route".
+    with FakeService(prefix=prefix) as svc, qa.Client(base_url=svc.url) as client:
+        assert svc.url.endswith(path)
+        assert client.list_models().models
+        assert svc.requests[0].path == f"{path}/v1/models"
