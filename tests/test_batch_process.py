@@ -321,3 +321,18 @@ def test_a_signal_while_a_fifo_waits_for_its_writer_ends_the_run(
         os.close(writer)
     assert proc.returncode == code, err
     assert read_rows(out) == [{"line": 1, "answers": answer("first")}]
+
+
+def test_batch_with_stdin_closed_exits_3_and_says_so(svc: FakeService) -> None:
+    # sys.stdin is None: the reader thread died on None.readline() and the run waited forever.
+    argv = [sys.executable, "-m", "qa_min", "--base-url", svc.url, "batch", "-q", *QUESTION]
+    done = subprocess.run(
+        ["sh", "-c", 'exec "$@" <&-', "sh", *argv],
+        capture_output=True,
+        text=True,
+        env=child_env(),
+        timeout=20,
+        check=False,
+    )
+    assert done.returncode == 3, done.stderr
+    assert done.stderr == "error: FileError: cannot read the input: stdin is closed\n"

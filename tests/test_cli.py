@@ -905,3 +905,15 @@ def test_a_blank_api_key_is_refused_with_its_message_and_json_intact(
     assert result.err.startswith("error: InvalidOption: api_key must be a non-empty string")
     error = json.loads(result.out)["error"]
     assert error["message"] == "api_key must be a non-empty string (or None to read SERVICE_API_KEY)"
+
+
+def test_ask_without_a_state_and_with_stdin_closed_exits_3_and_says_so(
+    run: Any, svc: FakeService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sys, "stdin", None)  # as Python starts with fd 0 closed (`<&-`)
+    result = run("--base-url", svc.url, "ask", "--yes-no", "toxic", YES_NO["true"], YES_NO["false"])
+    assert result.code == 3
+    assert (
+        result.err == "error: FileError: no state given and stdin is closed: pass the state as an argument\n"
+    )
+    assert not svc.requests

@@ -148,6 +148,8 @@ class _Batch:
                     return
         except (OSError, ValueError) as exc:
             self.wakeups.put(("error", FileError(f"cannot read the input: {exc}")))
+        except BaseException as exc:  # raised by the main loop: it must not wait for a dead reader
+            self.wakeups.put(("error", exc))
 
     def _admit(self, number: int, text: Optional[str]) -> None:
         if text is not None and not text.strip():

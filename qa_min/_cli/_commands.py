@@ -11,7 +11,7 @@ import sys
 import time
 
 from .. import Client, Request
-from ._output import answer_text, client_options
+from ._output import FileError, answer_text, client_options
 from ._questions import collect_questions
 
 TYPE_CHECKING = False
@@ -38,6 +38,8 @@ def models(args: argparse.Namespace, out: Output) -> int:
 def _read_state(arg: Optional[str]) -> str:
     if arg is not None and arg != "-":
         return arg
+    if sys.stdin is None:  # started with stdin closed (`<&-`)
+        raise FileError("no state given and stdin is closed: pass the state as an argument")
     if sys.stdin.isatty():
         # Otherwise a user who forgot the state sees a command that seems to hang.
         print("reading the state from stdin; end it with Ctrl-D", file=sys.stderr, flush=True)

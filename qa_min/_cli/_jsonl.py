@@ -38,6 +38,8 @@ class InputLines:
     def __init__(self, path: Optional[str]) -> None:
         self._stream: Any
         if path is None or path == "-":
+            if sys.stdin is None:  # started with stdin closed (`<&-`)
+                raise FileError("cannot read the input: stdin is closed")
             self._stream, self._owned = getattr(sys.stdin, "buffer", sys.stdin), False
         else:
             try:
