@@ -3,6 +3,7 @@ command it prints, and its progress on a terminal and off one."""
 
 from __future__ import annotations
 
+import json
 import os
 import pty
 import queue
@@ -336,3 +337,41 @@ def test_batch_with_stdin_closed_exits_3_and_says_so(svc: FakeService) -> None:
     )
     assert done.returncode == 3, done.stderr
     assert done.stderr == "error: FileError: cannot read the input: stdin is closed\n"
+
+
+def run_closed(redirect: str, *argv: str) -> subprocess.CompletedProcess[str]:
+    """``python -m qa_min *argv`` started with one of its standard streams closed (``redirect``)."""
+    command = [sys.executable, "-m", "qa_min", *argv]
+    return subprocess.run(
+        ["sh", "-c", f'exec "$@" {redirect}', "sh", *command],
+        capture_output=True,
+        text=True,
+        env=child_env(),
+        timeout=20,
+        check=False,
+    )
+
+
+def test_batch_with_stderr_closed_writes_every_answer_and_nothing_else(
+    svc: FakeService, tmp_path: Path
+) -> None:
+    # The progress line was drawn on sys.stderr, None: the run crashed (exit 1) before any call,
+    # and a note (a duplicate id) went to stdout, among the answers, as print(file=None) does.
+    inp = tmp_path / "in.jsonl"
+    inp.write_text('{"id": "a", "state": "one"}\n{"id": "a", "state": "two"}\n')
+    done = run_closed("2>&-", "--base-url", svc.url, "batch", str(inp), *QUESTION)
+    assert done.returncode == 3  # the duplicate's error line
+    rows = [json.loads(line) for line in done.stdout.splitlines()]
+    assert rows[0] == {"line": 1, "id": "a", "answers": answer("one")}
+    assert rows[1]["error"]["type"] == "InvalidState"
+    assert len(rows) == 2
+
+
+def test_batch_with_stdout_closed_and_no_output_file_exits_3_and_says_so(
+    svc: FakeService, tmp_path: Path
+) -> None:
+    inp = write_input(tmp_path / "in.jsonl", STATES[:2])
+    done = run_closed(">&-", "--base-url", svc.url, "batch", str(inp), *QUESTION)
+    assert done.returncode == 3, done.stderr
+    assert done.stderr == "error: FileError: cannot write the answers: stdout is closed; pass --output FILE\n"
+    assert not svc.requests

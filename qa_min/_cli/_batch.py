@@ -30,6 +30,7 @@ Ctrl-C and SIGTERM:
 
 from __future__ import annotations
 
+import io
 import os
 import queue
 import shlex
@@ -336,6 +337,8 @@ def _open_files(
     check_paths(args.input, args.output, args.failures)
     if args.output:
         output, done = open_output(args.output, args.resume, args.skip_failed, expected)
+    elif sys.stdout is None:  # started with stdout closed (`>&-`)
+        raise FileError("cannot write the answers: stdout is closed; pass --output FILE")
     else:
         output, done = None, Done(expected)
     failures = None
@@ -360,7 +363,9 @@ def run_batch(args: argparse.Namespace, out: Output) -> int:
         if done.torn:
             out.note(f"{args.output!r}: its last line was cut short; that line is asked again")
         with Client(**client_options(args, max_workers=args.concurrency)) as client:
-            progress = Progress(sys.stderr, Tally(), source.total, args.quiet, ceiling=_ceiling(client))
+            # Started with stderr closed (`2>&-`): no progress, and the answers still written.
+            stderr, quiet = (sys.stderr, args.quiet) if sys.stderr is not None else (io.StringIO(), True)
+            progress = Progress(stderr, Tally(), source.total, quiet, ceiling=_ceiling(client))
             write = _writer(output, args.output, out.json_line)  # answers: values, as decoded
             batch = _Batch(client, out, questions, done, write, progress, args.concurrency)
             if failures is not None:

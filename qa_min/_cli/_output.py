@@ -111,8 +111,10 @@ class Output:
         return json.dumps(self.scrub.walk(value, hide), ensure_ascii=False)
 
     def note(self, text: str) -> None:
-        """A message for the person at the terminal, on stderr."""
-        print(self.scrub(text), file=sys.stderr, flush=True)
+        """A message for the person at the terminal, on stderr (none when stderr is closed: print()
+        would write it on stdout, among the results)."""
+        if sys.stderr is not None:
+            print(self.scrub(text), file=sys.stderr, flush=True)
 
     def error_info(self, exc: QAError) -> dict[str, Any]:
         diag = exc.diagnostics
