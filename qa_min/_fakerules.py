@@ -95,6 +95,9 @@ def header_pairs(headers: object) -> tuple[tuple[str, str], ...]:
     ):
         if not (isinstance(pair, (tuple, list)) and len(pair) == 2 and all(isinstance(x, str) for x in pair)):
             raise TypeError(f"headers must be a sequence of (name, value) pairs of str, not {headers!r}")
+        if any(ch in text for text in pair for ch in "\r\n\0"):
+            # Written as given, a line break would end the field and start another one.
+            raise ValueError(f"a header name or value must not hold CR, LF or NUL, got {pair!r}")
         pairs.append((pair[0], pair[1]))
     return tuple(pairs)
 

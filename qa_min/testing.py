@@ -138,7 +138,7 @@ def reply(status: int, body: bytes | str | object = None, *, headers: Sequence[t
             ``Content-Length`` is ignored because the fake always sends the correct one.
 
     Raises:
-        ValueError: ``status`` is outside 200-599.
+        ValueError: ``status`` is outside 200-599, or a header name or value holds CR, LF or NUL.
         TypeError: ``status`` is not an int, ``body`` cannot be encoded as JSON, or ``headers``
             is not a sequence of ``(name, value)`` pairs of str.
     """

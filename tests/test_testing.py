@@ -522,6 +522,24 @@ def test_reply_refuses_headers_that_are_not_pairs_of_str(headers: Any) -> None:
         reply(200, headers=headers)
 
 
+@pytest.mark.parametrize(
+    "pair", [("x-a", "b\r\nx-injected: 1"), ("x-a", "b\nc"), ("x-a\r", "b"), ("x-a", "b\0")]
+)
+def test_reply_refuses_a_header_that_would_break_its_line(pair: tuple[str, str]) -> None:
+    # Written as given, the line break ended the field and started another one in the response.
+    with pytest.raises(ValueError, match="must not hold CR, LF or NUL"):
+        reply(200, headers=[pair])
+
+
+def test_reply_sends_a_header_value_with_a_tab_as_given() -> None:
+    with FakeService() as svc:
+        svc.script(reply(200, {"models": [{"name": "m"}]}, headers=[("x-a", "b\tc")]))
+        with qa.Client(base_url=svc.url, api_key="k-tab") as client:
+            models = client.list_models()
+    assert models.diagnostics.headers is not None
+    assert models.diagnostics.headers.get("x-a") == "b\tc"
+
+
 def test_reply_takes_header_pairs_as_lists_or_tuples() -> None:
     headers: Any = [["x-a", "1"], ("x-b", "2")]
     assert reply(204, headers=headers).headers == (("x-a", "1"), ("x-b", "2"))
