@@ -27,8 +27,15 @@ Spec line -> tests (SPEC.md 7a; the rate-limit issue):
       test_throttle_while_the_ceiling_gets_through_is_jitter,
       test_measured_cut_keeps_at_least_70_percent, test_long_pauses_estimate_the_rate_from_two_stretches,
       test_long_stretches_take_what_got_through_or_keep_the_estimate
+  the limits of a guess and of a ceiling, each at the limit and one past it
+      test_a_first_ceiling_counts_only_the_successes_of_the_last_second,
+      test_a_guess_halved_by_a_fresh_throttle_stays_at_5_calls_a_second_at_least,
+      test_a_guess_grows_to_32_times_itself_at_most,
+      test_no_adaptive_ceiling_is_below_half_a_call_a_second
   regrowth and recovery, with log lines
-      test_measured_ceiling_regrows_slowly_then_cubically, test_explicit_ceiling_is_regained_and_told,
+      test_measured_ceiling_regrows_slowly_then_cubically,
+      test_after_a_short_pause_regrowth_is_linear_for_2_s_then_adds_0_3_times_the_cube,
+      test_explicit_ceiling_is_regained_and_told,
       test_adaptive_ceiling_is_lifted_after_a_quiet_minute,
       test_engaging_again_starts_from_the_last_ceiling_measured
   thread safety
@@ -522,6 +529,16 @@ def test_four_successes_tell_a_pace() -> None:
     assert ceiling(lim) == pytest.approx(0.5 * 4 / 0.4)
 
 
+def test_a_first_ceiling_counts_only_the_successes_of_the_last_second() -> None:
+    # Pins RECENT (1 s): a success sent exactly a second before the 429 counts, one sent 10 ms
+    # earlier does not.
+    lim, _ = limiter(clock=Clock(100.0))  # the 429 comes at 100.0
+    for sent in (98.99, 99.0, 99.25, 99.5, 99.75):
+        lim.succeeded.append(sent)
+    lim.report(None, 429, 0.005)
+    assert ceiling(lim) == pytest.approx(2.0)  # 4 in the last second: 4/s, halved
+
+
 @pytest.mark.parametrize("rate", [2 * FIRST_GUESS, 2 * FIRST_GUESS + 2, 5000.0])
 def test_a_first_guess_is_the_same_for_every_client_past_a_pace(rate: float) -> None:
     # Which client of a fleet got most of a burst is luck: none guesses more than FIRST_GUESS.
@@ -553,6 +570,22 @@ def test_a_guess_halved_again_and_again_stays_at_min_guess_and_then_regrows() ->
     assert ceiling(lim) == pytest.approx(40.0 + REGROW_SHORT * PLATEAU_SHORT)
 
 
+@pytest.mark.parametrize(("guess", "halved"), [(9.0, 5.0), (10.0, 5.0), (11.0, 5.5)])
+def test_a_guess_halved_by_a_fresh_throttle_stays_at_5_calls_a_second_at_least(
+    guess: float, halved: float
+) -> None:
+    # Pins MIN_GUESS (5 calls/s): halving 10/s lands on it exactly, 9/s is raised to it, 11/s
+    # halves to 5.5/s.
+    clock = Clock()
+    start = clock.now
+    lim = engaged_at(2 * guess, clock, pause=0.1)  # a first guess of ``guess``, paused 0.1 s
+    assert ceiling(lim) == pytest.approx(guess)
+    clock.now += 0.05
+    lim.report(start, 429, 0.1)  # sent with the first, throttled within its pause: halve the guess
+    assert ceiling(lim) == pytest.approx(halved)
+    assert lim.policy._guess  # still a guess
+
+
 def test_a_guess_is_halved_by_a_fresh_throttle_and_doubles_each_second() -> None:
     clock = Clock()
     lim = engaged_at(400, clock)  # a guess of 200/s
@@ -569,6 +602,22 @@ def test_a_guess_is_halved_by_a_fresh_throttle_and_doubles_each_second() -> None
     assert ceiling(lim) == pytest.approx(400)
     clock.now += 10.0
     assert ceiling(lim) == pytest.approx(400)
+
+
+def test_a_guess_grows_to_32_times_itself_at_most() -> None:
+    # Pins GUESS_SPAN (32): a burst at 5000/s, a first guess of 40/s tripling each second, up to
+    # 1280/s (32 times 40) and no further, never to the 5000/s first throttled.
+    lim, clock = limiter()
+    for i in range(32):
+        lim.succeeded.append(clock.now - (32 - i) / 5000)
+    lim.report(None, 429, 0.005)
+    assert ceiling(lim) == pytest.approx(40.0)
+    clock.now += 0.005 + 3.0
+    assert ceiling(lim) == pytest.approx(1080.0)  # 40 * 3**3: still growing
+    clock.now += 0.2
+    assert ceiling(lim) == pytest.approx(1280.0)  # 40 * 3**3.2 would be 1346
+    clock.now += 10.0
+    assert ceiling(lim) == pytest.approx(1280.0)
 
 
 def test_throttle_of_an_attempt_sent_before_the_cut_does_not_cut() -> None:
@@ -678,6 +727,22 @@ def test_a_guess_throttled_with_less_than_half_through_is_measured_by_that() -> 
     assert lim.policy._guess == 0.0
 
 
+@pytest.mark.parametrize(("seconds", "lowest"), [(10.0, 0.5), (7.6, 0.5), (6.4, 0.59375)])
+def test_no_adaptive_ceiling_is_below_half_a_call_a_second(seconds: float, lowest: float) -> None:
+    # Pins MIN_RATE (0.5 calls/s): four calls got through in ``seconds`` before a 429 asking for
+    # 10 s; 95% of that pace is 0.38/s (raised to 0.5/s), exactly 0.5/s, or 0.59375/s (kept).
+    news: list[str] = []
+    clock = Clock()
+    lim = engaged_at(2000, clock, pause=1.0)
+    lim._notify = news.append
+    clock.now = lim.pacer.paused_until
+    measured(clock, lim, 4 / seconds, seconds)
+    lim.report(clock.now - 0.001, 429, 10.0)
+    assert ceiling(lim) == pytest.approx(lowest)
+    assert len(news) == 1
+    assert news[0].startswith(f"rate limit lowered to {lowest:.1f} calls/s after 429/529 responses")
+
+
 @pytest.mark.parametrize(
     ("pause", "plateau", "cube"), [(0.005, PLATEAU_SHORT, CUBE_SHORT), (1.0, PLATEAU, CUBE)]
 )
@@ -695,6 +760,25 @@ def test_measured_ceiling_regrows_slowly_then_cubically(pause: float, plateau: f
     assert ceiling(lim) == pytest.approx(low * (1 + 0.005 * (plateau + 4)) + cube * 4**3)
     clock.now += 30.0  # peers gone: their share is back within tens of seconds
     assert ceiling(lim) == pytest.approx(2000)
+
+
+def test_after_a_short_pause_regrowth_is_linear_for_2_s_then_adds_0_3_times_the_cube() -> None:
+    # Pins PLATEAU_SHORT (2 s) and CUBE_SHORT (0.3 calls/s per s**3): beyond 4 calls/s each
+    # second (REGROW_SHORT), nothing for 2 s, then 0.3 times the cube of the seconds beyond.
+    lim, clock = limiter()
+    lim.report(None, 429, 0.005)  # engaged, no pace yet
+    clock.now += 0.5
+    measured(clock, lim, 200, 1.0)
+    lim.report(clock.now - 0.002, 429, 0.005)  # a millisecond pause: 95% of 200/s, measured
+    low = ceiling(lim)
+    assert low is not None
+    assert low == pytest.approx(190, rel=0.01)
+    regrown = clock.now + 0.005  # the pause's end
+    for seconds, cube in [(1.0, 0.0), (1.9, 0.0), (2.0, 0.0), (3.0, 0.3), (4.0, 2.4)]:
+        clock.now = regrown + seconds
+        grown = ceiling(lim)
+        assert grown is not None
+        assert grown - (low + 4.0 * seconds) == pytest.approx(cube, abs=1e-6), seconds
 
 
 @pytest.mark.parametrize(("pause", "least"), [(0.005, REGROW_SHORT), (1.0, REGROW_MIN)])

@@ -8,7 +8,12 @@ Spec line -> tests (SPEC.md 7a; the fleet issue):
       test_pacer_decides_with_now_and_a_pace_alone, test_pacer_wakes_the_waiters_held_for_an_answer,
       test_a_throttled_retry_goes_before_new_work
   the policy is pure: announced levels and slopes move the ceiling; a 429 cuts it gently
-      test_policy_paces_by_an_announced_bucket_before_any_429, test_announced_pace_cuts_when_the_bucket_drains
+      test_policy_paces_by_an_announced_bucket_before_any_429,
+      test_announced_pace_cuts_when_the_bucket_drains,
+      test_an_announced_pace_is_never_below_half_a_call_a_second
+  the policy's measure of successes: sampled every 50 ms, the latest 40 samples kept
+      test_the_success_count_is_sampled_at_most_every_50_ms_and_a_measure_starts_at_a_sample,
+      test_the_policy_keeps_the_latest_40_samples_of_the_success_count
   fleets with announced limits: >= 90% of the limit, no call lost, fair within 2
       test_fleet_paced_by_announced_limits, test_fleet_with_announced_limits_started_apart_or_losing_one
   fleets without announcements: no call lost, < 5% answered 429, the survivors take a
@@ -124,6 +129,47 @@ def test_policy_paces_by_an_announced_bucket_before_any_429() -> None:
     assert policy.throttles == 0
     assert policy.rate(2.0 + STALE - 0.01) == pytest.approx(TOP * RATE)
     assert policy.rate(2.0 + STALE) == INF  # an announcement that old paces no more
+
+
+@pytest.mark.parametrize(("refill", "paced", "cut"), [(2.0, 0.5, 0.5), (4.0, 0.5, 0.5), (4.8, 0.6, 0.54)])
+def test_an_announced_pace_is_never_below_half_a_call_a_second(
+    refill: float, paced: float, cut: float
+) -> None:
+    # Pins MIN_RATE (0.5 calls/s): a first announced pace of an eighth of the refill rate is
+    # 0.25/s (raised to 0.5/s), exactly 0.5/s, or 0.6/s (kept); a 429 then keeps 90% of it, and
+    # never less than 0.5/s.
+    policy = Policy(None, True)
+    policy.heard(0.0, bucket(50, refill))
+    assert policy.rate(0.0) == pytest.approx(paced)
+    policy.throttled(0.1, 0.0, 0.005, 0.105, ())
+    assert policy.rate(0.1) == pytest.approx(cut)
+
+
+def test_the_success_count_is_sampled_at_most_every_50_ms_and_a_measure_starts_at_a_sample() -> None:
+    # Pins SAMPLE (50 ms), a figure the docs leave out: successes per second are counted from the
+    # latest sample taken at or before the measure's start.
+    policy = Policy(None, True)
+    policy.engage(0.0)
+    for now in (1.0, 1.049, 1.05, 1.5, 1.6, 1.7, 1.8):  # sampled: 1.0, 1.05 (not 1.049), 1.5, ...
+        policy.succeeded(now, now - 0.001)
+    assert policy.seen(2.0, 1.049) == pytest.approx(6 / 1.0)  # from the sample at 1.0
+    assert policy.seen(2.0, 1.05) == pytest.approx(4 / 0.95)  # from the sample at 1.05
+
+
+def test_the_policy_keeps_the_latest_40_samples_of_the_success_count() -> None:
+    # Pins SAMPLES (40), a figure the docs leave out: 40 samples 50 ms apart or more, two
+    # seconds of counts at least; a measure looks back one second at most.
+    policy = Policy(None, True)
+    policy.engage(0.0)
+    for k in range(40):  # one success, and one sample, every 62.5 ms
+        policy.succeeded(1.0 + k / 16, 1.0 + k / 16)
+    assert len(policy._samples) == 40
+    assert policy._samples[0][0] == pytest.approx(1.0)
+    assert policy._samples[0][1] == 1
+    policy.succeeded(3.5, 3.5)  # the 41st sample: the oldest goes
+    assert len(policy._samples) == 40
+    assert [t for t, _ in policy._samples[::39]] == [pytest.approx(1.0625), pytest.approx(3.5)]
+    assert [ok for _, ok in policy._samples[::39]] == [2, 41]
 
 
 def test_announced_pace_follows_the_level_and_a_429_cuts_it_until_the_next() -> None:
