@@ -29,8 +29,7 @@ side by side in ``test_scenarios.py``. Here:
   pickles as its configuration; rate_limit as Client's; MockTransport handler on the loop's thread
       test_pickles_as_its_configuration, test_rate_limit_is_the_clients,
       test_mock_transport_handler_runs_on_the_loop_thread, test_mock_hang_times_out
-  TLS through loop.start_tls, and a CONNECT tunnel through an HTTP proxy
-      test_tls_and_certificate_errors, test_proxy_connect_tunnel
+  TLS through loop.start_tls, and a CONNECT tunnel through an HTTP proxy: test_async_tls.py
 """
 
 from __future__ import annotations

@@ -13,7 +13,8 @@ and must give the same result each way: (status, fields, body, reusable) or the 
                                    test_leading_zeros_of_a_content_length_weigh_nothing,
                                    test_chunk_size_is_hex_digits_only, test_status_line_is_strict,
                                    test_field_values_refuse_controls, test_connection_tokens_are_exact
-  ambiguous framing .............. test_ambiguous_framing_is_refused, test_te_with_cl_is_not_reused
+  ambiguous framing .............. test_ambiguous_framing_is_refused,
+                                   test_te_with_cl_is_read_as_chunked_and_not_reused
   caps, at and past the limit .... test_line_cap, test_header_count_cap, test_interim_cap,
                                    test_body_cap_for_2xx, test_body_cap_for_other_statuses,
                                    test_chunk_size_digits_cap, test_chunk_size_line_cap

@@ -25,8 +25,10 @@ Spec line -> tests (SPEC.md 7a; the rate-limit issue):
       test_a_last_chance_waits_for_the_pace_to_settle,
       test_measured_cut_is_95_percent_of_what_got_through,
       test_throttle_while_the_ceiling_gets_through_is_jitter,
-      test_measured_cut_keeps_at_least_70_percent, test_long_pauses_estimate_the_rate_from_two_stretches,
-      test_long_stretches_take_what_got_through_or_keep_the_estimate
+      test_measured_cut_keeps_at_least_70_percent,
+      test_long_stretches_measure_once_then_each_throttle_cuts_the_same_share,
+      test_a_measured_ceiling_is_cut_by_the_same_share_whatever_the_stretch,
+      test_short_stretches_make_no_estimate
   the limits of a guess and of a ceiling, each at the limit and one past it
       test_a_first_ceiling_counts_only_the_successes_of_the_last_second,
       test_a_guess_halved_by_a_fresh_throttle_stays_at_5_calls_a_second_at_least,

@@ -9,7 +9,7 @@ Spec line -> tests (SPEC.md 7a; the fleet issue):
       test_a_throttled_retry_goes_before_new_work
   the policy is pure: announced levels and slopes move the ceiling; a 429 cuts it gently
       test_policy_paces_by_an_announced_bucket_before_any_429,
-      test_announced_pace_cuts_when_the_bucket_drains,
+      test_announced_pace_follows_the_level_and_a_429_cuts_it_until_the_next,
       test_an_announced_pace_is_never_below_half_a_call_a_second
   the policy's measure of successes: sampled every 50 ms, the latest 40 samples kept
       test_the_success_count_is_sampled_at_most_every_50_ms_and_a_measure_starts_at_a_sample,
