@@ -26,7 +26,7 @@ from ._errors import (
     NoQuestions,
 )
 from ._typing import UNSET as UNSET
-from ._typing import Generic, cast, overload, short
+from ._typing import Generic, cast, first_repeat, overload, short
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -186,6 +186,8 @@ class Score(_Question[_T]):
             texts = [_text(t, f"level {i}") for i, t in enumerate(levels)]
             if len(texts) < 2:
                 raise InvalidQuestion(f"a score needs at least 2 levels, got {len(texts)}")
+            if first_repeat(texts) is not None:  # one text at two indices: the answer could not say which
+                raise InvalidQuestion(f"level {first_repeat(texts)!r} is given twice; levels must be unique")
             self._levels = range(len(texts))
         else:
             raise InvalidQuestion(f"a score takes a list of level texts or an Enum class, got {levels!r}")
@@ -219,9 +221,7 @@ class _Spec:
                 raise DuplicateQuestionName(f"two questions are named {name!r}")
             wire[name] = {"criteria": question.criteria}
         self.questions_json = json.dumps(wire, separators=(",", ":")).encode()
-        self.decoders: tuple[tuple[str, Decoder], ...] = tuple(
-            (name, question.decode) for name, question in items
-        )
+        self.decoders: tuple[tuple[str, Decoder], ...] = tuple((n, q.decode) for n, q in items)
 
     def body(self, state: object, model: str) -> bytes:
         """The JSON request body; ``state`` is checked here, the one per-call input."""

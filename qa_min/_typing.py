@@ -43,14 +43,24 @@ class Unset:
 UNSET = Unset()
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
-    from typing import Any
+    from collections.abc import Iterable, Mapping
+    from typing import Any, Optional
 
 
 def short(value: object) -> str:
     """``repr(value)``, cut to 60 characters for a message."""
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
+
+
+def first_repeat(texts: Iterable[str]) -> Optional[str]:
+    """The first text met a second time in ``texts``, or None when no text is there twice."""
+    seen: set[str] = set()
+    for text in texts:
+        if text in seen:
+            return text
+        seen.add(text)
+    return None
 
 
 class ReadOnly(dict):  # type: ignore[type-arg]

@@ -406,13 +406,17 @@ def _write(tmp_path: Path, text: str) -> str:
          "key 'q' is given twice in one object"),
         (["--questions", 'FILE:{"q": {"choice": {"x": "X", "x": "Y", "z": "Z"}}}'], "InvalidQuestion",
          "key 'x' is given twice in one object"),
+        (["--score", "q", "low", "high", "low"], "InvalidQuestion",
+         "level 'low' is given twice; levels must be unique"),
+        (["--questions", 'FILE:{"q": {"score": ["low", "low"]}}'], "InvalidQuestion",
+         "question 'q': level 'low' is given twice"),
     ],
     ids=[
         "no-questions", "choice-without-equals", "choice-one-option", "score-one-level", "yes-no-empty-text",
         "duplicate-name", "file-missing", "file-not-json", "file-not-object", "question-not-object",
         "yes-no-not-pair", "choice-not-object", "score-not-list", "unknown-kind", "text-not-string",
         "empty-name", "choice-duplicate-option", "choice-duplicate-option-of-two", "file-duplicate-id",
-        "file-duplicate-option",
+        "file-duplicate-option", "score-duplicate-level", "file-score-duplicate-level",
     ],
 )  # fmt: skip
 def test_bad_questions_exit_3_before_anything_is_sent(

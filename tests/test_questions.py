@@ -35,10 +35,12 @@ Spec line -> tests:
   Validation before any byte is sent, ValidationError subclasses: NoQuestions,
   DuplicateQuestionName, empty or non-string names or state, yes/no with an empty text,
   choice < 2 options, a choice of exactly "true" and "false" (yes/no criteria), score < 2 levels,
-  ...
+  a score with one level text twice, ...
       test_no_questions, test_duplicate_question_name, test_bad_question_name,
       test_choice_of_exactly_true_and_false_is_refused_as_a_yes_no,
       test_choice_near_true_and_false_is_a_choice,
+      test_a_score_refuses_a_level_text_given_twice,
+      test_a_score_enum_with_one_value_twice_is_its_distinct_members,
       test_bad_state_for_ask, test_bad_state_for_request, test_bad_question_definition,
       test_non_question_objects_are_refused, test_ask_refuses_what_is_not_a_questions_class,
       test_core_refuses_what_is_not_a_request, test_bad_model_is_refused_before_sending
@@ -52,6 +54,7 @@ from __future__ import annotations
 
 import enum
 import inspect
+import re
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -585,6 +588,7 @@ def _bad_questions() -> list[tuple[str, Callable[[], object]]]:
         ("score-empty-level", lambda: qa.Score(["a", ""])),
         ("score-non-str-level", lambda: qa.Score(["a", 2])),  # type: ignore[list-item]
         ("score-dict", lambda: qa.Score({"a": "A", "b": "B"})),  # type: ignore[call-overload]
+        ("score-duplicate-level", lambda: qa.Score(["poor", "good", "poor"])),
     ]
 
 
@@ -593,6 +597,35 @@ def test_bad_question_definition(listener: Listener, make: Callable[[], object])
     with pytest.raises(qa.ValidationError):
         make()
     assert_nothing_sent(listener)
+
+
+@pytest.mark.parametrize(
+    ("levels", "words"),
+    [
+        (["poor", "good", "poor"], "level 'poor' is given twice"),
+        (("low", "low"), "level 'low' is given twice"),
+        (["a", "b", "c", "b", "a"], "level 'b' is given twice"),
+    ],
+    ids=["list", "tuple-of-two", "first-repeat-named"],
+)
+def test_a_score_refuses_a_level_text_given_twice(levels: list[str], words: str) -> None:
+    # The service answers with an index; two levels with one text leave it no way to say which.
+    with pytest.raises(qa.InvalidQuestion, match=re.escape(words)) as info:
+        qa.Score(levels)
+    assert str(info.value).endswith("; levels must be unique")
+
+
+def test_a_score_enum_with_one_value_twice_is_its_distinct_members() -> None:
+    # Members sharing a value are aliases: the Enum's iteration, hence the scale, holds each once.
+    class WithAlias(enum.Enum):
+        low = "Low"
+        high = "High"
+        bottom = "Low"
+
+    score = qa.Score(WithAlias)
+    assert score.criteria == ["Low", "High"]
+    assert score.decode(0) is WithAlias.low
+    assert WithAlias["bottom"] is WithAlias.low
 
 
 class TrueFalse(enum.Enum):
