@@ -102,9 +102,12 @@ def test_demo_shows_each_operation_and_an_error_then_exits_0(run: Any, argv: lis
     assert result.err == ""
 
 
-def test_demo_json_is_one_document_with_every_section(run: Any) -> None:
-    result = run("--json", "demo")
-    assert result.code == 0
+@pytest.mark.parametrize(
+    "argv", [["--json", "demo"], ["demo", "--json"]], ids=["json-before-command", "json-after-command"]
+)
+def test_demo_json_is_one_document_with_every_section(run: Any, argv: list[str]) -> None:
+    result = run(*argv)
+    assert result.code == 0, result.err
     doc = json.loads(result.out)
     assert set(doc) == {"url", "ask", "core", "models", "error"}
     assert set(doc["ask"]) == {"toxic", "tone", "quality", "usage"}
@@ -117,6 +120,17 @@ def test_demo_json_is_one_document_with_every_section(run: Any) -> None:
         "request_id": None,
         "body": '{"detail": "slow down"}',
     }
+
+
+def test_demo_help_offers_json_and_no_option_it_would_ignore(run: Any) -> None:
+    result = run("demo", "--help")
+    assert result.code == 0
+    assert "--json" in result.out
+    for ignored in ("--base-url", "--api-key", "--model", "--timeout", "--retries"):
+        assert ignored not in result.out
+    refused = run("demo", "--timeout", "5")
+    assert refused.code == 2
+    assert "unrecognized arguments: --timeout 5" in refused.err
 
 
 def test_demo_ignores_the_environment_and_sends_no_real_key(

@@ -284,7 +284,12 @@ def build_parser() -> argparse.ArgumentParser:
         return sub
 
     demo_help = "show every operation on an in-process fake service (the default; ignores connection options)"
-    command("demo", demo, demo_help, "")
+    show = command("demo", demo, demo_help, "")
+    # Of the global options only --json changes what demo does: listing the connection options
+    # in its --help too would offer options that do nothing.
+    show.add_argument(
+        "--json", action="store_true", default=argparse.SUPPRESS, help="print one JSON document"
+    )
     _add_connection_options(command("models", models, "list the model names, one per line", exits), top=False)
     ask_help = "ask questions about one state; prints `id: answer` lines"
     one = command("ask", ask, ask_help, QUESTIONS_HELP + exits)
