@@ -313,6 +313,9 @@ def test_torn_last_line_is_cut_off_and_asked_again(
     assert STATES[0] not in asked(svc)
 
 
+SKIP_FAILED_ALONE = "qa-min batch: error: argument --skip-failed: needs --resume, the run whose failed lines"
+
+
 @pytest.mark.parametrize(
     ("argv", "content", "code", "message"),
     [
@@ -323,9 +326,12 @@ def test_torn_last_line_is_cut_off_and_asked_again(
         (["--failures", "DIR"], None, 3, "cannot write"),
         (["-o", "OUT", "--failures", "DIR"], None, 3, "cannot write"),
         (["-o", "DIR"], None, 3, "cannot write"),
+        (["--skip-failed"], None, 2, SKIP_FAILED_ALONE),
+        (["-o", "OUT", "--skip-failed"], None, 2, SKIP_FAILED_ALONE),
     ],
     ids=["exists-without-resume", "resume-without-output", "foreign-line", "line-zero", "failures-unwritable",
-         "failures-unwritable-with-output", "output-unwritable"],
+         "failures-unwritable-with-output", "output-unwritable", "skip-failed-without-resume",
+         "skip-failed-with-output-without-resume"],
 )  # fmt: skip
 def test_output_files_that_cannot_be_used_are_refused_before_any_call(
     run: Any,

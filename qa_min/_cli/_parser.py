@@ -262,6 +262,16 @@ def _fake_checks(sub: argparse.ArgumentParser) -> Callable[[argparse.Namespace],
     return check
 
 
+def _batch_checks(sub: argparse.ArgumentParser) -> Callable[[argparse.Namespace], None]:
+    """``--skip-failed`` needs ``--resume``: alone it would change nothing, and say nothing."""
+
+    def check(args: argparse.Namespace) -> None:
+        if args.skip_failed and not args.resume:
+            sub.error("argument --skip-failed: needs --resume, the run whose failed lines it skips")
+
+    return check
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``qa-min`` argument parser; each command sets ``run``, a function ``(args, out) -> code``,
     and ``check``, run on the parsed ``args`` (a usage error exits as argparse's do)."""
@@ -301,6 +311,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_connection_options(many, top=False)
     _add_batch_options(many)
     _add_question_options(many, _AddBatchQuestion)
+    many.set_defaults(check=_batch_checks(many))
     serve = command("fake", fake, "serve the fake service locally until Ctrl-C", "")
     _add_fake_options(serve)
     serve.set_defaults(check=_fake_checks(serve))
