@@ -925,6 +925,45 @@ def test_a_blank_api_key_is_refused_with_its_message_and_json_intact(
     assert error["message"] == "api_key must be a non-empty string (or None to read SERVICE_API_KEY)"
 
 
+def test_ask_refuses_a_state_argument_that_is_not_utf8(run: Any, svc: FakeService) -> None:
+    # Python hands undecodable argv bytes on as lone surrogates ("caf\xe9" -> "caf\udce9"),
+    # which were sent as JSON escapes; batch refuses such a line as "not UTF-8".
+    result = run("--base-url", svc.url, "--json", "ask", "caf\udce9", *FLAGS)
+    assert result.code == 3
+    assert result.err.startswith("error: InvalidState: the state argument is not UTF-8\n")
+    assert json.loads(result.out)["error"]["message"] == "the state argument is not UTF-8"
+    assert svc.requests == []
+
+
+@pytest.mark.parametrize("errors", ["surrogateescape", "strict"])
+def test_ask_refuses_a_state_on_stdin_that_is_not_utf8(
+    run: Any, svc: FakeService, monkeypatch: pytest.MonkeyPatch, errors: str
+) -> None:
+    # Python reads stdin with surrogateescape under the C locale and in UTF-8 mode, else strictly.
+    stdin = io.TextIOWrapper(io.BytesIO(b"caf\xe9\n"), encoding="utf-8", errors=errors)
+    monkeypatch.setattr(sys, "stdin", stdin)
+    result = run("--base-url", svc.url, "ask", *FLAGS)
+    assert result.code == 3
+    assert result.err == "error: InvalidState: the state read from stdin is not UTF-8\n"
+    assert svc.requests == []
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="argv is bytes on POSIX only")
+def test_python_m_qa_min_ask_refuses_argv_bytes_that_are_not_utf8(svc: FakeService) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "qa_min", "--base-url", svc.url, "ask", b"caf\xe9", *FLAGS],
+        check=False,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=_env(PYTHONUTF8="1"),  # argv decoded as UTF-8 with surrogateescape, whatever the locale
+        timeout=20,
+    )
+    assert proc.returncode == 3
+    assert proc.stderr == "error: InvalidState: the state argument is not UTF-8\n"
+    assert svc.requests == []
+
+
 def test_ask_without_a_state_and_with_stdin_closed_exits_3_and_says_so(
     run: Any, svc: FakeService, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 import time
 
-from .. import Client, Request
+from .. import Client, InvalidState, Request
 from ._output import FileError, answer_text, client_options
 from ._questions import collect_questions
 
@@ -35,16 +35,33 @@ def models(args: argparse.Namespace, out: Output) -> int:
     return 0
 
 
+def _utf8(text: str, what: str) -> str:
+    """``text``, or `InvalidState` as batch refuses a line that is not UTF-8.
+
+    Python hands on bytes it cannot decode (in argv, and in stdin under the C locale or in UTF-8
+    mode) as lone surrogates; sent, they would reach the service as JSON escapes of those, not
+    as the text."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidState(f"{what} is not UTF-8") from None
+    return text
+
+
 def _read_state(arg: Optional[str]) -> str:
     if arg is not None and arg != "-":
-        return arg
+        return _utf8(arg, "the state argument")
     if sys.stdin is None:  # started with stdin closed (`<&-`)
         raise FileError("no state given and stdin is closed: pass the state as an argument")
     if sys.stdin.isatty():
         # Otherwise a user who forgot the state sees a command that seems to hang.
         print("reading the state from stdin; end it with Ctrl-D", file=sys.stderr, flush=True)
+    try:
+        text = sys.stdin.read()
+    except UnicodeDecodeError:  # stdin decoded strictly, as in a locale other than C
+        raise InvalidState("the state read from stdin is not UTF-8") from None
     # A shell pipe adds a final newline that is not part of the text.
-    return sys.stdin.read().rstrip("\r\n")
+    return _utf8(text.rstrip("\r\n"), "the state read from stdin")
 
 
 def ask(args: argparse.Namespace, out: Output) -> int:
