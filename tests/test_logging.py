@@ -231,6 +231,20 @@ def test_service_log_debug_prints_attempts_and_retries_on_stderr(keyed_svc: Fake
         assert marker not in stderr
 
 
+@pytest.mark.parametrize("value", ["verbose", "warning", "1"])
+def test_an_unknown_service_log_is_ignored_as_the_official_sdks_ignore_it(
+    keyed_svc: FakeService, value: str
+) -> None:
+    # A typo in a debugging switch must not stop a deployed client: no handler, no error.
+    stdout, stderr = run_child(
+        keyed_svc,
+        service_log=value,
+        epilogue="import logging; print([type(h).__name__ for h in logging.getLogger('qa_min').handlers])",
+    )
+    assert stderr == ""
+    assert stdout.strip() == "['NullHandler']"
+
+
 def test_service_log_info_prints_only_retries_on_stderr(keyed_svc: FakeService) -> None:
     _, stderr = run_child(keyed_svc, service_log="info")
     lines = stderr.splitlines()
