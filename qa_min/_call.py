@@ -281,9 +281,12 @@ class CallState:
         short: cancelled, closed, or woken by the limiter)."""
         delay = max(0.0, seconds - held)
         taken = max(0.0, min(taken, seconds))
-        self.delay = min(delay, taken)
-        self.rate_limit_wait = max(0.0, min(held, taken - delay))
-        self.rate_limit_total += self.rate_limit_wait
+        held = max(0.0, min(held, taken - delay))
+        # An attempt may wait in several naps (a limiter that looks again, a wait held for an
+        # answer): its record sums them, as the call's total does.
+        self.delay += min(delay, taken)
+        self.rate_limit_wait += held
+        self.rate_limit_total += held
 
     def wait(self, seconds: float, sleep: Callable[[float, threading.Event], object]) -> None:
         """Sleep ``seconds`` through ``sleep(seconds, wake)``, then ``check()``.

@@ -4,7 +4,7 @@ not block the loop, and wakes when the slot comes, when it is cancelled, or when
 A server delay (a 429 with ``retry-after-ms``) pauses the whole client from the first one; the
 calls started during the pause wait in the limiter (``Diagnostics.rate_limit_wait``), with the
 loop free: a ticker task keeps running. The same decisions as the threaded client's limiter
-(``begin``/``step``/``abandon``), awaited.
+(``begin``/``step``/``abandon``), awaited; an attempt's record sums every nap it waited.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any, Optional, cast
 import pytest
 
 import qa_min as qa
-from qa_min.testing import MockTransport, RecordedRequest, Step, reply
+from qa_min.testing import MockTransport, RecordedRequest, Step, delay, reply
 
 PAUSE_MS = 400
 PROMPT = 2.0
@@ -195,3 +195,33 @@ def test_a_deadline_cuts_a_wait_for_the_limiter() -> None:
     error, took = asyncio.run(main())
     assert "timeout of 0.1 s" in str(error)
     assert took < PROMPT
+
+
+def test_a_wait_in_several_naps_is_summed_in_the_attempts_record() -> None:
+    # As on Client: an announced pace wakes a waiting call every 50 ms to look again; the
+    # attempt's record sums those naps (it said only the last one).
+    announced = [
+        ("x-ratelimit-limit-requests", "10"),
+        ("x-ratelimit-remaining-requests", "5"),
+        ("x-ratelimit-reset-requests", "500ms"),
+    ]
+    script = [reply(200, {"answers": {"toxic": True}}, headers=announced), delay(0.3)]
+    transport = MockTransport(lambda request: script.pop(0) if script else None)
+
+    async def main() -> qa.Diagnostics:
+        async with qa.AsyncClient(base_url="http://qa.test", transport=transport) as client:
+            await client.ask("warm", Review)  # paces by the announcement from now on
+            out = asyncio.ensure_future(client.ask("late", Review))  # out while the next waits
+            for _ in range(1000):
+                if len(transport.requests) == 2:
+                    break
+                await asyncio.sleep(0.001)
+            diag = qa.Diagnostics()
+            await client.ask("waits", Review, diagnostics=diag)
+            await out
+            return diag
+
+    diag = asyncio.run(main())
+    assert diag.rate_limit_wait > 0.2  # several naps
+    assert diag.history[-1].rate_limit_wait == pytest.approx(diag.rate_limit_wait)
+    assert diag.history[-1].delay == 0.0

@@ -17,6 +17,9 @@ Spec line -> tests (SPEC.md 7a, 6; the rate-limit issue):
   cut short reports what it lasted
       test_wait_for_the_limiter_ends_at_once_on_cancel_timeout_and_close,
       test_a_wait_cut_short_splits_what_it_lasted_into_delay_then_limiter
+  an attempt's record sums every nap it waited (Attempt.delay, Attempt.rate_limit_wait)
+      test_a_wait_in_several_naps_is_summed_in_the_attempts_record,
+      test_waits_before_one_attempt_add_up
   client.rate_limit is a snapshot that pickles and copies
       test_a_rate_limit_snapshot_survives_pickle_and_copy
   a throttled call retried after the server's delay spends no retry budget; max_retries holds
@@ -48,7 +51,7 @@ from support import BOUND, SleepRecorder, make_recording_client, wait_until
 import qa_min as qa
 from qa_min._call import CallState
 from qa_min._limiter import ABSORBED
-from qa_min.testing import FakeService, reply
+from qa_min.testing import FakeService, MockTransport, delay, reply
 
 STATE = "Some text"
 PROMPT = 1.0
@@ -459,3 +462,35 @@ def test_a_rate_limit_snapshot_survives_pickle_and_copy() -> None:
             state.throttles,
             state.announced,
         )
+
+
+def test_a_wait_in_several_naps_is_summed_in_the_attempts_record() -> None:
+    # An announced pace lets a waiting call sleep at most LOOK (50 ms) before it looks again:
+    # its wait of most of a second is many naps. The attempt's record said only the last one.
+    announced = [
+        ("x-ratelimit-limit-requests", "10"),
+        ("x-ratelimit-remaining-requests", "5"),
+        ("x-ratelimit-reset-requests", "500ms"),
+    ]
+    script = [reply(200, {"answers": {"toxic": True}}, headers=announced), delay(0.3)]
+    transport = MockTransport(lambda request: script.pop(0) if script else None)
+    with qa.Client(base_url="http://qa.test", transport=transport) as client:
+        client.ask(STATE, Review)  # paces by the announcement from now on
+        out = client.submit(client.ask, STATE, Review)  # answered late: out while the next waits
+        assert wait_until(lambda: len(transport.requests) == 2)
+        diag = qa.Diagnostics()
+        client.ask(STATE, Review, diagnostics=diag)
+        out.result(BOUND)
+    assert diag.rate_limit_wait > 0.2  # several naps
+    assert diag.history[-1].rate_limit_wait == pytest.approx(diag.rate_limit_wait)
+    assert diag.history[-1].delay == 0.0
+
+
+def test_waits_before_one_attempt_add_up() -> None:
+    call = CallState(None, None)
+    call.waited(1.0, 0.4, 1.0)  # its own 0.6 s, then 0.4 s of the limiter's
+    call.waited(0.05, 0.05, 0.05)  # the limiter looks again
+    call.record(200, None, 0.01)
+    assert (call.history[0].delay, call.history[0].rate_limit_wait) == pytest.approx((0.6, 0.45))
+    assert call.rate_limit_total == pytest.approx(0.45)
+    assert (call.delay, call.rate_limit_wait) == (0.0, 0.0)  # the next attempt starts afresh
