@@ -71,12 +71,14 @@ class AioSender:
             while True:
                 call.check()
                 slot = state.slot()
+                if slot is None and state.wait is not None:
+                    await self._nap(state.wait, call, scope)
+                    # Another call's 429 may have paused the client meanwhile (SPEC.md 7a).
+                    slot = state.rested()
                 if slot is not None:
                     limiter = sender.rules.limiter
                     assert limiter is not None
                     state.ticket = await self._acquire(limiter, slot[0], slot[1], call, scope)
-                elif state.wait is not None:
-                    await self._nap(state.wait, call, scope)
                 if messages.hooks is not None:
                     messages.emit("before_attempt", request, call.attempts + 1)
                 started = time.monotonic()

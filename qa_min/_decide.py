@@ -253,6 +253,12 @@ class Attempts:
         last = self.retries >= self.policy.max_retries and not self._absorbs()
         return self.wait, Priority.LAST if last else Priority.RETRY
 
+    def rested(self) -> Optional[tuple[Optional[float], Priority]]:
+        """After a wait ``slot()`` left to the driver alone (the limiter was disengaged): the
+        slot to ask for now if another call's 429 engaged it meanwhile, that wait done."""
+        self.wait = None
+        return self.slot()
+
     def _absorbs(self) -> bool:
         """Whether the limiter absorbs this 429 (it had a delay): not counted in ``max_retries``,
         ``ABSORBED`` at most a call, while it paces a fleet's share (``Limiter.absorbs``)."""

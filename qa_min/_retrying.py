@@ -72,14 +72,16 @@ class Sender:
             while True:
                 call.check()
                 slot = state.slot()
+                if slot is None and state.wait is not None:
+                    self._nap(state.wait, call)
+                    # Another call's 429 may have paused the client meanwhile (SPEC.md 7a).
+                    slot = state.rested()
                 if slot is not None:
                     limiter = self.rules.limiter
                     assert limiter is not None
                     state.ticket = limiter.acquire(
                         slot[0], slot[1], lambda s, held, waiter=None: self._nap(s, call, held, waiter)
                     )
-                elif state.wait is not None:
-                    self._nap(state.wait, call)
                 decision = self._attempt(request, state, call, fresh)
                 if decision.action == RETURN:
                     return decision.body

@@ -3,8 +3,9 @@ not block the loop, and wakes when the slot comes, when it is cancelled, or when
 
 A server delay (a 429 with ``retry-after-ms``) pauses the whole client from the first one; the
 calls started during the pause wait in the limiter (``Diagnostics.rate_limit_wait``), with the
-loop free: a ticker task keeps running. The same decisions as the threaded client's limiter
-(``begin``/``step``/``abandon``), awaited; an attempt's record sums every nap it waited.
+loop free: a ticker task keeps running; a call sleeping its own backoff then waits for the pause
+too. The same decisions as the threaded client's limiter (``begin``/``step``/``abandon``),
+awaited; an attempt's record sums every nap it waited.
 """
 
 from __future__ import annotations
@@ -225,3 +226,40 @@ def test_a_wait_in_several_naps_is_summed_in_the_attempts_record() -> None:
     assert diag.rate_limit_wait > 0.2  # several naps
     assert diag.history[-1].rate_limit_wait == pytest.approx(diag.rate_limit_wait)
     assert diag.history[-1].delay == 0.0
+
+
+def test_a_call_in_its_backoff_waits_for_a_pause_another_call_met() -> None:
+    # As on Client: B sleeps its own 200 ms while the limiter is still disengaged, A's 429
+    # then pauses the client for 600 ms; B's retry went out in the middle of the pause.
+    seen: list[tuple[str, float]] = []
+
+    def handler(request: RecordedRequest) -> Optional[Step]:
+        name = request.json()["state"]
+        seen.append((name, time.monotonic()))
+        if len(seen) == 1:
+            return reply(503, {"detail": "busy"}, headers=[("retry-after-ms", "200")])
+        if name == "A" and len(seen) == 2:
+            return reply(429, {"detail": "slow down"}, headers=[("retry-after-ms", "600")])
+        return None
+
+    async def main() -> qa.Diagnostics:
+        napping = asyncio.Event()
+
+        async def sleep(seconds: float) -> None:
+            napping.set()
+            await asyncio.sleep(seconds)
+
+        transport = MockTransport(handler)
+        async with qa.AsyncClient(base_url="http://qa.test", transport=transport, sleep=sleep) as client:
+            diag = qa.Diagnostics()
+            b = asyncio.ensure_future(client.ask("B", Review, diagnostics=diag))
+            await asyncio.wait_for(napping.wait(), PROMPT)  # B is in its backoff
+            await client.ask("A", Review)
+            await b
+            return diag
+
+    diag = asyncio.run(main())
+    assert [name for name, _ in seen] == ["B", "A", "A", "B"]  # the throttled call first, then B
+    assert seen[3][1] - seen[1][1] >= 0.6 - 0.02
+    assert diag.history[-1].delay == pytest.approx(0.2, abs=0.05)
+    assert diag.history[-1].rate_limit_wait > 0.3  # the rest of A's pause

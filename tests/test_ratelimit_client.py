@@ -30,7 +30,8 @@ Spec line -> tests (SPEC.md 7a, 6; the rate-limit issue):
   retry-after-ms: 0 asks for no client-wide pause
       test_zero_retry_after_ms_pauses_nobody_but_the_call_still_waits
   the first 429 pauses the whole client, before any pace is learned (SPEC 7a)
-      test_the_first_429_pauses_the_whole_default_client
+      test_the_first_429_pauses_the_whole_default_client,
+      test_a_call_in_its_backoff_waits_for_a_pause_another_call_met
   INFO log lines when the ceiling drops
       test_lowered_ceiling_is_logged_at_info
 """
@@ -494,3 +495,39 @@ def test_waits_before_one_attempt_add_up() -> None:
     assert (call.history[0].delay, call.history[0].rate_limit_wait) == pytest.approx((0.6, 0.45))
     assert call.rate_limit_total == pytest.approx(0.45)
     assert (call.delay, call.rate_limit_wait) == (0.0, 0.0)  # the next attempt starts afresh
+
+
+class PauseDuringBackoff:
+    """A mock handler: call "B" first gets a 503 asking for 200 ms, call "A" a 429 asking for
+    600 ms; every request's state and arrival time is kept."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, float]] = []
+
+    def __call__(self, request: Any) -> Any:
+        name = request.json()["state"]
+        self.seen.append((name, time.monotonic()))
+        if len(self.seen) == 1:
+            return reply(503, {"detail": "busy"}, headers=[("retry-after-ms", "200")])
+        if name == "A" and len(self.seen) == 2:
+            return busy(("retry-after-ms", "600"))
+        return None
+
+
+def test_a_call_in_its_backoff_waits_for_a_pause_another_call_met() -> None:
+    # B sleeps its own 200 ms while the limiter is still disengaged; A's 429 then pauses the
+    # client for 600 ms. B's retry went out after its 200 ms, in the middle of the pause.
+    handler = PauseDuringBackoff()
+    sleep = BlockingSleep()
+    with qa.Client(base_url="http://qa.test", transport=MockTransport(handler), sleep=sleep) as client:
+        diag = qa.Diagnostics()
+        b = client.submit(client.ask, "B", Review, diagnostics=diag)
+        assert sleep.waiting.wait(BOUND)  # B is in its backoff
+        client.ask("A", Review)
+        b.result(BOUND)
+    names = [name for name, _ in handler.seen]
+    assert names == ["B", "A", "A", "B"]  # the throttled call first, then B
+    paused_at = handler.seen[1][1]
+    assert handler.seen[3][1] - paused_at >= 0.6 - 0.02
+    assert diag.history[-1].delay == pytest.approx(0.2, abs=0.05)
+    assert diag.history[-1].rate_limit_wait > 0.3  # the rest of A's pause
