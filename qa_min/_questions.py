@@ -26,7 +26,7 @@ from ._errors import (
     NoQuestions,
 )
 from ._typing import UNSET as UNSET
-from ._typing import Generic, cast, first_repeat, overload, short
+from ._typing import Generic, cast, first_repeat, not_utf8, overload, short
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -41,6 +41,7 @@ else:
     _T = _E = None
 
 _encode_str = json.encoder.encode_basestring_ascii
+_encode_utf8 = json.encoder.encode_basestring
 
 
 class _Mismatch(Exception):
@@ -227,16 +228,15 @@ class _Spec:
         """The JSON request body; ``state`` is checked here, the one per-call input."""
         if not isinstance(state, str) or not state or state.isspace():
             raise InvalidState(f"state must be a non-empty string, got {short(state)}")
+        try:
+            # Sent as UTF-8, not as \u escapes: the one encode is also the check that the state
+            # is text, and a body of non-ASCII text is up to 3 times smaller.
+            text = _encode_utf8(state).encode()
+        except UnicodeEncodeError:
+            raise InvalidState(f"state is {not_utf8(state)}") from None
+        model_json = _encode_str(model).encode()
         return b"".join(
-            (
-                b'{"state":',
-                _encode_str(state).encode(),
-                b',"questions":',
-                self.questions_json,
-                b',"model":',
-                _encode_str(model).encode(),
-                b"}",
-            )
+            (b'{"state":', text, b',"questions":', self.questions_json, b',"model":', model_json, b"}")
         )
 
     def decode(self, answers: object) -> dict[str, object]:

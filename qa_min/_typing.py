@@ -63,6 +63,19 @@ def first_repeat(texts: Iterable[str]) -> Optional[str]:
     return None
 
 
+def not_utf8(text: str) -> Optional[str]:
+    """Why ``text`` has no UTF-8 form, for a message ("not UTF-8: ..."), or None when it has one.
+
+    What has none is a surrogate code point: ``os.fsdecode`` and ``surrogateescape`` turn bytes
+    that do not decode into those, and JSON would carry them as escapes that are no text. The
+    index lets a caller find the bad byte in a long text."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return f"not UTF-8: it holds the surrogate {text[exc.start]!r} at index {exc.start}"
+    return None
+
+
 class ReadOnly(dict):  # type: ignore[type-arg]
     """A dict that refuses every change (``TypeError``, as a ``MappingProxyType`` does), so that
     answers handed to the caller cannot be changed under them; unlike a proxy it pickles,

@@ -42,6 +42,8 @@ Spec line -> tests:
       test_a_score_refuses_a_level_text_given_twice,
       test_a_score_enum_with_one_value_twice_is_its_distinct_members,
       test_bad_state_for_ask, test_bad_state_for_request, test_bad_question_definition,
+      test_a_state_that_is_not_utf8_is_refused_before_sending,
+      test_a_state_next_to_the_surrogates_is_sent_as_utf8,
       test_non_question_objects_are_refused, test_ask_refuses_what_is_not_a_questions_class,
       test_core_refuses_what_is_not_a_request, test_bad_model_is_refused_before_sending
       test_str_subclass_is_a_string (the positive side of "non-string")
@@ -52,6 +54,7 @@ Spec line -> tests:
 
 from __future__ import annotations
 
+import asyncio
 import enum
 import inspect
 import re
@@ -538,6 +541,50 @@ def test_bad_state_for_request(listener: Listener, state: Any) -> None:
     with pytest.raises(qa.InvalidState):
         qa.Request(state=state, questions=[qa.NamedQuestion("a", qa.YesNo("y", "n"))])
     assert_nothing_sent(listener)
+
+
+# Surrogate code points (U+D800 to U+DFFF) have no UTF-8 form: os.fsdecode and surrogateescape
+# leave them for bytes that do not decode, and they went out as JSON escapes that are no text.
+NOT_UTF8_STATES = [
+    ("caf\udce9", "'\\udce9' at index 3"),
+    ("\ud800 first surrogate", "'\\ud800' at index 0"),
+    ("last surrogate \udfff", "'\\udfff' at index 15"),
+    ("\ud83d\ude00", "'\\ud83d' at index 0"),  # a UTF-16 pair, but two code points in a str
+]
+
+
+@pytest.mark.parametrize(("state", "where"), NOT_UTF8_STATES, ids=["fsdecoded", "d800", "dfff", "pair"])
+@pytest.mark.parametrize("how", ["ask", "request", "async"])
+def test_a_state_that_is_not_utf8_is_refused_before_sending(
+    listener: Listener, idle_client: qa.Client, state: str, where: str, how: str
+) -> None:
+    named = [qa.NamedQuestion("a", qa.YesNo("y", "n"))]
+
+    async def ask_async() -> object:
+        async with qa.AsyncClient(base_url=listener.url, retry=qa.RetryPolicy.none, timeout=2.0) as client:
+            return await client.ask(state, Review)
+
+    calls: dict[str, Callable[[], object]] = {
+        "ask": lambda: idle_client.ask(state, Review),
+        "request": lambda: qa.Request(state=state, questions=named),
+        "async": lambda: asyncio.run(ask_async()),
+    }
+    with pytest.raises(qa.InvalidState) as caught:
+        calls[how]()
+    assert str(caught.value) == f"state is not UTF-8: it holds the surrogate {where}"
+    assert_nothing_sent(listener)
+
+
+@pytest.mark.parametrize("state", ["\ud7ff just below", "\ue000 just above", "café 日本 😀"], ids=repr)
+def test_a_state_next_to_the_surrogates_is_sent_as_utf8(
+    svc: InProcessService, client: qa.Client, state: str
+) -> None:
+    client.ask(state, Review)
+    client.core(qa.Request(state=state, questions=[qa.NamedQuestion("a", qa.YesNo("y", "n"))]))
+    for sent in svc.requests:
+        # As UTF-8 rather than \u escapes: the same JSON string, in fewer bytes.
+        assert state.encode() in sent.body
+        assert sent.json()["state"] == state
 
 
 def test_str_subclass_is_a_string(svc: InProcessService, client: qa.Client) -> None:
