@@ -206,7 +206,7 @@ class Score(_Question[_T]):
 class _Spec:
     """A compiled question set: the encoded ``questions`` JSON and one decoder per id."""
 
-    __slots__ = ("decoders", "questions_json")
+    __slots__ = ("decoders", "middle")
 
     def __init__(self, pairs: Iterable[tuple[str, _Question[Any]]]) -> None:
         items = list(pairs)
@@ -221,7 +221,8 @@ class _Spec:
             if name in wire:
                 raise DuplicateQuestionName(f"two questions are named {name!r}")
             wire[name] = {"criteria": question.criteria}
-        self.questions_json = json.dumps(wire, separators=(",", ":")).encode()
+        # What every body holds between the state and the model, joined once.
+        self.middle = b',"questions":%s,"model":' % json.dumps(wire, separators=(",", ":")).encode()
         self.decoders: tuple[tuple[str, Decoder], ...] = tuple((n, q.decode) for n, q in items)
 
     def body(self, state: object, model: str) -> bytes:
@@ -229,15 +230,11 @@ class _Spec:
         if not isinstance(state, str) or not state or state.isspace():
             raise InvalidState(f"state must be a non-empty string, got {short(state)}")
         try:
-            # Sent as UTF-8, not as \u escapes: the one encode is also the check that the state
-            # is text, and a body of non-ASCII text is up to 3 times smaller.
+            # UTF-8, not \u escapes (smaller): the one encode is also the check that it is text.
             text = _encode_utf8(state).encode()
         except UnicodeEncodeError:
             raise InvalidState(f"state is {not_utf8(state)}") from None
-        model_json = _encode_str(model).encode()
-        return b"".join(
-            (b'{"state":', text, b',"questions":', self.questions_json, b',"model":', model_json, b"}")
-        )
+        return b"".join((b'{"state":', text, self.middle, _encode_str(model).encode(), b"}"))
 
     def decode(self, answers: object) -> dict[str, object]:
         """Decoded answers by id; raises ``_Mismatch`` naming the first bad one."""
@@ -371,12 +368,7 @@ class Request:
 
     __slots__ = ("_spec", "model", "questions", "state")
 
-    def __init__(
-        self,
-        state: str,
-        questions: Sequence[NamedQuestion],
-        model: Optional[str] = None,
-    ) -> None:
+    def __init__(self, state: str, questions: Sequence[NamedQuestion], model: Optional[str] = None) -> None:
         if isinstance(questions, (str, bytes)) or not hasattr(questions, "__iter__"):
             raise InvalidQuestion(f"questions must be a sequence of NamedQuestion, got {questions!r}")
         named = []
