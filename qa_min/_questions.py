@@ -24,6 +24,7 @@ from ._errors import (
     InvalidQuestion,
     InvalidState,
     NoQuestions,
+    ValidationError,
 )
 from ._typing import UNSET as UNSET
 from ._typing import Generic, cast, first_repeat, not_utf8, overload, short
@@ -48,9 +49,11 @@ class _Mismatch(Exception):
     """An answer that does not fit its question; the message says how."""
 
 
-def _text(value: object, what: str) -> str:
+def _text(value: object, what: str, error: type[ValidationError] = InvalidQuestion) -> str:
     if not isinstance(value, str) or not value.strip():
-        raise InvalidQuestion(f"{what} must be a non-empty string, got {value!r}")
+        raise error(f"{what} must be a non-empty string, got {value!r}")
+    if not_utf8(value):  # json.dumps would write it as a \u escape that is no character
+        raise error(f"{what} is {not_utf8(value)}")
     return value
 
 
@@ -214,8 +217,7 @@ class _Spec:
             raise NoQuestions("a request needs at least one question")
         wire: dict[str, object] = {}
         for name, question in items:
-            if not isinstance(name, str) or not name.strip():
-                raise InvalidName(f"a question name must be a non-empty string, got {name!r}")
+            _text(name, "a question name", InvalidName)
             if not isinstance(question, _Question):
                 raise InvalidQuestion(f"question {name!r} must be a YesNo, Choice or Score, got {question!r}")
             if name in wire:

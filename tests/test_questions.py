@@ -44,6 +44,9 @@ Spec line -> tests:
       test_bad_state_for_ask, test_bad_state_for_request, test_bad_question_definition,
       test_a_state_that_is_not_utf8_is_refused_before_sending,
       test_a_state_next_to_the_surrogates_is_sent_as_utf8,
+      test_a_question_text_or_name_that_is_not_utf8_is_refused,
+      test_a_questions_class_with_a_name_that_is_not_utf8_is_refused,
+      test_question_texts_next_to_the_surrogates_are_sent,
       test_non_question_objects_are_refused, test_ask_refuses_what_is_not_a_questions_class,
       test_core_refuses_what_is_not_a_request, test_bad_model_is_refused_before_sending
       test_str_subclass_is_a_string (the positive side of "non-string")
@@ -673,6 +676,68 @@ def test_a_score_enum_with_one_value_twice_is_its_distinct_members() -> None:
     assert score.criteria == ["Low", "High"]
     assert score.decode(0) is WithAlias.low
     assert WithAlias["bottom"] is WithAlias.low
+
+
+def _not_utf8_questions() -> list[tuple[str, Callable[[], object], type[qa.ValidationError], str]]:
+    # Lambdas: each definition must fail inside the test. "\udce9" is what os.fsdecode makes of
+    # the byte 0xE9; json.dumps wrote it as an escape the service cannot read as text.
+    surrogate = "caf\udce9"
+    EnumValue = enum.Enum("EnumValue", {"a": surrogate, "b": "B"})
+    named = [qa.NamedQuestion(surrogate, qa.YesNo("y", "n"))]
+    return [
+        ("yes", lambda: qa.YesNo(surrogate, "no"), qa.InvalidQuestion, "the yes text"),
+        ("no", lambda: qa.YesNo("yes", surrogate), qa.InvalidQuestion, "the no text"),
+        ("choice-key", lambda: qa.Choice({surrogate: "A", "b": "B"}), qa.InvalidQuestion, "an option key"),
+        (
+            "choice-text",
+            lambda: qa.Choice({"a": surrogate, "b": "B"}),
+            qa.InvalidQuestion,
+            "the text of option 'a'",
+        ),
+        ("choice-enum", lambda: qa.Choice(EnumValue), qa.InvalidQuestion, "the value of EnumValue.a"),
+        ("score-level", lambda: qa.Score(["low", surrogate]), qa.InvalidQuestion, "level 1"),
+        ("score-enum", lambda: qa.Score(EnumValue), qa.InvalidQuestion, "the value of EnumValue.a"),
+        ("request-name", lambda: qa.Request(state="x", questions=named), qa.InvalidName, "a question name"),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("make", "error", "what"), [pytest.param(*case[1:], id=case[0]) for case in _not_utf8_questions()]
+)
+def test_a_question_text_or_name_that_is_not_utf8_is_refused(
+    listener: Listener, make: Callable[[], object], error: type[qa.ValidationError], what: str
+) -> None:
+    with pytest.raises(error) as caught:
+        make()
+    assert str(caught.value) == f"{what} is not UTF-8: it holds the surrogate '\\udce9' at index 3"
+    assert_nothing_sent(listener)
+
+
+def test_a_questions_class_with_a_name_that_is_not_utf8_is_refused(
+    listener: Listener, idle_client: qa.Client
+) -> None:
+    named = type("Named", (qa.Questions,), {"ok": qa.YesNo("y", "n"), "\udce9": qa.YesNo("y", "n")})
+    with pytest.raises(qa.InvalidName) as caught:
+        idle_client.ask("x", named)
+    assert str(caught.value) == "a question name is not UTF-8: it holds the surrogate '\\udce9' at index 0"
+    assert_nothing_sent(listener)
+
+
+@pytest.mark.parametrize("text", ["\ud7ff just below", "\ue000 just above"], ids=repr)
+def test_question_texts_next_to_the_surrogates_are_sent(
+    svc: InProcessService, client: qa.Client, text: str
+) -> None:
+    yes_no = qa.YesNo(text, "no")
+    choice = qa.Choice({text: "A", "b": text})
+    score = qa.Score([text, "high"])
+    asked = [qa.NamedQuestion(text, yes_no), qa.NamedQuestion("c", choice), qa.NamedQuestion("s", score)]
+    client.core(qa.Request(state="x", questions=asked))
+    sent = svc.requests[-1].json()["questions"]
+    assert sent == {
+        text: {"criteria": yes_no.criteria},
+        "c": {"criteria": choice.criteria},
+        "s": {"criteria": score.criteria},
+    }
 
 
 class TrueFalse(enum.Enum):
