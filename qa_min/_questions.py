@@ -110,6 +110,8 @@ class YesNo(_Question[bool]):
 
     def __init__(self, yes: str, no: str) -> None:
         self.criteria = {"true": _text(yes, "the yes text"), "false": _text(no, "the no text")}
+        if yes == no:  # the answer would say true or false of one text: the service cannot tell
+            raise InvalidQuestion(f"the yes and no texts are both {yes!r}; they must differ")
 
     def __reduce__(self) -> tuple[object, ...]:
         criteria = cast("dict[str, str]", self.criteria)
@@ -146,6 +148,10 @@ class Choice(_Question[_T]):
             ]
             if len(pairs) < 2:
                 raise InvalidQuestion(f"a choice needs at least 2 options, got {len(pairs)}")
+            repeat = first_repeat(text for _, text in pairs)
+            if repeat is not None:  # the service could not tell which of them the text means
+                keys = [key for key, text in pairs if text == repeat]
+                raise InvalidQuestion(f"options {keys} share the text {repeat!r}; option texts must differ")
             self._options = {k: k for k, _ in pairs}
         else:
             raise InvalidQuestion(f"a choice takes a dict or an Enum class, got {options!r}")

@@ -424,13 +424,16 @@ def _write(tmp_path: Path, text: str) -> str:
          "level 'low' is given twice; levels must be unique"),
         (["--questions", 'FILE:{"q": {"score": ["low", "low"]}}'], "InvalidQuestion",
          "question 'q': level 'low' is given twice"),
+        (["--yes-no", "t", "same", "same"], "InvalidQuestion", "the yes and no texts are both 'same'"),
+        (["--choice", "c", "x=X", "y=X"], "InvalidQuestion", "options ['x', 'y'] share the text 'X'"),
     ],
     ids=[
         "no-questions", "choice-without-equals", "choice-one-option", "score-one-level", "yes-no-empty-text",
         "duplicate-name", "file-missing", "file-not-json", "file-not-object", "question-not-object",
         "yes-no-not-pair", "choice-not-object", "score-not-list", "unknown-kind", "text-not-string",
         "empty-name", "choice-duplicate-option", "choice-duplicate-option-of-two", "file-duplicate-id",
-        "file-duplicate-option", "score-duplicate-level", "file-score-duplicate-level",
+        "file-duplicate-option", "score-duplicate-level", "file-score-duplicate-level", "yes-no-one-text",
+        "choice-one-text",
     ],
 )  # fmt: skip
 def test_bad_questions_exit_3_before_anything_is_sent(

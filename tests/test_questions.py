@@ -35,12 +35,15 @@ Spec line -> tests:
   Validation before any byte is sent, ValidationError subclasses: NoQuestions,
   DuplicateQuestionName, empty or non-string names or state, yes/no with an empty text,
   choice < 2 options, a choice of exactly "true" and "false" (yes/no criteria), score < 2 levels,
-  a score with one level text twice, ...
+  a score with one level text twice, a yes/no or a choice with one text for two answers, ...
       test_no_questions, test_duplicate_question_name, test_bad_question_name,
       test_choice_of_exactly_true_and_false_is_refused_as_a_yes_no,
       test_choice_near_true_and_false_is_a_choice,
       test_a_score_refuses_a_level_text_given_twice,
       test_a_score_enum_with_one_value_twice_is_its_distinct_members,
+      test_a_yes_no_with_one_text_for_both_answers_is_refused,
+      test_a_choice_with_one_text_for_two_options_is_refused,
+      test_texts_that_differ_by_one_character_are_distinct,
       test_bad_state_for_ask, test_bad_state_for_request, test_bad_question_definition,
       test_a_state_that_is_not_utf8_is_refused_before_sending,
       test_a_state_next_to_the_surrogates_is_sent_as_utf8,
@@ -676,6 +679,40 @@ def test_a_score_enum_with_one_value_twice_is_its_distinct_members() -> None:
     assert score.criteria == ["Low", "High"]
     assert score.decode(0) is WithAlias.low
     assert WithAlias["bottom"] is WithAlias.low
+
+
+@pytest.mark.parametrize("text", ["same", "The text insults someone"])
+def test_a_yes_no_with_one_text_for_both_answers_is_refused(listener: Listener, text: str) -> None:
+    # true and false would both mean this one text: the service could not tell which to answer.
+    with pytest.raises(qa.InvalidQuestion) as caught:
+        qa.YesNo(text, text)
+    assert str(caught.value) == f"the yes and no texts are both {text!r}; they must differ"
+    assert_nothing_sent(listener)
+
+
+@pytest.mark.parametrize(
+    ("options", "words"),
+    [
+        ({"a": "same", "b": "same"}, "options ['a', 'b'] share the text 'same'"),
+        ({"en": "English", "uk": "English", "fr": "French"}, "options ['en', 'uk'] share the text 'English'"),
+        ({"a": "x", "b": "y", "c": "x", "d": "x"}, "options ['a', 'c', 'd'] share the text 'x'"),
+    ],
+    ids=["two", "two-of-three", "three-named"],
+)
+def test_a_choice_with_one_text_for_two_options_is_refused(
+    listener: Listener, options: dict[str, str], words: str
+) -> None:
+    with pytest.raises(qa.InvalidQuestion) as caught:
+        qa.Choice(options)
+    assert str(caught.value) == f"{words}; option texts must differ"
+    assert_nothing_sent(listener)
+
+
+def test_texts_that_differ_by_one_character_are_distinct() -> None:
+    # The check compares texts exactly, as a score's levels are compared: one character is enough.
+    assert qa.YesNo("same", "Same").criteria == {"true": "same", "false": "Same"}
+    assert qa.YesNo("same", "same ").criteria == {"true": "same", "false": "same "}
+    assert qa.Choice({"a": "same", "b": "same."}).criteria == {"a": "same", "b": "same."}
 
 
 def _not_utf8_questions() -> list[tuple[str, Callable[[], object], type[qa.ValidationError], str]]:

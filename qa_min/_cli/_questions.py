@@ -22,8 +22,8 @@ an object with exactly one of these keys:
    "lang":    {"choice": {"en": "English", "fr": "French"}},
    "quality": {"score":  ["poor", "fair", "good"]}}
 Questions are asked in command-line order, files and flags alike; ids must be unique, and so
-must the option keys of a choice (a key given twice in a file's object is refused, too) and the
-level texts of a score.
+must the option keys of a choice (a key given twice in a file's object is refused, too), the
+texts of a question's answers and the level texts of a score.
 --choice and --score take several values: put the state (or input file) first, or after `--`.
 
 """
