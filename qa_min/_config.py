@@ -200,7 +200,10 @@ def is_public(origin: Origin) -> bool:
 
 def resolve_model(model: Optional[str], env: Mapping[str, str]) -> str:
     if model is None:
-        return from_env("SERVICE_DEFAULT_MODEL", env) or DEFAULT_MODEL
+        # Named as the variable: the caller passed no model. os.environ holds bytes that do not
+        # decode as surrogates, which check_model refuses.
+        found = from_env("SERVICE_DEFAULT_MODEL", env)
+        return DEFAULT_MODEL if found is None else check_model(found, "SERVICE_DEFAULT_MODEL")
     return check_model(model)
 
 

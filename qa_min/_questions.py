@@ -261,10 +261,8 @@ class _Spec:
         return out
 
 
-def check_model(model: object) -> str:
-    if not isinstance(model, str) or not model.strip():
-        raise InvalidModel(f"model must be a non-empty string, got {model!r}")
-    return model
+def check_model(model: object, what: str = "model") -> str:
+    return _text(model, what, InvalidModel)  # sent as JSON, as the questions' texts are
 
 
 class Questions:

@@ -51,7 +51,8 @@ Spec line -> tests:
       test_a_questions_class_with_a_name_that_is_not_utf8_is_refused,
       test_question_texts_next_to_the_surrogates_are_sent,
       test_non_question_objects_are_refused, test_ask_refuses_what_is_not_a_questions_class,
-      test_core_refuses_what_is_not_a_request, test_bad_model_is_refused_before_sending
+      test_core_refuses_what_is_not_a_request, test_bad_model_is_refused_before_sending,
+      test_a_model_that_is_not_utf8_is_refused_before_sending, test_a_model_next_to_the_surrogates_is_sent
       test_str_subclass_is_a_string (the positive side of "non-string")
   Versioned model ids are accepted whether or not list_models lists them
       test_versioned_model_ids_are_accepted
@@ -872,6 +873,35 @@ def test_core_refuses_what_is_not_a_request(
     with pytest.raises(qa.ValidationError):
         idle_client.core(request_)
     assert_nothing_sent(listener)
+
+
+@pytest.mark.parametrize("where", ["client", "env", "ask", "core", "request"])
+def test_a_model_that_is_not_utf8_is_refused_before_sending(
+    listener: Listener, idle_client: qa.Client, monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
+    # "judge-\xe9" passed through os.fsdecode, or read from os.environ, which decodes the same way.
+    model = "judge-\udce9"
+    monkeypatch.setenv("SERVICE_DEFAULT_MODEL", model)
+    named = [qa.NamedQuestion("a", qa.YesNo("y", "n"))]
+    calls: dict[str, Callable[[], object]] = {
+        "client": lambda: qa.Client(base_url=listener.url, model=model),
+        "env": lambda: qa.Client(base_url=listener.url),
+        "ask": lambda: idle_client.ask("x", Review, model=model),
+        "core": lambda: idle_client.core(qa.Request(state="x", questions=named), model=model),
+        "request": lambda: idle_client.core(qa.Request(state="x", questions=named, model=model)),
+    }
+    with pytest.raises(qa.InvalidModel) as caught:
+        calls[where]()
+    what = "SERVICE_DEFAULT_MODEL" if where == "env" else "model"
+    assert str(caught.value) == f"{what} is not UTF-8: it holds the surrogate '\\udce9' at index 6"
+    assert_nothing_sent(listener)
+
+
+@pytest.mark.parametrize("model", ["judge-\ud7ff", "judge-\ue000"], ids=["below", "above"])
+def test_a_model_next_to_the_surrogates_is_sent(svc: InProcessService, client: qa.Client, model: str) -> None:
+    with pytest.raises(qa.NotFound):  # the service knows no such model; it was sent as it is
+        client.ask("x", Review, model=model)
+    assert svc.requests[-1].json()["model"] == model
 
 
 @pytest.mark.parametrize("model", ["", "   ", 5, b"judge-latest"], ids=repr)
