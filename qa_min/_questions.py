@@ -368,8 +368,8 @@ class Request:
         model: A model for this request, overriding the client's; None uses the client's.
 
     Raises:
-        ValidationError: A subclass naming what is wrong (``NoQuestions``,
-            ``DuplicateQuestionName``, ``InvalidName``, ``InvalidQuestion``, ``InvalidState``).
+        ValidationError: A subclass naming what is wrong (``NoQuestions``, ``DuplicateQuestionName``,
+            ``InvalidName``, ``InvalidQuestion``, ``InvalidState``, ``InvalidModel``).
     """
 
     __slots__ = ("_spec", "model", "questions", "state")
@@ -388,7 +388,7 @@ class Request:
         self._spec.body(state, "")  # validates the state now rather than at send time
         self.state = state
         self.questions = tuple(named)
-        self.model = model
+        self.model = model if model is None else check_model(model)  # refused where it was written
 
     def __repr__(self) -> str:
         return f"Request(state={short(self.state)}, questions={list(self.questions)!r}, model={self.model!r})"

@@ -52,7 +52,8 @@ Spec line -> tests:
       test_question_texts_next_to_the_surrogates_are_sent,
       test_non_question_objects_are_refused, test_ask_refuses_what_is_not_a_questions_class,
       test_core_refuses_what_is_not_a_request, test_bad_model_is_refused_before_sending,
-      test_a_model_that_is_not_utf8_is_refused_before_sending, test_a_model_next_to_the_surrogates_is_sent
+      test_a_model_that_is_not_utf8_is_refused_before_sending, test_a_model_next_to_the_surrogates_is_sent,
+      test_a_request_checks_its_model_when_made, test_a_request_keeps_a_good_model
       test_str_subclass_is_a_string (the positive side of "non-string")
   Versioned model ids are accepted whether or not list_models lists them
       test_versioned_model_ids_are_accepted
@@ -873,6 +874,29 @@ def test_core_refuses_what_is_not_a_request(
     with pytest.raises(qa.ValidationError):
         idle_client.core(request_)
     assert_nothing_sent(listener)
+
+
+@pytest.mark.parametrize(
+    ("model", "words"),
+    [
+        (5, "model must be a non-empty string, got 5"),
+        ("   ", "model must be a non-empty string, got '   '"),
+        (b"judge-latest", "model must be a non-empty string, got b'judge-latest'"),
+        ("judge-\udce9", "model is not UTF-8: it holds the surrogate '\\udce9' at index 6"),
+    ],
+    ids=["int", "blank", "bytes", "not-utf8"],
+)
+def test_a_request_checks_its_model_when_made(model: Any, words: str) -> None:
+    # Where the mistake is written, as the state and the questions are, not at client.core().
+    with pytest.raises(qa.InvalidModel) as caught:
+        qa.Request(state="x", questions=[qa.NamedQuestion("a", qa.YesNo("y", "n"))], model=model)
+    assert str(caught.value) == words
+
+
+@pytest.mark.parametrize("model", [None, "judge-latest", "judge-2.1"], ids=repr)
+def test_a_request_keeps_a_good_model(model: str | None) -> None:
+    request = qa.Request(state="x", questions=[qa.NamedQuestion("a", qa.YesNo("y", "n"))], model=model)
+    assert request.model == model
 
 
 @pytest.mark.parametrize("where", ["client", "env", "ask", "core", "request"])
