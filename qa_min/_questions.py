@@ -375,12 +375,14 @@ class Request:
     __slots__ = ("_spec", "model", "questions", "state")
 
     def __init__(self, state: str, questions: Sequence[NamedQuestion], model: Optional[str] = None) -> None:
-        if isinstance(questions, (str, bytes)) or not hasattr(questions, "__iter__"):
-            raise InvalidQuestion(f"questions must be a sequence of NamedQuestion, got {questions!r}")
+        # Unpacked, a dict gives its keys, a 2-character str a name and a question: refused as such.
+        iterable = hasattr(questions, "__iter__") and not hasattr(questions, "keys")
+        if not iterable or isinstance(questions, (str, bytes)):
+            raise InvalidQuestion(f"questions must be a sequence of NamedQuestion, got {short(questions)}")
         named = []
         for item in questions:
             try:
-                name, question = item
+                name, question = () if isinstance(item, (str, bytes)) else item
             except (TypeError, ValueError):
                 raise InvalidQuestion(f"expected a NamedQuestion, got {short(item)}") from None
             named.append(NamedQuestion(name, question))

@@ -51,6 +51,8 @@ Spec line -> tests:
       test_a_questions_class_with_a_name_that_is_not_utf8_is_refused,
       test_question_texts_next_to_the_surrogates_are_sent,
       test_non_question_objects_are_refused, test_ask_refuses_what_is_not_a_questions_class,
+      test_a_dict_or_a_string_is_refused_as_what_it_is,
+      test_a_pair_of_a_two_character_name_and_a_question_is_accepted,
       test_core_refuses_what_is_not_a_request, test_bad_model_is_refused_before_sending,
       test_a_model_that_is_not_utf8_is_refused_before_sending, test_a_model_next_to_the_surrogates_is_sent,
       test_a_request_checks_its_model_when_made, test_a_request_keeps_a_good_model
@@ -848,6 +850,33 @@ def test_non_question_objects_are_refused(listener: Listener, questions: Any) ->
     with pytest.raises(qa.ValidationError):
         qa.Request(state="x", questions=questions)
     assert_nothing_sent(listener)
+
+
+YES_NO = qa.YesNo("y", "n")
+
+
+@pytest.mark.parametrize(
+    ("questions", "words"),
+    [
+        ({"ab": YES_NO}, "questions must be a sequence of NamedQuestion, got {'ab': YesNo("),
+        ({"a": YES_NO}, "questions must be a sequence of NamedQuestion, got {'a': YesNo("),
+        (["ab"], "expected a NamedQuestion, got 'ab'"),
+        ([b"ab"], "expected a NamedQuestion, got b'ab'"),
+        ([("a", YES_NO), "ab"], "expected a NamedQuestion, got 'ab'"),
+    ],
+    ids=["dict-two-char-key", "dict-one-char-key", "two-char-str", "two-byte-bytes", "str-after-a-pair"],
+)
+def test_a_dict_or_a_string_is_refused_as_what_it_is(listener: Listener, questions: Any, words: str) -> None:
+    # Unpacked, {"ab": q} gave the name "a" and the "question" "b", and the error spoke of those.
+    with pytest.raises(qa.InvalidQuestion) as caught:
+        qa.Request(state="x", questions=questions)
+    assert str(caught.value).startswith(words)
+    assert_nothing_sent(listener)
+
+
+@pytest.mark.parametrize("pair", [("ab", YES_NO), ["ab", YES_NO], qa.NamedQuestion("ab", YES_NO)], ids=repr)
+def test_a_pair_of_a_two_character_name_and_a_question_is_accepted(pair: Any) -> None:
+    assert qa.Request(state="x", questions=[pair]).questions == (qa.NamedQuestion("ab", YES_NO),)
 
 
 @pytest.mark.parametrize(
