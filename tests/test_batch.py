@@ -85,6 +85,21 @@ def test_answers_and_errors_are_written_in_input_order_with_line_and_id(
     assert len(svc.requests) == 11
 
 
+def test_a_line_whose_json_escapes_a_surrogate_is_a_bad_line(run: Any, svc: FakeService) -> None:
+    # Valid JSON and valid UTF-8, but "\udce9" decodes to a surrogate, which is no text: the
+    # line is refused as the library refuses such a state, and the lines around it are asked.
+    stdin = '"before"\n"caf\\udce9"\n{"id": "x", "state": "\\ud800"}\n"after"\n'
+    result = run("--concurrency", "1", *QUESTION, stdin=stdin)
+    assert result.code == 3
+    rows = [json.loads(line) for line in result.out.splitlines()]
+    assert [row.get("answers") for row in rows] == [answer("before"), None, None, answer("after")]
+    assert rows[1]["error"]["type"] == rows[2]["error"]["type"] == "InvalidState"
+    assert rows[1]["error"]["message"] == "state is not UTF-8: it holds the surrogate '\\udce9' at index 3"
+    assert rows[2]["error"]["message"] == "state is not UTF-8: it holds the surrogate '\\ud800' at index 0"
+    assert rows[2]["id"] == "x"
+    assert [r.json()["state"] for r in svc.requests] == ["before", "after"]
+
+
 def test_stdin_input_and_http_errors_per_line(run: Any, svc: FakeService) -> None:
     svc.script(reply(429, {"detail": "slow down"}))
     stdin = "".join(json.dumps(s) + "\n" for s in STATES[:3])
