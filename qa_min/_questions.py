@@ -114,8 +114,7 @@ class YesNo(_Question[bool]):
             raise InvalidQuestion(f"the yes and no texts are both {yes!r}; they must differ")
 
     def __reduce__(self) -> tuple[object, ...]:
-        criteria = cast("dict[str, str]", self.criteria)
-        return (YesNo, (criteria["true"], criteria["false"]))
+        return (YesNo, tuple(cast("dict[str, str]", self.criteria).values()))  # made true, then false
 
     def decode(self, value: object) -> bool:
         if value is True or value is False:
@@ -140,7 +139,8 @@ class Choice(_Question[_T]):
 
     def __init__(self, options: Union[Mapping[str, str], type[enum.Enum]]) -> None:
         if isinstance(options, type) and issubclass(options, enum.Enum):
-            pairs = _enum_texts(options, "a choice")
+            named = f"a member name of {options.__name__}"  # the names are the option keys sent
+            pairs = [(_text(k, named), v) for k, v in _enum_texts(options, "a choice")]
             self._options: Mapping[str, object] = {m.name: m for m in options}
         elif hasattr(options, "items") and not isinstance(options, type):
             pairs = [

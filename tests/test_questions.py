@@ -50,6 +50,8 @@ Spec line -> tests:
       test_a_question_text_or_name_that_is_not_utf8_is_refused,
       test_a_questions_class_with_a_name_that_is_not_utf8_is_refused,
       test_question_texts_next_to_the_surrogates_are_sent,
+      test_a_choice_enum_member_name_is_checked_as_an_option_key,
+      test_a_choice_enum_member_name_at_the_limits_is_sent,
       test_non_question_objects_are_refused, test_ask_refuses_what_is_not_a_questions_class,
       test_a_dict_or_a_string_is_refused_as_what_it_is,
       test_a_pair_of_a_two_character_name_and_a_question_is_accepted,
@@ -779,6 +781,38 @@ def test_question_texts_next_to_the_surrogates_are_sent(
         "c": {"criteria": choice.criteria},
         "s": {"criteria": score.criteria},
     }
+
+
+@pytest.mark.parametrize(
+    ("name", "problem"),
+    [
+        (" ", "must be a non-empty string, got ' '"),
+        ("\t\n", "must be a non-empty string, got '\\t\\n'"),
+        ("caf\udce9", "is not UTF-8: it holds the surrogate '\\udce9' at index 3"),
+    ],
+    ids=["blank", "whitespace", "not-utf8"],
+)
+def test_a_choice_enum_member_name_is_checked_as_an_option_key(
+    listener: Listener, name: str, problem: str
+) -> None:
+    # The functional API takes any string as a name, and the names are the option keys sent.
+    members = {name: "English", "fr": "French"}
+    options = enum.Enum("Lang", members)  # type: ignore[misc]  # a name only known at run time
+    with pytest.raises(qa.InvalidQuestion) as caught:
+        qa.Choice(options)
+    assert str(caught.value) == f"a member name of Lang {problem}"
+    assert_nothing_sent(listener)
+
+
+@pytest.mark.parametrize("name", ["x", " x ", "\ud7ff", "\ue000"], ids=repr)
+def test_a_choice_enum_member_name_at_the_limits_is_sent(
+    svc: InProcessService, client: qa.Client, name: str
+) -> None:
+    members = {name: "English", "fr": "French"}
+    options = enum.Enum("Lang", members)  # type: ignore[misc]  # a name only known at run time
+    result = client.core(qa.Request(state="x", questions=[qa.NamedQuestion("lang", qa.Choice(options))]))
+    assert svc.requests[-1].json()["questions"]["lang"] == {"criteria": {name: "English", "fr": "French"}}
+    assert result.get("lang") in set(options)
 
 
 class TrueFalse(enum.Enum):
