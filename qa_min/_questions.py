@@ -82,7 +82,6 @@ class _Question(Generic[_T]):
 
     @overload
     def __get__(self: _QuestionT, obj: None, owner: object) -> _QuestionT: ...
-
     @overload
     def __get__(self, obj: Questions, owner: object) -> _T: ...
 
@@ -133,7 +132,6 @@ class Choice(_Question[_T]):
 
     @overload
     def __init__(self: Choice[str], options: Mapping[str, str]) -> None: ...
-
     @overload
     def __init__(self: Choice[_E], options: type[_E]) -> None: ...
 
@@ -184,7 +182,6 @@ class Score(_Question[_T]):
 
     @overload
     def __init__(self: Score[int], levels: Sequence[str]) -> None: ...
-
     @overload
     def __init__(self: Score[_E], levels: type[_E]) -> None: ...
 
@@ -290,6 +287,9 @@ class Questions:
             fields.update(base.__dict__.get("_qa_fields", ()))
         for name, value in vars(cls).items():
             if isinstance(value, _Question):
+                # A question would hide the attribute of that name that ask() and pickling use.
+                if name in ("_qa_compiled", "_qa_fields", "_qa_from", "_qa_spec"):
+                    raise InvalidName(f"{cls.__name__}.{name}: {name!r} is reserved by qa.Questions")
                 fields[name] = value
         cls._qa_fields = tuple(fields.items())
 

@@ -49,6 +49,9 @@ Spec line -> tests:
       test_a_state_next_to_the_surrogates_is_sent_as_utf8,
       test_a_question_text_or_name_that_is_not_utf8_is_refused,
       test_a_questions_class_with_a_name_that_is_not_utf8_is_refused,
+      test_a_questions_class_refuses_a_question_named_as_its_machinery,
+      test_a_questions_subclass_refuses_a_reserved_name_its_base_did_not_use,
+      test_a_question_named_next_to_a_reserved_name_is_asked,
       test_question_texts_next_to_the_surrogates_are_sent,
       test_a_choice_enum_member_name_is_checked_as_an_option_key,
       test_a_choice_enum_member_name_at_the_limits_is_sent,
@@ -764,6 +767,32 @@ def test_a_questions_class_with_a_name_that_is_not_utf8_is_refused(
         idle_client.ask("x", named)
     assert str(caught.value) == "a question name is not UTF-8: it holds the surrogate '\\udce9' at index 0"
     assert_nothing_sent(listener)
+
+
+@pytest.mark.parametrize("name", ["_qa_spec", "_qa_from", "_qa_fields", "_qa_compiled"])
+def test_a_questions_class_refuses_a_question_named_as_its_machinery(name: str) -> None:
+    # Such a question hid the method or cache of that name: every ask failed with a TypeError.
+    with pytest.raises(qa.InvalidName) as caught:
+        type("Review", (qa.Questions,), {"ok": qa.YesNo("y", "n"), name: qa.YesNo("y", "n")})
+    assert str(caught.value) == f"Review.{name}: {name!r} is reserved by qa.Questions"
+
+
+def test_a_questions_subclass_refuses_a_reserved_name_its_base_did_not_use() -> None:
+    class Base(qa.Questions):
+        ok = qa.YesNo("y", "n")
+
+    with pytest.raises(qa.InvalidName, match=r"^Sub\._qa_spec: '_qa_spec' is reserved by qa\.Questions$"):
+        type("Sub", (Base,), {"_qa_spec": qa.YesNo("y", "n")})
+
+
+@pytest.mark.parametrize("name", ["_qa_spe", "_qa_specs", "qa_spec", "_qa_"])
+def test_a_question_named_next_to_a_reserved_name_is_asked(
+    svc: InProcessService, client: qa.Client, name: str
+) -> None:
+    asked = type("Review", (qa.Questions,), {name: qa.YesNo("y", "n")})
+    answers: qa.Questions = client.ask("x", asked).answers
+    assert list(svc.requests[-1].json()["questions"]) == [name]
+    assert getattr(answers, name) is expected_answer(qa.DEFAULT_MODEL, "x", name, {"true": "y", "false": "n"})
 
 
 @pytest.mark.parametrize("text", ["\ud7ff just below", "\ue000 just above"], ids=repr)
