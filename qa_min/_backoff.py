@@ -49,7 +49,8 @@ class RetryPolicy:
         max_retry_after_ms: A longer server-requested delay is ignored (backoff is used).
         retry_connection_errors: Retry when the service cannot be reached or the connection drops.
         retry_status: Decides which HTTP statuses are retried (408, 429 and 5xx by default). An
-            ``x-should-retry: true|false`` response header overrides it.
+            ``x-should-retry: true|false`` response header overrides it. An exception it raises
+            ends the call unchanged, once the attempt is recorded (docs/retries.md).
 
     Raises:
         InvalidOption: A field has the wrong type, is not finite, or is over one day (delays)

@@ -154,7 +154,12 @@ class Attempts:
         if throttled or self.ticket is not None:
             self._tell(status, _pause_seconds(headers, delay) if throttled else None, started)
         failure = rules.messages.status_error(status, headers, body, self.request, call)
-        wait = self._again(failure, delay, throttled) if should_retry(policy, status, headers) else None
+        try:
+            wait = self._again(failure, delay, throttled) if should_retry(policy, status, headers) else None
+        except BaseException as exc:
+            # The caller's retry_status (or random) raised: their bug, so their exception leaves
+            # the call unchanged, once the attempt it judged is recorded (history, hooks, Diagnostics).
+            return self._record(RAISE, exc, status, started, ended)
         return self._record(RAISE if wait is None else RETRY, failure, status, started, ended, wait=wait)
 
     def on_failure(self, exc: BaseException, started: float, ended: float) -> Decision:
@@ -180,8 +185,11 @@ class Attempts:
             call.status = exc.status
             call.body = self.rules.messages.redact(exc.diagnostics.body or "")
         wait = None
-        if isinstance(exc, ConnectionFailed) and exc.retryable and _retry_failure(self.policy, exc):
-            wait = self._again(exc, None, False)
+        try:
+            if isinstance(exc, ConnectionFailed) and exc.retryable and _retry_failure(self.policy, exc):
+                wait = self._again(exc, None, False)
+        except BaseException as raised:  # the caller's retry_status, judging a proxy's refusal
+            return self._record(RAISE, raised, None, started, ended)
         return self._record(RAISE if wait is None else RETRY, exc, None, started, ended, wait=wait)
 
     def end(self, exc: BaseException) -> None:
@@ -193,6 +201,8 @@ class Attempts:
             self.rules.limiter.dropped()
         if isinstance(exc, QAError):
             self.rules.messages.finish(exc, self.call)
+        else:  # the caller's own exception or an interrupt: it leaves as it is, the record filled
+            self.call.fill()
 
     def _again(self, failure: QAError, delay: Optional[float], throttled: bool) -> Optional[float]:
         """A retryable failure: the seconds to wait before the retry, or None when retries or
@@ -220,7 +230,7 @@ class Attempts:
     def _record(
         self,
         action: str,
-        error: Optional[QAError],
+        error: Optional[BaseException],
         status: Optional[int],
         started: float,
         ended: float,

@@ -117,7 +117,8 @@ class Attempt:
         number: 1 for the first attempt, 2 for the next (a retry or a re-send), ...
         status: The HTTP status received, or None when no response arrived.
         error: The name of the error the attempt ended in (``"ConnectionFailed"``, ``"RateLimited"``,
-            ``"Canceled"``, ...), or None for a 2xx.
+            ``"Canceled"``, ...), or None for a 2xx; the exception's when the policy's
+            ``retry_status`` raised judging it (docs/retries.md).
         duration: Seconds from sending the request to the end of the response or failure.
         delay: Seconds the call slept (backoff or a server-requested delay) before this attempt.
         rate_limit_wait: Seconds this attempt waited for the client's rate limiter.

@@ -33,7 +33,8 @@ class HookEvent:
             and ``Diagnostics.history`` count).
         status: The HTTP status received (after a response), else None.
         error: The qa_min error the attempt ended in (after a failure or cancellation), else None.
-            After a non-2xx response it is the error that status maps to, even when it is retried.
+            After a non-2xx response it is the error that status maps to, even when it is retried;
+            when the policy's ``retry_status`` raised judging the attempt, that exception.
         duration: Seconds the attempt took (after), else None.
         request_id: The response's request id (after), else None.
     """

@@ -183,6 +183,35 @@ def test_proxy_503_retries_are_decided_by_retry_status(policy: qa.RetryPolicy, a
     assert diag.attempts == attempts
 
 
+class RetryStatusBug(Exception):
+    """A caller's own bug, raised by their ``retry_status``."""
+
+
+def test_a_retry_status_that_raises_on_a_proxy_refusal_ends_the_call_with_its_exception() -> None:
+    def retry_status(status: int) -> bool:
+        raise RetryStatusBug(f"no rule for {status}")
+
+    events: list[tuple[int, Optional[int], str]] = []
+    hooks = {"after_attempt": [lambda e: events.append((e.attempt, e.status, type(e.error).__name__))]}
+    diag = qa.Diagnostics()
+    with refusing(response("503 Service Unavailable", body=b"busy")) as proxy:
+        with (
+            qa.Client(
+                base_url=HTTPS_ORIGIN,
+                proxy=proxy.url(),
+                trust_env=False,
+                retry=qa.RetryPolicy(retry_status=retry_status),
+                hooks=hooks,
+            ) as client,
+            pytest.raises(RetryStatusBug, match=r"^no rule for 503$"),
+        ):
+            client.ask("some text", Toxic, diagnostics=diag)
+        assert proxy.server.connections == 1
+    assert (diag.status, diag.attempts, diag.body) == (503, 1, "busy")
+    assert [(a.number, a.error) for a in diag.history] == [(1, "RetryStatusBug")]
+    assert events == [(1, None, "RetryStatusBug")]
+
+
 @pytest.mark.parametrize("status", ["403 Forbidden", "400 Bad Request"])
 def test_other_refusals_are_not_retried_by_default(status: str) -> None:
     with refusing(response(status, body=b"not allowed")) as proxy:

@@ -7,6 +7,7 @@ sleep with a 1 ms backoff to prove the default path works too.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import email.utils
 import math
@@ -505,6 +506,90 @@ def test_client_wide_policy_is_used_unless_the_call_passes_one(svc: InProcessSer
         assert ask_error(client, retry=qa.RetryPolicy(max_retries=1)).diagnostics.attempts == 2
 
 
+class RetryStatusBug(Exception):
+    """A caller's own bug, raised by their ``retry_status``."""
+
+
+def _retry_status_raising_after(judged: int) -> Any:
+    """A ``retry_status`` that retries ``judged`` statuses, then raises on the next one."""
+    seen: list[int] = []
+
+    def retry_status(status: int) -> bool:
+        seen.append(status)
+        if len(seen) > judged:
+            raise RetryStatusBug(f"no rule for {status}")
+        return True
+
+    return retry_status
+
+
+def _ask_with_a_broken_retry_status(
+    kind: str, url: str, options: dict[str, Any], diag: qa.Diagnostics
+) -> tuple[BaseException, qa.AskResponse[Toxic]]:
+    """The call that raises, then a call that succeeds on the same client; both returned."""
+    if kind == "Client":
+        with qa.Client(base_url=url, trust_env=False, sleep=lambda s, wake: None, **options) as client:
+            with pytest.raises(RetryStatusBug) as caught:
+                client.ask("some text", Toxic, diagnostics=diag)
+            return caught.value, client.ask("some text", Toxic)
+
+    async def nap(seconds: float) -> None:
+        pass
+
+    async def main() -> tuple[BaseException, qa.AskResponse[Toxic]]:
+        async with qa.AsyncClient(base_url=url, trust_env=False, sleep=nap, **options) as client:
+            with pytest.raises(RetryStatusBug) as caught:
+                await client.ask("some text", Toxic, diagnostics=diag)
+            return caught.value, await client.ask("some text", Toxic)
+
+    return asyncio.run(main())
+
+
+@pytest.mark.parametrize("judged", [0, 1], ids=["raises-on-the-first", "raises-after-one-retry"])
+@pytest.mark.parametrize("kind", ["Client", "AsyncClient"])
+def test_a_retry_status_that_raises_ends_the_call_with_its_exception(kind: str, judged: int) -> None:
+    # The caller's bug: their exception, unchanged, once the call has ended as any other does.
+    events: list[tuple[int, Optional[int], str]] = []
+    hooks = {"after_attempt": [lambda e: events.append((e.attempt, e.status, type(e.error).__name__))]}
+    policy = qa.RetryPolicy(retry_status=_retry_status_raising_after(judged))
+    diag = qa.Diagnostics()
+    with FakeService() as service:
+        service.script(*[reply(503, {"detail": "busy"})] * (judged + 1))
+        options = {"retry": policy, "hooks": hooks, "rate_limit": None}
+        raised, after = _ask_with_a_broken_retry_status(kind, service.url, options, diag)
+        connections = service.connections
+    assert type(raised) is RetryStatusBug
+    assert str(raised) == "no rule for 503"
+    assert diag.attempts == judged + 1
+    assert diag.status == 503
+    assert diag.body == '{"detail": "busy"}'
+    assert [(a.number, a.status, a.error) for a in diag.history] == [
+        *[(n + 1, 503, "ServerError") for n in range(judged)],
+        (judged + 1, 503, "RetryStatusBug"),
+    ]
+    # The after-attempt hooks saw each attempt as the history has it, then the next call's.
+    assert events == [*((a.number, a.status, a.error) for a in diag.history), (1, 200, "NoneType")]
+    # The response was read whole: its connection went back to the pool and served the next call.
+    assert after.diagnostics.attempts == 1
+    assert connections == 1
+
+
+def test_a_random_that_raises_ends_the_call_with_its_exception(svc: InProcessService) -> None:
+    def draw() -> float:
+        raise RetryStatusBug("no draw")
+
+    svc.script(reply(503))
+    diag = qa.Diagnostics()
+    with (
+        make_recording_client(svc.url, rand=draw) as client,
+        pytest.raises(RetryStatusBug, match=r"^no draw$"),
+    ):
+        client.ask("some text", Toxic, diagnostics=diag)
+    assert (diag.attempts, diag.status) == (1, 503)
+    assert [(a.status, a.error) for a in diag.history] == [(503, "RetryStatusBug")]
+
+
+# -- the acceptance line: a server that always answers 503 -----------------------------------
 # -- the acceptance line: a server that always answers 503 -----------------------------------
 
 
