@@ -32,6 +32,7 @@ _FRAMING_HEADERS = {"host", "content-length", "transfer-encoding", "connection"}
 _TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 # A field value: no control character (C0, DEL, C1) but HTAB.
 _CONTROL = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f]")
+_NOT_IN_HEADER = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f\u0100-\U0010ffff]")
 # RFC 3986 section 3.3: what a path may hold as it is; the rest is percent-encoded.
 PATH_SAFE = "/%:@!$&'()*+,;=-._~"
 
@@ -177,10 +178,29 @@ def resolve(
 
 def resolve_api_key(api_key: Optional[str], env: Mapping[str, str]) -> Optional[str]:
     if api_key is None:
-        return from_env("SERVICE_API_KEY", env)
+        found = from_env("SERVICE_API_KEY", env)
+        return None if found is None else _check_key(found, "SERVICE_API_KEY")
     if not isinstance(api_key, str) or not api_key.strip():
         raise InvalidOption("api_key must be a non-empty string (or None to read SERVICE_API_KEY)")
-    return api_key
+    return _check_key(api_key, "api_key")
+
+
+def _check_key(key: str, what: str) -> str:
+    """``key`` if the Authorization header can carry it: latin-1 with no control character but HTAB.
+
+    Checked here rather than as a header so that the message names where the key came from; it
+    gives the one character's code point and index, never the key."""
+    found = _NOT_IN_HEADER.search(key)
+    if found is None:
+        return key
+    char = found.group()
+    if char <= "\x9f":
+        kind, why = "a control character", "a header value may hold none but HTAB"
+    elif "\ud800" <= char <= "\udfff":  # what os.environ and surrogateescape make of undecodable bytes
+        kind, why = "a surrogate", "what bytes that do not decode become; a header carries latin-1 text only"
+    else:
+        kind, why = "a character outside latin-1", "a header carries latin-1 text only"
+    raise InvalidOption(f"{what} holds {kind} (U+{ord(char):04X}) at index {found.start()}: {why}")
 
 
 def resolve_base_url(base_url: Optional[str], env: Mapping[str, str]) -> Origin:

@@ -9,7 +9,10 @@ C0 controls (CR and LF included), DEL and the C1 controls 0x80-0x9F are refused 
   test_value_control_characters_are_refused, test_value_tab_space_and_latin1_are_accepted,
   test_value_outside_latin1_is_refused_without_quoting_it,
   test_header_that_is_not_a_string_is_refused_without_quoting_it,
-  test_api_key_with_a_control_character_is_refused, test_api_key_with_a_tab_is_sent
+  test_api_key_with_a_control_character_is_refused, test_api_key_with_a_tab_is_sent,
+  test_api_key_a_header_cannot_carry_is_refused_naming_the_argument,
+  test_api_key_from_the_environment_a_header_cannot_carry_is_named_as_the_variable,
+  test_api_key_with_latin1_next_to_the_refused_characters_is_sent
 """
 
 from __future__ import annotations
@@ -96,3 +99,55 @@ def test_api_key_with_a_tab_is_sent() -> None:
     with FakeService(api_key="sk-a\tb") as svc, make_client(svc.url, api_key="sk-a\tb") as client:
         client.list_models()
     assert svc.requests[0].headers["authorization"] == "Bearer sk-a\tb"
+
+
+LATIN1_ONLY = "a header carries latin-1 text only"
+KEY_REFUSALS = [
+    ("\n", "a control character (U+000A)", "a header value may hold none but HTAB"),
+    ("\x9f", "a control character (U+009F)", "a header value may hold none but HTAB"),
+    ("\u0100", "a character outside latin-1 (U+0100)", LATIN1_ONLY),
+    ("\u20ac", "a character outside latin-1 (U+20AC)", LATIN1_ONLY),
+    ("\U0001f642", "a character outside latin-1 (U+1F642)", LATIN1_ONLY),
+    ("\ud800", "a surrogate (U+D800)", f"what bytes that do not decode become; {LATIN1_ONLY}"),
+    ("\udce9", "a surrogate (U+DCE9)", f"what bytes that do not decode become; {LATIN1_ONLY}"),
+]
+
+
+@pytest.mark.parametrize(
+    ("char", "kind", "why"), KEY_REFUSALS, ids=[f"U+{ord(c):04X}" for c, *_ in KEY_REFUSALS]
+)
+def test_api_key_a_header_cannot_carry_is_refused_naming_the_argument(
+    listener: Listener, char: str, kind: str, why: str
+) -> None:
+    # Named as api_key, not as the Authorization header the caller never wrote; never quoted.
+    with pytest.raises(qa.InvalidOption) as caught:
+        qa.Client(base_url=listener.url, api_key=f"sk-SECRET{char}0123", trust_env=False)
+    assert str(caught.value) == f"api_key holds {kind} at index 9: {why}"
+    assert "SECRET" not in repr(caught.value)
+    assert caught.value.__context__ is None
+    assert listener.connections() == 0
+
+
+@pytest.mark.parametrize(
+    ("char", "kind", "why"),
+    [KEY_REFUSALS[0], KEY_REFUSALS[3], KEY_REFUSALS[6]],
+    ids=["U+000A", "U+20AC", "U+DCE9"],
+)
+def test_api_key_from_the_environment_a_header_cannot_carry_is_named_as_the_variable(
+    listener: Listener, monkeypatch: pytest.MonkeyPatch, char: str, kind: str, why: str
+) -> None:
+    # "\udce9" is how os.environ reads the byte 0xE9 that does not decode as UTF-8.
+    monkeypatch.setenv("SERVICE_API_KEY", f"sk-SECRET{char}0123")
+    with pytest.raises(qa.InvalidOption) as caught:
+        qa.Client(base_url=listener.url)
+    assert str(caught.value) == f"SERVICE_API_KEY holds {kind} at index 9: {why}"
+    assert "SECRET" not in repr(caught.value)
+    assert listener.connections() == 0
+
+
+@pytest.mark.parametrize("char", ["\xa0", "\xe9", "\xff", " ", "~"], ids=repr)
+def test_api_key_with_latin1_next_to_the_refused_characters_is_sent(char: str) -> None:
+    key = f"sk-a{char}b"
+    with FakeService(api_key=key) as svc, make_client(svc.url, api_key=key) as client:
+        client.list_models()
+    assert svc.requests[0].headers["authorization"] == f"Bearer {key}"
