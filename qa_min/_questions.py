@@ -27,7 +27,7 @@ from ._errors import (
     ValidationError,
 )
 from ._typing import UNSET as UNSET
-from ._typing import Generic, cast, first_repeat, not_utf8, overload, short
+from ._typing import Generic, cast, control_char, first_repeat, not_utf8, overload, short
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -84,7 +84,6 @@ class _Question(Generic[_T]):
     def __get__(self: _QuestionT, obj: None, owner: object) -> _QuestionT: ...
     @overload
     def __get__(self, obj: Questions, owner: object) -> _T: ...
-
     def __get__(self, obj: object, owner: object) -> object:
         # Reached only for class access or a Questions instance built without this answer:
         # answers live in the instance __dict__, which wins over a non-data descriptor.
@@ -134,7 +133,6 @@ class Choice(_Question[_T]):
     def __init__(self: Choice[str], options: Mapping[str, str]) -> None: ...
     @overload
     def __init__(self: Choice[_E], options: type[_E]) -> None: ...
-
     def __init__(self, options: Union[Mapping[str, str], type[enum.Enum]]) -> None:
         if isinstance(options, type) and issubclass(options, enum.Enum):
             named = f"a member name of {options.__name__}"  # the names are the option keys sent
@@ -184,7 +182,6 @@ class Score(_Question[_T]):
     def __init__(self: Score[int], levels: Sequence[str]) -> None: ...
     @overload
     def __init__(self: Score[_E], levels: type[_E]) -> None: ...
-
     def __init__(self, levels: Union[Sequence[str], type[enum.Enum]]) -> None:
         if isinstance(levels, type) and issubclass(levels, enum.Enum):
             texts = [text for _, text in _enum_texts(levels, "a score")]
@@ -259,7 +256,10 @@ class _Spec:
 
 
 def check_model(model: object, what: str = "model") -> str:
-    return _text(model, what, InvalidModel)  # sent as JSON, as the questions' texts are
+    text = _text(model, what, InvalidModel)  # sent as JSON, as the questions' texts are
+    if control_char(text):  # a name: a newline or a tab in it came with a paste, never meant
+        raise InvalidModel(f"{what} holds {control_char(text)}: a model name has none")
+    return text
 
 
 class Questions:

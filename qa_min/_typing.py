@@ -76,6 +76,17 @@ def not_utf8(text: str) -> Optional[str]:
     return None
 
 
+def control_char(text: str) -> Optional[str]:
+    """The first control character of ``text`` (C0, DEL or C1) and its index, for a message
+    ("the control character '\\n' at index 5"), or None when it holds none."""
+    if text.isprintable():  # the common case, at C speed: printable text holds none
+        return None
+    for index, char in enumerate(text):
+        if char < " " or "\x7f" <= char <= "\x9f":
+            return f"the control character {char!r} at index {index}"
+    return None
+
+
 class ReadOnly(dict):  # type: ignore[type-arg]
     """A dict that refuses every change (``TypeError``, as a ``MappingProxyType`` does), so that
     answers handed to the caller cannot be changed under them; unlike a proxy it pickles,

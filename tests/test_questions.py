@@ -60,6 +60,9 @@ Spec line -> tests:
       test_a_pair_of_a_two_character_name_and_a_question_is_accepted,
       test_core_refuses_what_is_not_a_request, test_bad_model_is_refused_before_sending,
       test_a_model_that_is_not_utf8_is_refused_before_sending, test_a_model_next_to_the_surrogates_is_sent,
+      test_a_model_with_a_newline_is_refused_before_sending,
+      test_a_model_with_any_control_character_is_refused,
+      test_a_model_next_to_the_control_characters_is_sent,
       test_a_request_checks_its_model_when_made, test_a_request_keeps_a_good_model
       test_str_subclass_is_a_string (the positive side of "non-string")
   Versioned model ids are accepted whether or not list_models lists them
@@ -1015,6 +1018,49 @@ def test_a_model_that_is_not_utf8_is_refused_before_sending(
 
 @pytest.mark.parametrize("model", ["judge-\ud7ff", "judge-\ue000"], ids=["below", "above"])
 def test_a_model_next_to_the_surrogates_is_sent(svc: InProcessService, client: qa.Client, model: str) -> None:
+    with pytest.raises(qa.NotFound):  # the service knows no such model; it was sent as it is
+        client.ask("x", Review, model=model)
+    assert svc.requests[-1].json()["model"] == model
+
+
+@pytest.mark.parametrize("where", ["client", "env", "ask", "core", "request"])
+def test_a_model_with_a_newline_is_refused_before_sending(
+    listener: Listener, idle_client: qa.Client, monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
+    # Sent, it reached the service as a name no model has (404); the newline was never meant.
+    model = "judge-\nlatest"
+    monkeypatch.setenv("SERVICE_DEFAULT_MODEL", model)
+    named = [qa.NamedQuestion("a", qa.YesNo("y", "n"))]
+    calls: dict[str, Callable[[], object]] = {
+        "client": lambda: qa.Client(base_url=listener.url, model=model),
+        "env": lambda: qa.Client(base_url=listener.url),
+        "ask": lambda: idle_client.ask("x", Review, model=model),
+        "core": lambda: idle_client.core(qa.Request(state="x", questions=named), model=model),
+        "request": lambda: idle_client.core(qa.Request(state="x", questions=named, model=model)),
+    }
+    with pytest.raises(qa.InvalidModel) as caught:
+        calls[where]()
+    what = "SERVICE_DEFAULT_MODEL" if where == "env" else "model"
+    assert str(caught.value) == f"{what} holds the control character '\\n' at index 6: a model name has none"
+    assert_nothing_sent(listener)
+
+
+@pytest.mark.parametrize("char", ["\x00", "\t", "\x1f", "\x7f", "\x80", "\x9f"], ids=repr)
+def test_a_model_with_any_control_character_is_refused(
+    listener: Listener, idle_client: qa.Client, char: str
+) -> None:
+    with pytest.raises(qa.InvalidModel) as caught:
+        idle_client.ask("x", Review, model=f"judge-{char}")
+    expected = f"model holds the control character {char!r} at index 6: a model name has none"
+    assert str(caught.value) == expected
+    assert_nothing_sent(listener)
+
+
+@pytest.mark.parametrize("char", [" ", "~", "\xa0"], ids=repr)
+def test_a_model_next_to_the_control_characters_is_sent(
+    svc: InProcessService, client: qa.Client, char: str
+) -> None:
+    model = f"judge-{char}x"
     with pytest.raises(qa.NotFound):  # the service knows no such model; it was sent as it is
         client.ask("x", Review, model=model)
     assert svc.requests[-1].json()["model"] == model
