@@ -100,6 +100,7 @@ def test_an_unknown_mode_is_named_with_the_modes() -> None:
     assert f"unknown mode 'colt'; modes: {', '.join(cli.MODES)}" in proc.stderr
 
 
+@pytest.mark.benchmarks
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize(
     "mode", [pytest.param(name, marks=marks, id=name) for name, (_, _, marks) in SMOKE.items()]
