@@ -59,8 +59,8 @@ Spec line -> tests:
       test_a_dict_or_a_string_is_refused_as_what_it_is,
       test_a_pair_of_a_two_character_name_and_a_question_is_accepted,
       test_core_refuses_what_is_not_a_request, test_bad_model_is_refused_before_sending,
-      test_a_model_that_is_not_utf8_is_refused_before_sending, test_a_model_next_to_the_surrogates_is_sent,
-      test_a_model_with_a_newline_is_refused_before_sending,
+      test_a_model_not_utf8_or_with_a_newline_is_refused_before_sending,
+      test_a_model_next_to_the_surrogates_is_sent,
       test_a_model_with_any_control_character_is_refused,
       test_a_model_next_to_the_control_characters_is_sent,
       test_a_request_checks_its_model_when_made, test_a_request_keeps_a_good_model
@@ -994,12 +994,25 @@ def test_a_request_keeps_a_good_model(model: str | None) -> None:
     assert request.model == model
 
 
+@pytest.mark.parametrize(
+    ("model", "why"),
+    [
+        # "judge-\xe9" passed through os.fsdecode, or read from os.environ, which decodes the same way.
+        ("judge-\udce9", "is not UTF-8: it holds the surrogate '\\udce9' at index 6"),
+        # Sent, it reached the service as a name no model has (404); the newline was never meant.
+        ("judge-\nlatest", "holds the control character '\\n' at index 6: a model name has none"),
+    ],
+    ids=["not-utf8", "newline"],
+)
 @pytest.mark.parametrize("where", ["client", "env", "ask", "core", "request"])
-def test_a_model_that_is_not_utf8_is_refused_before_sending(
-    listener: Listener, idle_client: qa.Client, monkeypatch: pytest.MonkeyPatch, where: str
+def test_a_model_not_utf8_or_with_a_newline_is_refused_before_sending(
+    listener: Listener,
+    idle_client: qa.Client,
+    monkeypatch: pytest.MonkeyPatch,
+    where: str,
+    model: str,
+    why: str,
 ) -> None:
-    # "judge-\xe9" passed through os.fsdecode, or read from os.environ, which decodes the same way.
-    model = "judge-\udce9"
     monkeypatch.setenv("SERVICE_DEFAULT_MODEL", model)
     named = [qa.NamedQuestion("a", qa.YesNo("y", "n"))]
     calls: dict[str, Callable[[], object]] = {
@@ -1012,7 +1025,7 @@ def test_a_model_that_is_not_utf8_is_refused_before_sending(
     with pytest.raises(qa.InvalidModel) as caught:
         calls[where]()
     what = "SERVICE_DEFAULT_MODEL" if where == "env" else "model"
-    assert str(caught.value) == f"{what} is not UTF-8: it holds the surrogate '\\udce9' at index 6"
+    assert str(caught.value) == f"{what} {why}"
     assert_nothing_sent(listener)
 
 
@@ -1021,28 +1034,6 @@ def test_a_model_next_to_the_surrogates_is_sent(svc: InProcessService, client: q
     with pytest.raises(qa.NotFound):  # the service knows no such model; it was sent as it is
         client.ask("x", Review, model=model)
     assert svc.requests[-1].json()["model"] == model
-
-
-@pytest.mark.parametrize("where", ["client", "env", "ask", "core", "request"])
-def test_a_model_with_a_newline_is_refused_before_sending(
-    listener: Listener, idle_client: qa.Client, monkeypatch: pytest.MonkeyPatch, where: str
-) -> None:
-    # Sent, it reached the service as a name no model has (404); the newline was never meant.
-    model = "judge-\nlatest"
-    monkeypatch.setenv("SERVICE_DEFAULT_MODEL", model)
-    named = [qa.NamedQuestion("a", qa.YesNo("y", "n"))]
-    calls: dict[str, Callable[[], object]] = {
-        "client": lambda: qa.Client(base_url=listener.url, model=model),
-        "env": lambda: qa.Client(base_url=listener.url),
-        "ask": lambda: idle_client.ask("x", Review, model=model),
-        "core": lambda: idle_client.core(qa.Request(state="x", questions=named), model=model),
-        "request": lambda: idle_client.core(qa.Request(state="x", questions=named, model=model)),
-    }
-    with pytest.raises(qa.InvalidModel) as caught:
-        calls[where]()
-    what = "SERVICE_DEFAULT_MODEL" if where == "env" else "model"
-    assert str(caught.value) == f"{what} holds the control character '\\n' at index 6: a model name has none"
-    assert_nothing_sent(listener)
 
 
 @pytest.mark.parametrize("char", ["\x00", "\t", "\x1f", "\x7f", "\x80", "\x9f"], ids=repr)
