@@ -257,8 +257,8 @@ class _Spec:
 
 def check_model(model: object, what: str = "model") -> str:
     text = _text(model, what, InvalidModel)  # sent as JSON, as the questions' texts are
-    if control_char(text):  # a name: a newline or a tab in it came with a paste, never meant
-        raise InvalidModel(f"{what} holds {control_char(text)}: a model name has none")
+    if (found := control_char(text)) is not None:  # a newline or a tab came with a paste
+        raise InvalidModel(f"{what} holds {found}: a model name has none")
     return text
 
 
