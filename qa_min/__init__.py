@@ -58,8 +58,9 @@ from ._errors import (
     ValidationError,
 )
 from ._hooks import HookEvent
-from ._questions import Choice, NamedQuestion, Questions, Request, Score, YesNo
+from ._questions import Choice, Questions, Score, YesNo
 from ._ratelimit import RateLimit
+from ._request import NamedQuestion, Request
 from ._responses import AskResponse, CoreResponse, Model, ModelList
 
 TYPE_CHECKING = False

@@ -39,8 +39,9 @@ if TYPE_CHECKING:
     from ._errors import Diagnostics
     from ._hooks import HookEvent
     from ._mock import MockTransport
-    from ._questions import Questions, Request
+    from ._questions import Questions
     from ._ratelimit import RateLimit, RateLimitState
+    from ._request import Request
     from ._responses import ModelList
 
     Q = TypeVar("Q", bound=Questions)

@@ -26,7 +26,8 @@ from ._errors import (
 )
 from ._lifecycle import Lifecycle
 from ._options import COUNTS, check_options, check_rate_limit, check_retry, count, number
-from ._questions import Questions, Request, _Mismatch, _Spec, check_model
+from ._questions import Questions, _Mismatch, _Spec, check_model
+from ._request import Request
 from ._responses import AskResponse, BadShape, CoreResponse, ModelList, models_of, parse_object, usage_of
 from ._typing import UNSET, Unset, cast, readonly, short
 

@@ -5,7 +5,7 @@ Two ways to ask, one machinery:
 * A ``Questions`` subclass declares its questions as class attributes. Each attribute is a
   descriptor whose ``__get__`` is typed, so ``answers.toxic`` is a ``bool`` to mypy, and whose
   value at run time sits in the instance ``__dict__`` (plain attribute speed).
-* ``Request`` / ``NamedQuestion`` build the same thing at run time.
+* ``Request`` / ``NamedQuestion`` (in ``_request``) build the same thing at run time.
 
 Both compile, once, to a ``_Spec``: the JSON of the ``questions`` object (encoded once, since
 the hot path only splices it into each body) and one decoder per question. A decoder returns
@@ -287,8 +287,12 @@ class Questions:
             fields.update(base.__dict__.get("_qa_fields", ()))
         for name, value in vars(cls).items():
             if isinstance(value, _Question):
-                # A question would hide the attribute of that name that ask() and pickling use.
-                if name in ("_qa_compiled", "_qa_fields", "_qa_from", "_qa_spec"):
+                # A question would hide the attribute of that name that ask(), pickling or
+                # Python itself (``__init__``, ``__eq__``...) use.
+                if (
+                    name in ("_qa_compiled", "_qa_fields", "_qa_from", "_qa_spec")
+                    or name[:2] == name[-2:] == "__"
+                ):
                     raise InvalidName(f"{cls.__name__}.{name}: {name!r} is reserved by qa.Questions")
                 fields[name] = value
         cls._qa_fields = tuple(fields.items())
@@ -333,68 +337,3 @@ class Questions:
     def __reduce__(self) -> tuple[object, ...]:
         # The class travels by reference, so it must be importable where the answers land.
         return (type(self)._qa_from, (dict(self.__dict__),))
-
-
-class NamedQuestion:
-    """A question with its id, for ``Request``: ``NamedQuestion("lang", Choice({...}))``."""
-
-    __slots__ = ("name", "question")
-
-    def __init__(self, name: str, question: _Question[Any]) -> None:
-        self.name = name
-        self.question = question
-
-    def __iter__(self) -> Any:
-        return iter((self.name, self.question))
-
-    def __repr__(self) -> str:
-        return f"NamedQuestion({self.name!r}, {self.question!r})"
-
-    def __reduce__(self) -> tuple[object, ...]:
-        return (NamedQuestion, (self.name, self.question))
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, NamedQuestion) and (other.name, other.question) == (self.name, self.question)
-
-    __hash__ = None  # type: ignore[assignment]
-
-
-class Request:
-    """A question set built at run time, for ``client.core``.
-
-    Args:
-        state: The text to judge.
-        questions: The questions, each a ``NamedQuestion`` (or a ``(name, question)`` pair).
-        model: A model for this request, overriding the client's; None uses the client's.
-
-    Raises:
-        ValidationError: A subclass naming what is wrong (``NoQuestions``, ``DuplicateQuestionName``,
-            ``InvalidName``, ``InvalidQuestion``, ``InvalidState``, ``InvalidModel``).
-    """
-
-    __slots__ = ("_spec", "model", "questions", "state")
-
-    def __init__(self, state: str, questions: Sequence[NamedQuestion], model: Optional[str] = None) -> None:
-        # Unpacked, a dict gives its keys, a 2-character str a name and a question: refused as such.
-        iterable = hasattr(questions, "__iter__") and not hasattr(questions, "keys")
-        if not iterable or isinstance(questions, (str, bytes)):
-            raise InvalidQuestion(f"questions must be a sequence of NamedQuestion, got {short(questions)}")
-        named = []
-        for item in questions:
-            try:
-                name, question = () if isinstance(item, (str, bytes)) else item
-            except (TypeError, ValueError):
-                raise InvalidQuestion(f"expected a NamedQuestion, got {short(item)}") from None
-            named.append(NamedQuestion(name, question))
-        self._spec = _Spec((q.name, q.question) for q in named)
-        self._spec.body(state, "")  # validates the state now rather than at send time
-        self.state = state
-        self.questions = tuple(named)
-        self.model = model if model is None else check_model(model)  # refused where it was written
-
-    def __repr__(self) -> str:
-        return f"Request(state={short(self.state)}, questions={list(self.questions)!r}, model={self.model!r})"
-
-    def __reduce__(self) -> tuple[object, ...]:
-        # Compiled again where it lands: the compiled form holds bound methods.
-        return (Request, (self.state, list(self.questions), self.model))

@@ -40,6 +40,7 @@ LAYERS: tuple[str, ...] = (
     "_call",
     "_backoff",
     "_questions",
+    "_request",
     "_responses",
     "_retry",
     "_options",

@@ -772,9 +772,12 @@ def test_a_questions_class_with_a_name_that_is_not_utf8_is_refused(
     assert_nothing_sent(listener)
 
 
-@pytest.mark.parametrize("name", ["_qa_spec", "_qa_from", "_qa_fields", "_qa_compiled"])
+@pytest.mark.parametrize(
+    "name", ["_qa_spec", "_qa_from", "_qa_fields", "_qa_compiled", "__init__", "__eq__", "__x__", "____"]
+)
 def test_a_questions_class_refuses_a_question_named_as_its_machinery(name: str) -> None:
-    # Such a question hid the method or cache of that name: every ask failed with a TypeError.
+    # Such a question hid the method or cache of that name: every ask failed with a TypeError
+    # (``__init__``: building the answers raised a raw AttributeError).
     with pytest.raises(qa.InvalidName) as caught:
         type("Review", (qa.Questions,), {"ok": qa.YesNo("y", "n"), name: qa.YesNo("y", "n")})
     assert str(caught.value) == f"Review.{name}: {name!r} is reserved by qa.Questions"
@@ -788,7 +791,7 @@ def test_a_questions_subclass_refuses_a_reserved_name_its_base_did_not_use() -> 
         type("Sub", (Base,), {"_qa_spec": qa.YesNo("y", "n")})
 
 
-@pytest.mark.parametrize("name", ["_qa_spe", "_qa_specs", "qa_spec", "_qa_"])
+@pytest.mark.parametrize("name", ["_qa_spe", "_qa_specs", "qa_spec", "_qa_", "__init", "init__", "_x_"])
 def test_a_question_named_next_to_a_reserved_name_is_asked(
     svc: InProcessService, client: qa.Client, name: str
 ) -> None:
