@@ -213,12 +213,12 @@ class Attempts:
         # failure storm the budget guards against: it spends no budget.
         exempt = throttled and delay is not None
         absorb = exempt and self._absorbs()
-        if not absorb and (
-            self.retries >= policy.max_retries or not (exempt or budget is None or budget.try_spend())
-        ):
+        if not absorb and self.retries >= policy.max_retries:
             return None
-        if delay is None:
+        if delay is None:  # drawn before the budget is charged: the caller's random may raise
             delay = backoff_ms(policy, self.retries, self.rules.random())
+        if not (absorb or exempt or budget is None or budget.try_spend()):
+            return None
         self.wait = delay / 1000.0
         self.pending = throttled
         if absorb:

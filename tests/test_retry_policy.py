@@ -580,13 +580,15 @@ def test_a_random_that_raises_ends_the_call_with_its_exception(svc: InProcessSer
 
     svc.script(reply(503))
     diag = qa.Diagnostics()
+    budget = qa.RetryBudget(capacity=10, retry_cost=5)
     with (
-        make_recording_client(svc.url, rand=draw) as client,
+        make_recording_client(svc.url, rand=draw, retry_budget=budget) as client,
         pytest.raises(RetryStatusBug, match=r"^no draw$"),
     ):
         client.ask("some text", Toxic, diagnostics=diag)
     assert (diag.attempts, diag.status) == (1, 503)
     assert [(a.status, a.error) for a in diag.history] == [(503, "RetryStatusBug")]
+    assert budget.tokens == 10  # no retry was made, so none was paid for
 
 
 # -- the acceptance line: a server that always answers 503 -----------------------------------
