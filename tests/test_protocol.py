@@ -16,6 +16,7 @@ and must give the same result each way: (status, fields, body, reusable) or the 
   ambiguous framing .............. test_ambiguous_framing_is_refused,
                                    test_te_with_cl_is_read_as_chunked_and_not_reused
   caps, at and past the limit .... test_line_cap, test_header_count_cap, test_interim_cap,
+                                   test_trailer_cap_counts_lines_folds_included,
                                    test_body_cap_for_2xx, test_body_cap_for_other_statuses,
                                    test_chunk_size_digits_cap, test_chunk_size_line_cap
   caps as the bytes arrive ....... test_caps_are_checked_before_the_line_ends
@@ -346,6 +347,18 @@ def test_header_count_cap(extra: int, accepted: bool) -> None:
         assert len(outcome[1]) == MAX_HEADERS
     else:
         refused(outcome, qa.LimitExceeded, f"more than {MAX_HEADERS} headers")
+
+
+@pytest.mark.parametrize(("extra", "accepted"), [(0, True), (1, False)])
+def test_trailer_cap_counts_lines_folds_included(extra: int, accepted: bool) -> None:
+    # Lines, not fields: a fold flood (the trailers may take the limit plus 64 KiB) must not
+    # reach parse_fields, whose joining of folds grows with the square of their number.
+    fields = b"".join(b"X-T%d: v\r\n" % i for i in range(MAX_HEADERS - 2 + extra))
+    outcome = read(ok(CHUNKED, b"5\r\nhello\r\n0\r\n" + fields + b"X-F: a\r\n b\r\n\r\n"))
+    if accepted:
+        assert outcome[2:] == (b"hello", True)
+    else:
+        refused(outcome, qa.BadFraming, "trailer section is too large")
 
 
 @pytest.mark.parametrize(("extra", "accepted"), [(0, True), (1, False)])
