@@ -13,8 +13,9 @@ States of an ``AioConnection`` (as ``_connection``'s)::
                            └─error, cancel, not reusable──────┴─peer closed / too old──> closed
 
 While idle, the loop keeps reading the socket: a server that closes an idle connection is seen
-at once (``lost``), and bytes it sends unasked make it unfit (``dirty``). That replaces the
-zero-timeout poll the threaded pool makes before reuse.
+at once (``lost``), and bytes it sends unasked make it unfit (``dirty``). A loop that was not
+running meanwhile (stopped between calls, a Lambda frozen) has not read them yet, so checkout
+also makes the threaded pool's zero-timeout poll (``peer_closed``).
 
 A transport closes its socket on the loop's next turn, which a closed loop never takes: a pool
 left behind by a loop that ended is closed with ``AioPool.close_orphaned`` instead.
@@ -29,7 +30,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
-from ._connection import PoolClosed, Stopped, TunnelRefused, idle_clock
+from ._connection import PoolClosed, Stopped, TunnelRefused, _wait, idle_clock
 from ._errors import MalformedHead, ProtocolError
 from ._protocol import NEED_DATA, Data, Head, ResponseReader
 
@@ -152,6 +153,20 @@ class AioConnection(asyncio.Protocol):
 
     # -- used by the transport --------------------------------------------------------------
 
+    def peer_closed(self) -> bool:
+        """True if the socket has bytes to read while idle: the server closed it, reset it or
+        wrote to it, and the loop has not run since to tell (``lost``, ``dirty``)."""
+        # A loop stopped between calls (run_until_complete in a Lambda handler, frozen and thawed)
+        # runs the next call's checkout before it reads the socket: the zero-timeout poll the
+        # threaded pool makes keeps a request from going out on a connection already closed.
+        sock = None if self.raw is None else self.raw.get_extra_info("socket")
+        if sock is None:
+            return False
+        try:
+            return _wait(sock, False, 0.0)
+        except (OSError, ValueError):
+            return True
+
     def send(self, request: bytes, method: str, max_body: int) -> asyncio.Future[Result]:
         """Send ``request``; the future is the response: (status, headers, body, reusable).
 
@@ -254,7 +269,7 @@ class AioPool:
         while stack:
             conn = stack.pop()
             age = idle_clock() - conn.idle_since
-            if 0 <= age <= self.idle_timeout and not (conn.lost or conn.dirty):
+            if 0 <= age <= self.idle_timeout and not (conn.lost or conn.dirty or conn.peer_closed()):
                 self._busy.add(conn)
                 return conn
             conn.close()

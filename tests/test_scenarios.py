@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import select
+import socket
 import threading
 import time
 from collections.abc import Sequence
@@ -20,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Union
 
 import pytest
-from faultservers import OK_RESPONSE, RawServer, read_request, respond_sequence
+from faultservers import OK_RESPONSE, Handler, RawServer, read_request, respond_sequence
 
 import qa_min as qa
 from qa_min.testing import (
@@ -382,6 +384,53 @@ def test_a_stale_keep_alive_connection_is_resent_once_by_both() -> None:
             return diagnostics.attempts, len(diagnostics.history), server.connections
 
     assert run("asyncio") == run("threaded") == (2, 2, 2)
+
+
+def test_a_connection_closed_while_the_caller_was_frozen_is_replaced_without_an_attempt_by_both() -> None:
+    # A Lambda handler keeps its client (and, on asyncio, its loop: run_until_complete per
+    # invocation) between invocations; the server closes the idle connection while the process
+    # is frozen, and the close is waiting on the socket when the next call checks it out.
+    def close_when_told(go: threading.Event) -> Handler:
+        def handler(conn: socket.socket, stop: threading.Event) -> None:
+            if read_request(conn):
+                conn.sendall(OK_RESPONSE)
+                go.wait(BOUND)
+
+        return handler
+
+    def pooled_socket(client: Union[qa.Client, qa.AsyncClient]) -> Any:
+        pool: Any = client._transport.pool  # type: ignore[union-attr]
+        [conn] = [c for stack in pool._idle.values() for c in stack]
+        return conn.raw.get_extra_info("socket") if isinstance(client, qa.AsyncClient) else conn.sock
+
+    def run(kind: str) -> tuple[Any, ...]:
+        go = threading.Event()
+        with RawServer(close_when_told(go)) as server:
+            diagnostics = qa.Diagnostics()
+            options: dict[str, Any] = {"base_url": server.url, "trust_env": False}
+            options["retry"] = qa.RetryPolicy.none  # a failure on the way would show, not be retried
+            if kind == "threaded":
+                with qa.Client(**options) as client:
+                    client.ask("s", Toxic)
+                    go.set()
+                    assert select.select([pooled_socket(client)], [], [], BOUND)[0]  # the close is in
+                    answer = client.ask("s", Toxic, diagnostics=diagnostics)
+            else:
+                loop = asyncio.new_event_loop()
+                try:
+                    aclient = qa.AsyncClient(**options)
+                    loop.run_until_complete(aclient.ask("s", Toxic))
+                    go.set()  # the loop is not running: nothing reads the socket
+                    assert select.select([pooled_socket(aclient)], [], [], BOUND)[0]
+                    answer = loop.run_until_complete(aclient.ask("s", Toxic, diagnostics=diagnostics))
+                    loop.run_until_complete(aclient.aclose())
+                finally:
+                    loop.close()
+            history = [(a.status, a.error) for a in diagnostics.history]
+            return answer.answers.toxic, diagnostics.attempts, history, server.connections
+
+    # One attempt each, as the server counted: the closed connection was never written to.
+    assert run("asyncio") == run("threaded") == (True, 1, [(200, None)], 2)
 
 
 def test_a_proxy_refusing_a_plain_request_is_a_proxy_error_in_both() -> None:
