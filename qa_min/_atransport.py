@@ -14,6 +14,7 @@ as a plain function; its ``delay``/``hang`` steps wait without blocking the loop
 from __future__ import annotations
 
 import asyncio
+import os
 
 from ._aio import AioConnection, AioPool, open_tunnel, start_tls
 from ._connection import PoolClosed, Stopped, TunnelRefused, _tune
@@ -83,7 +84,10 @@ class AioTransport:
                 peer = sync.proxy or sync.origin
                 # The loop resolves the name (loop.getaddrinfo) unless it is an IP address. Until
                 # it is connected, conn stays None: Transport.failed then names the peer unreached.
-                await asyncio.get_running_loop().create_connection(fresh.itself, peer.host, peer.port)
+                try:
+                    await asyncio.get_running_loop().create_connection(fresh.itself, peer.host, peer.port)
+                except OSError as exc:
+                    raise _worded_as_socket(exc) from None
                 conn = fresh
                 self._opened(conn)
                 if sync.origin.scheme == "https":
@@ -127,6 +131,15 @@ class AioTransport:
             where = f"{sync.origin.host}:{sync.origin.port}"
             await open_tunnel(conn, where, sync.proxy_headers, sync.max_body)
         await start_tls(conn, sync.ssl_context(), sync.origin.host)
+
+
+def _worded_as_socket(exc: OSError) -> OSError:
+    """asyncio's failed connect as the socket module words it (``[Errno 111] Connection refused``,
+    not ``Connect call failed ('10.0.0.1', 443)``): the same ``ConnectionFailed`` text and
+    ``transport_error`` in both clients, which callers match on."""
+    if exc.errno is None or not str(exc.strerror).startswith("Connect call failed"):
+        return exc
+    return OSError(exc.errno, os.strerror(exc.errno))  # the errno's own subclass, as connect_ex's
 
 
 def _as_connection(conn: Optional[AioConnection]) -> Optional[Connection]:

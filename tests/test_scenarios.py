@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import errno
 import select
 import socket
 import threading
@@ -431,6 +432,51 @@ def test_a_connection_closed_while_the_caller_was_frozen_is_replaced_without_an_
 
     # One attempt each, as the server counted: the closed connection was never written to.
     assert run("asyncio") == run("threaded") == (True, 1, [(200, None)], 2)
+
+
+@pytest.mark.parametrize("via", ["direct", "proxy"])
+def test_a_refused_connection_is_worded_the_same_by_both(via: str) -> None:
+    closed = socket.socket()  # bound, never listening: a connect to it is refused
+    closed.bind(("127.0.0.1", 0))
+    refused = f"http://127.0.0.1:{closed.getsockname()[1]}"
+    options: dict[str, Any] = {"trust_env": False, "retry": qa.RetryPolicy.none}
+    options.update(
+        {"base_url": refused} if via == "direct" else {"base_url": "http://a.invalid", "proxy": refused}
+    )
+
+    def run(kind: str) -> tuple[Any, ...]:
+        diagnostics = qa.Diagnostics()
+        try:
+            if kind == "threaded":
+                with qa.Client(**options) as client:
+                    client.list_models(diagnostics=diagnostics)
+            else:
+
+                async def main() -> None:
+                    async with qa.AsyncClient(**options) as client:
+                        await client.list_models(diagnostics=diagnostics)
+
+                asyncio.run(main())
+        except qa.ConnectionFailed as exc:
+            cause = diagnostics.transport_error
+            history = [(a.status, a.error) for a in diagnostics.history]
+            return (
+                str(exc),
+                type(cause).__name__,
+                getattr(cause, "errno", None),
+                diagnostics.attempts,
+                history,
+            )
+        raise AssertionError("no ConnectionFailed")
+
+    try:
+        threaded, on_asyncio = run("threaded"), run("asyncio")
+    finally:
+        closed.close()
+    assert on_asyncio == threaded
+    assert "ConnectionRefusedError: [Errno" in threaded[0]
+    assert "Connection refused" in threaded[0]
+    assert threaded[1:] == ("ConnectionRefusedError", errno.ECONNREFUSED, 1, [(None, "ConnectionFailed")])
 
 
 def test_a_proxy_refusing_a_plain_request_is_a_proxy_error_in_both() -> None:
