@@ -13,6 +13,7 @@ question encoding, the TLS context) is done once per client or once per question
 from __future__ import annotations
 
 import _thread
+import os
 
 from ._backoff import DEFAULTS, RetryPolicy
 from ._call import CallState, CancelToken, RetryBudget
@@ -69,11 +70,11 @@ def _wait(seconds: float, wake: threading.Event) -> None:
 
 
 def _uniform() -> float:
-    # ``random`` loads on the first retry, not in ``Client()``: most calls never need it, and
-    # since Python 3.13 ``http.client`` no longer loads it, so a cold start would pay for it.
-    from random import random
-
-    return random()
+    # Not ``random.random``: importing ``random`` in ``Client()`` would cost every cold start
+    # (since Python 3.13 ``http.client`` no longer loads it), and importing it at the first retry
+    # failed with a raw OSError when that retry followed a connect that ran out of file
+    # descriptors (an import opens files; os.urandom needs none where getrandom() exists).
+    return int.from_bytes(os.urandom(7), "big") / 72057594037927936  # 2**56: [0, 1), 56 bits
 
 
 class Client:

@@ -13,6 +13,8 @@ import email.utils
 import math
 import random
 import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -770,3 +772,34 @@ def test_retry_budget_is_shared_by_the_clients_threads(svc: InProcessService) ->
     # Twelve failing calls across four threads could pay for only two retries in total.
     assert len(outcomes) == 12
     assert sum(outcomes) == 12 + 2
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="needs resource.setrlimit")
+def test_the_default_jitter_needs_no_file_when_descriptors_run_out() -> None:
+    # A connect that ran out of file descriptors is retried; drawing that retry's jitter
+    # imported ``random`` (an import opens files), which raised a raw OSError instead.
+    script = """
+import os, resource, sys
+import qa_min as qa
+from qa_min.testing import MockTransport, reply
+sys.modules.pop("random", None)
+answers = iter([reply(503), reply(200, {"answers": {"ok": True}})])
+class Q(qa.Questions):
+    ok = qa.YesNo("y", "n")
+with qa.Client(api_key="k", base_url="http://qa.test", trust_env=False,
+               transport=MockTransport(lambda request: next(answers)),
+               sleep=lambda seconds, wake: None) as client:
+    resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
+    held = []
+    try:
+        while True:
+            held.append(os.dup(0))
+    except OSError:
+        pass
+    print(client.ask("x", Q).answers.ok, "random" in sys.modules)
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=30, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["True", "False"]
