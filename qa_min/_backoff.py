@@ -13,6 +13,7 @@ import math
 import time
 
 from ._errors import InvalidOption
+from ._typing import short
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -72,20 +73,22 @@ class RetryPolicy:
     def __post_init__(self) -> None:
         retries = self.max_retries
         if isinstance(retries, bool) or not isinstance(retries, int) or not 0 <= retries <= 1000:
-            raise InvalidOption(f"max_retries must be an int from 0 to 1000, got {retries!r}")
+            raise InvalidOption(f"max_retries must be an int from 0 to 1000, got {short(retries)}")
         for name in ("backoff_initial_ms", "backoff_max_ms", "max_retry_after_ms"):
             value = getattr(self, name)
             number = isinstance(value, (int, float)) and not isinstance(value, bool)
             if not (number and 0 <= value <= MAX_DELAY_MS):
-                raise InvalidOption(f"{name} must be a number of ms from 0 to one day, got {value!r}")
+                raise InvalidOption(f"{name} must be a number of ms from 0 to one day, got {short(value)}")
         jitter = self.backoff_jitter
         if isinstance(jitter, bool) or not isinstance(jitter, (int, float)) or not 0 <= jitter <= 1:
-            raise InvalidOption(f"backoff_jitter must be between 0 and 1, got {jitter!r}")
+            raise InvalidOption(f"backoff_jitter must be between 0 and 1, got {short(jitter)}")
         for name in ("respect_retry_after", "retry_connection_errors"):
             if not isinstance(getattr(self, name), bool):
-                raise InvalidOption(f"{name} must be True or False, got {getattr(self, name)!r}")
+                raise InvalidOption(f"{name} must be True or False, got {short(getattr(self, name))}")
         if not callable(self.retry_status):
-            raise InvalidOption(f"retry_status must be a function int -> bool, got {self.retry_status!r}")
+            raise InvalidOption(
+                f"retry_status must be a function int -> bool, got {short(self.retry_status)}"
+            )
 
 
 # Pickles and reprs as the public name, which loads ``_retry`` (and so the dataclass) first.

@@ -16,6 +16,7 @@ import time
 
 from ._diagnostics import Attempt, Diagnostics, ResponseHeaders
 from ._errors import Canceled, InvalidOption
+from ._typing import short
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -151,7 +152,7 @@ class RetryBudget:
             ("success_refund", success_refund),
         ):
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1e15:
-                raise InvalidOption(f"RetryBudget {name} must be a finite number >= 0, got {value!r}")
+                raise InvalidOption(f"RetryBudget {name} must be a finite number >= 0, got {short(value)}")
         self.capacity = float(capacity)
         self.retry_cost = float(retry_cost)
         self.success_refund = float(success_refund)

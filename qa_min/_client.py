@@ -325,7 +325,7 @@ class Client:
     def _ask_body(self, state: str, questions: type[Questions], model: Optional[str]) -> tuple[_Spec, bytes]:
         """The checked question set and the body of an ``ask``."""
         if not (isinstance(questions, type) and issubclass(questions, Questions)):
-            raise InvalidQuestion(f"ask() takes a Questions subclass, got {questions!r}")
+            raise InvalidQuestion(f"ask() takes a Questions subclass, got {short(questions)}")
         spec = questions._qa_spec()
         return spec, spec.body(state, self._model if model is None else check_model(model))
 

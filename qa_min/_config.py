@@ -247,7 +247,7 @@ def header_fields(api_key: Optional[str], extra: Sequence[tuple[str, str]]) -> F
     if api_key is not None:
         lines.append(_check_header("Authorization", f"Bearer {api_key}"))
     if isinstance(extra, (str, bytes)) or not hasattr(extra, "__iter__"):
-        raise InvalidOption(f"extra_headers must be a sequence of (name, value) pairs, got {extra!r}")
+        raise InvalidOption(f"extra_headers must be a sequence of (name, value) pairs, got {short(extra)}")
     for pair in extra:
         if not isinstance(pair, (tuple, list)) or len(pair) != 2:
             raise InvalidOption(f"extra_headers items are (name, value) pairs, got {pair!r}")

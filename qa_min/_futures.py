@@ -15,6 +15,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 from ._call import CancelToken
 from ._errors import Canceled, InvalidOption
+from ._typing import short
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -93,7 +94,7 @@ class Executor:
     def submit(self, fn: Callable[..., R], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Call[R]:
         outer = kwargs.get("cancel")
         if outer is not None and not isinstance(outer, CancelToken):
-            raise InvalidOption(f"cancel must be a CancelToken, got {outer!r}")
+            raise InvalidOption(f"cancel must be a CancelToken, got {short(outer)}")
         token = CancelToken()
         call: Call[R] = Call(token, outer)
         with self._lock:

@@ -103,7 +103,7 @@ def check_hooks(hooks: object) -> Optional[dict[str, tuple[Hook, ...]]]:
     checked: dict[str, tuple[Hook, ...]] = {}
     for stage, given in dict(hooks.items()).items():
         if stage not in STAGES:
-            raise InvalidOption(f"hooks: unknown stage {stage!r}; the stages are {', '.join(STAGES)}")
+            raise InvalidOption(f"hooks: unknown stage {short(stage)}; the stages are {', '.join(STAGES)}")
         if callable(given) or not hasattr(given, "__iter__"):
             raise InvalidOption(f"hooks[{stage!r}] must be a list of functions, got {short(given)}")
         functions = tuple(given)

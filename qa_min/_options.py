@@ -26,7 +26,7 @@ COUNTS = {"max_idle_per_host": 0, "max_workers": 1, "max_response_bytes": 1}
 def count(name: str, value: object, minimum: int) -> int:
     """``value`` if it is an int (not a bool) >= ``minimum``, else ``InvalidOption``."""
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise InvalidOption(f"{name} must be a whole number >= {minimum}, got {value!r}")
+        raise InvalidOption(f"{name} must be a whole number >= {minimum}, got {short(value)}")
     return value
 
 
@@ -39,12 +39,12 @@ def number(name: str, value: object, minimum: float, allow_none: bool = False) -
         return None
     # TIMEOUT_MAX bounds what sockets and locks accept; "no limit" is None, not inf.
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not minimum < value:
-        raise InvalidOption(f"{name} must be a finite number > {minimum:g}, got {value!r}")
+        raise InvalidOption(f"{name} must be a finite number > {minimum:g}, got {short(value)}")
     if value > _thread.TIMEOUT_MAX:  # inf too (nan failed the test above)
         most = int(_thread.TIMEOUT_MAX)  # CPython's is whole already: 9223372036 on 64-bit Linux
         unlimited = " (None for no limit)" if allow_none else ""
         kind = f"a finite number > {minimum:g} and at most {most} seconds{unlimited}"
-        raise InvalidOption(f"{name} must be {kind}, got {value!r}")
+        raise InvalidOption(f"{name} must be {kind}, got {short(value)}")
     return value
 
 

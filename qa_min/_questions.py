@@ -51,7 +51,7 @@ class _Mismatch(Exception):
 
 def _text(value: object, what: str, error: type[ValidationError] = InvalidQuestion) -> str:
     if not isinstance(value, str) or not value.strip():
-        raise error(f"{what} must be a non-empty string, got {value!r}")
+        raise error(f"{what} must be a non-empty string, got {short(value)}")
     if not_utf8(value):  # json.dumps would write it as a \u escape that is no character
         raise error(f"{what} is {not_utf8(value)}")
     return value
@@ -150,7 +150,7 @@ class Choice(_Question[_T]):
                 raise InvalidQuestion(f"options {keys} share the text {repeat!r}; option texts must differ")
             self._options = {k: k for k, _ in pairs}
         else:
-            raise InvalidQuestion(f"a choice takes a dict or an Enum class, got {options!r}")
+            raise InvalidQuestion(f"a choice takes a dict or an Enum class, got {short(options)}")
         if {key for key, _ in pairs} == {"true", "false"}:
             raise InvalidQuestion(
                 "options 'true' and 'false' are yes/no criteria on the wire, answered with a bool: use YesNo"
@@ -194,7 +194,9 @@ class Score(_Question[_T]):
                 raise InvalidQuestion(f"level {first_repeat(texts)!r} is given twice; levels must be unique")
             self._levels = range(len(texts))
         else:
-            raise InvalidQuestion(f"a score takes a list of level texts or an Enum class, got {levels!r}")
+            raise InvalidQuestion(
+                f"a score takes a list of level texts or an Enum class, got {short(levels)}"
+            )
         self.criteria = texts
 
     def __reduce__(self) -> tuple[object, ...]:
@@ -219,7 +221,9 @@ class _Spec:
         for name, question in items:
             _text(name, "a question name", InvalidName)
             if not isinstance(question, _Question):
-                raise InvalidQuestion(f"question {name!r} must be a YesNo, Choice or Score, got {question!r}")
+                raise InvalidQuestion(
+                    f"question {name!r} must be a YesNo, Choice or Score, got {short(question)}"
+                )
             if name in wire:
                 raise DuplicateQuestionName(f"two questions are named {name!r}")
             wire[name] = {"criteria": question.criteria}

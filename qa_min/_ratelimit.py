@@ -11,6 +11,7 @@ import math
 import sys
 
 from ._errors import InvalidOption
+from ._typing import short
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -33,7 +34,7 @@ def _check(name: str, value: object, whole: bool) -> None:
     else:
         good = isinstance(value, int) and value >= 1 if whole else value > 0
     if not good:
-        raise InvalidOption(f"{name} must be {kind}, got {value!r}")
+        raise InvalidOption(f"{name} must be {kind}, got {short(value)}")
 
 
 class _ReadOnly:
@@ -83,7 +84,7 @@ class RateLimit(_ReadOnly):
         if burst is not None:
             _check("RateLimit burst", burst, whole=True)
         if not isinstance(adaptive, bool):
-            raise InvalidOption(f"RateLimit adaptive must be True or False, got {adaptive!r}")
+            raise InvalidOption(f"RateLimit adaptive must be True or False, got {short(adaptive)}")
         if burst is not None and per_second is None and not adaptive:
             raise InvalidOption("RateLimit burst needs a ceiling: give per_second or adaptive=True")
         self._set(per_second=per_second, burst=burst, adaptive=adaptive)

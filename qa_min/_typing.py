@@ -49,7 +49,14 @@ if TYPE_CHECKING:
 
 def short(value: object) -> str:
     """``repr(value)``, cut to 60 characters for a message."""
-    text = repr(value)
+    try:
+        text = repr(value)
+    except ValueError:
+        # An int of more digits than sys.get_int_max_str_digits() (4300), or a container that
+        # holds one, has no repr: the message naming the value must not fail in its place.
+        if isinstance(value, int):
+            return f"an int of {value.bit_length()} bits, too long to print"
+        return f"a {type(value).__name__} too long to print"
     return text if len(text) <= 60 else text[:57] + "..."
 
 

@@ -11,7 +11,9 @@ policy still sleeps a finite, bounded time. Sleeps are recorded, never waited fo
   test_max_retries_at_the_limit_and_one_past, test_jitter_at_the_limits_and_one_past,
   test_absurd_server_delays_fall_back_to_the_backoff,
   test_bad_retry_after_ms_falls_through_to_retry_after, test_largest_policy_sleeps_at_most_a_day,
-  test_server_delay_of_exactly_a_day_is_honoured_and_a_second_more_is_not
+  test_server_delay_of_exactly_a_day_is_honoured_and_a_second_more_is_not,
+  test_an_int_too_long_to_print_is_refused_as_the_option_it_is (an int past Python's 4300
+  printable digits is named by its size in the message, not quoted)
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import pytest
 from support import SleepRecorder, make_recording_client
 
 import qa_min as qa
-from qa_min.testing import FakeService, reply
+from qa_min.testing import FakeService, MockTransport, reply
 
 DAY_MS = 86_400_000
 
@@ -186,3 +188,59 @@ def test_server_delay_of_exactly_a_day_is_honoured_and_a_second_more_is_not(svc:
     with make_recording_client(svc.url, sleep=sleeps, retry=policy) as client:
         client.list_models()
     assert sleeps.seconds == [86_400.0, pytest.approx(0.2)]  # the day asked for; the backoff, computed
+
+
+# Python prints an int of at most sys.get_int_max_str_digits() digits (4300 by default); a
+# message that quoted a longer one raised ValueError in place of the error it was building.
+def _entry_points(client: qa.Client) -> dict[str, tuple[type[qa.QAError], str, Any]]:
+    ask = client.ask
+    return {
+        "Client(timeout=)": (qa.InvalidOption, "timeout", lambda v: qa.Client(timeout=v)),
+        "Client(max_workers=)": (qa.InvalidOption, "max_workers", lambda v: qa.Client(max_workers=-v)),
+        "Client(hooks=)": (qa.InvalidOption, "hooks: unknown stage", lambda v: qa.Client(hooks={v: []})),
+        "RetryPolicy": (qa.InvalidOption, "max_retries", lambda v: qa.RetryPolicy(max_retries=v)),
+        "RetryBudget": (qa.InvalidOption, "RetryBudget capacity", lambda v: qa.RetryBudget(capacity=v)),
+        "RateLimit": (qa.InvalidOption, "RateLimit adaptive", lambda v: qa.RateLimit(adaptive=v)),
+        "YesNo": (qa.InvalidQuestion, "the yes text", lambda v: qa.YesNo(v, "no")),
+        "Score": (qa.InvalidQuestion, "a score takes", qa.Score),
+        "ask(timeout=)": (qa.InvalidOption, "timeout", lambda v: ask("x", Review, timeout=v)),
+        "ask(model=)": (qa.InvalidModel, "model", lambda v: ask("x", Review, model=v)),
+        "ask(questions)": (qa.InvalidQuestion, "Questions subclass", lambda v: ask("x", v)),
+        "submit(cancel=)": (qa.InvalidOption, "cancel", lambda v: client.submit(ask, "x", Review, cancel=v)),
+    }
+
+
+ENTRY_POINTS = [
+    "Client(timeout=)",
+    "Client(max_workers=)",
+    "Client(hooks=)",
+    "RetryPolicy",
+    "RetryBudget",
+    "RateLimit",
+    "YesNo",
+    "Score",
+    "ask(timeout=)",
+    "ask(model=)",
+    "ask(questions)",
+    "submit(cancel=)",
+]
+
+
+@pytest.mark.parametrize("entry", ENTRY_POINTS)
+def test_an_int_too_long_to_print_is_refused_as_the_option_it_is(monkeypatch: Any, entry: str) -> None:
+    import sys
+
+    limit = getattr(sys, "get_int_max_str_digits", lambda: 0)()
+    if not limit:
+        pytest.skip("this Python prints every int")
+    monkeypatch.delenv("SERVICE_API_KEY", raising=False)
+    monkeypatch.setenv("SERVICE_BASE_URL", "http://qa.test")
+    with qa.Client(transport=MockTransport()) as client:
+        error, name, call = _entry_points(client)[entry]
+        at_the_limit = 10 ** (limit - 1)  # `limit` digits: printed, and cut to 60 characters
+        with pytest.raises(error, match=f"{name}.* -?10000000000+\\.\\.\\."):
+            call(at_the_limit)
+        one_past = 10**limit
+        bits = one_past.bit_length()
+        with pytest.raises(error, match=f"{name}.* an int of {bits} bits, too long to print"):
+            call(one_past)
