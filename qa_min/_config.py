@@ -164,6 +164,9 @@ def resolve(
     trust_env: bool,
 ) -> tuple[Optional[str], Origin, Optional[Origin], str]:
     """(api key, service origin, proxy origin, default model) from arguments, then environment."""
+    if not isinstance(trust_env, bool):
+        # Read as a truth value, trust_env="false" or "no" would read the environment.
+        raise InvalidOption(f"trust_env must be True or False, got {short(trust_env)}")
     env: Mapping[str, str] = os.environ if trust_env else {}
     key = resolve_api_key(api_key, env)
     origin = resolve_base_url(base_url, env)

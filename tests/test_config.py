@@ -60,6 +60,8 @@ Spec line -> tests:
       test_seconds_options_over_the_limit_name_the_limit
       test_per_call_timeout_over_the_limit_names_the_limit
       test_seconds_options_at_or_under_zero_keep_the_short_message
+  (more) trust_env is True or False, not any truth value
+      test_trust_env_takes_a_bool_only
   (helper) test_listener_sees_a_connection: the "nothing was sent" probe itself works
 """
 
@@ -862,3 +864,21 @@ def test_a_bad_proxy_variable_is_named(
         qa.Client(api_key=KEY, base_url=base_url)
     with pytest.raises(qa.InvalidOption, match=r"^proxy (must|is not)"):
         qa.Client(api_key=KEY, base_url=base_url, proxy=value)
+
+
+@pytest.mark.parametrize("make", [qa.Client, qa.AsyncClient], ids=["Client", "AsyncClient"])
+@pytest.mark.parametrize("value", ["false", "no", "", 0, 1, None], ids=repr)
+def test_trust_env_takes_a_bool_only(
+    listener: Listener, monkeypatch: pytest.MonkeyPatch, make: Any, value: object
+) -> None:
+    # Read as a truth value, trust_env="false" read SERVICE_DEFAULT_MODEL and the proxy variables.
+    monkeypatch.setenv("SERVICE_DEFAULT_MODEL", "judge-from-env")
+    refused = f"^trust_env must be True or False, got {re.escape(repr(value))}$"
+    with pytest.raises(qa.InvalidOption, match=refused):
+        make(base_url=listener.url, trust_env=value)
+    for trust_env, model in ((True, "judge-from-env"), (False, qa.DEFAULT_MODEL)):
+        client = make(base_url=listener.url, trust_env=trust_env)
+        assert client.model == model
+        if isinstance(client, qa.Client):
+            client.close()
+    assert listener.connections() == 0
