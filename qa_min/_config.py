@@ -244,16 +244,22 @@ def _check_header(name: object, value: object) -> tuple[str, str]:
     return name, value
 
 
+def _shape(value: object) -> str:
+    # Never the value: "Authorization: Bearer sk-..." given as one string is a secret.
+    size = f" of {len(value)} items" if isinstance(value, (tuple, list)) else ""
+    return f"{type(value).__name__}{size}"
+
+
 def header_fields(api_key: Optional[str], extra: Sequence[tuple[str, str]]) -> Fields:
     """The fields every request carries, ``Host`` and per-request ones excepted."""
     lines = [("Accept", "application/json"), ("User-Agent", USER_AGENT)]
     if api_key is not None:
         lines.append(_check_header("Authorization", f"Bearer {api_key}"))
     if isinstance(extra, (str, bytes)) or not hasattr(extra, "__iter__"):
-        raise InvalidOption(f"extra_headers must be a sequence of (name, value) pairs, got {short(extra)}")
+        raise InvalidOption(f"extra_headers must be a sequence of (name, value) pairs, got {_shape(extra)}")
     for pair in extra:
         if not isinstance(pair, (tuple, list)) or len(pair) != 2:
-            raise InvalidOption(f"extra_headers items are (name, value) pairs, got {pair!r}")
+            raise InvalidOption(f"extra_headers items are (name, value) pairs, got {_shape(pair)}")
         name, value = _check_header(*pair)
         if name.lower() in _FRAMING_HEADERS:
             raise InvalidOption(f"extra_headers must not set {name!r}: qa_min sets it")

@@ -9,6 +9,7 @@ C0 controls (CR and LF included), DEL and the C1 controls 0x80-0x9F are refused 
   test_value_control_characters_are_refused, test_value_tab_space_and_latin1_are_accepted,
   test_value_outside_latin1_is_refused_without_quoting_it,
   test_header_that_is_not_a_string_is_refused_without_quoting_it,
+  test_extra_headers_of_the_wrong_shape_are_refused_without_quoting_them,
   test_api_key_with_a_control_character_is_refused, test_api_key_with_a_tab_is_sent,
   test_api_key_a_header_cannot_carry_is_refused_naming_the_argument,
   test_api_key_from_the_environment_a_header_cannot_carry_is_named_as_the_variable,
@@ -83,6 +84,28 @@ def test_header_that_is_not_a_string_is_refused_without_quoting_it(
     with pytest.raises(qa.InvalidOption, match=r"pair of strings, got \((bytes, str|str, bytes)\)") as caught:
         qa.Client(base_url=listener.url, extra_headers=[(name, value)], trust_env=False)  # type: ignore[list-item]
     assert "secret" not in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("extra", "shape"),
+    [
+        ("X-Token: secret", "^extra_headers must be a sequence of (name, value) pairs, got str$"),
+        (["X-Token: secret"], "^extra_headers items are (name, value) pairs, got str$"),
+        ([("X-Token: secret",)], "^extra_headers items are (name, value) pairs, got tuple of 1 items$"),
+        ([["X-Token", "secret", "x"]], "^extra_headers items are (name, value) pairs, got list of 3 items$"),
+    ],
+    ids=["one string", "a string item", "one item", "three items"],
+)
+def test_extra_headers_of_the_wrong_shape_are_refused_without_quoting_them(
+    listener: Listener, extra: object, shape: str
+) -> None:
+    # "Name: value" strings are a common slip; the message quoted them, a token and all.
+    with pytest.raises(qa.InvalidOption, match=shape.replace("(", r"\(").replace(")", r"\)")) as caught:
+        qa.Client(base_url=listener.url, extra_headers=extra, trust_env=False)  # type: ignore[arg-type]
+    assert "secret" not in str(caught.value)
+    assert listener.connections() == 0
+    # Two items, the shape of a pair, are taken.
+    qa.Client(base_url=listener.url, extra_headers=[["X-Token", "secret"]], trust_env=False).close()  # type: ignore[list-item]
 
 
 @pytest.mark.parametrize("char", ["\x00", "\x08", "\n", "\r", "\x1f", "\x7f", "\x85", "\x9f"], ids=repr)
