@@ -15,7 +15,7 @@ from ._constants import DEFAULT_MODEL, PUBLIC_BASE_URL, __version__
 from ._errors import InvalidBaseUrl, InvalidOption, MissingApiKey
 from ._http import Outgoing
 from ._questions import check_model
-from ._typing import short
+from ._typing import not_utf8, short
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -114,6 +114,10 @@ class Origin:
         name = what if via is None else f"{what} from {via}"
         if not isinstance(url, str) or any(ch.isspace() or ord(ch) < 32 for ch in url):
             raise error(f"{name} must be an http(s) URL without spaces, got {shown_url(url)}")
+        if (problem := not_utf8(url)) is not None:
+            # Bytes os.environ or sys.argv could not decode; neither a path nor a password could
+            # be encoded. Not quoted: the URL may hold a password.
+            raise error(f"{name} is {problem}")
         # The helpers catch; the errors are raised here, outside any except clause, so that
         # no __context__ carries the URL (and its password) along.
         parts, problem = _split(url)

@@ -13,12 +13,15 @@ CONNECT). A path prefix is percent-encoded as RFC 3986 section 3.3 asks, existin
       test_internationalised_host_goes_on_the_wire_encoded,
       test_internationalised_host_through_a_connect_tunnel_is_encoded
   paths: test_non_ascii_path_prefix_is_percent_encoded, test_reserved_and_escaped_path_kept
+  not UTF-8 (a surrogate, from undecodable bytes): test_a_url_that_is_not_utf8_is_refused_as_the_option_it_is
 """
 
 from __future__ import annotations
 
+import re
 import socket
 import threading
+from typing import Any
 
 import pytest
 from faultservers import Handler, RawServer, ok_response, read_request
@@ -158,3 +161,60 @@ def test_the_public_address_written_fully_qualified_still_needs_a_key(
         qa.Client(base_url=url)
     with qa.Client(base_url="https://api.qa-service.com.example.", trust_env=False) as client:
         assert client.base_url == "https://api.qa-service.com.example."  # another host
+
+
+# os.environ and sys.argv turn bytes that do not decode into surrogates (U+D800-U+DFFF), which
+# have no UTF-8 form: percent-encoding the path, or the proxy's password, raised
+# UnicodeEncodeError out of Client().
+@pytest.mark.parametrize(
+    ("char", "refused"),
+    [
+        (chr(0xD7FF), False),
+        (chr(0xD800), True),
+        (chr(0xDCFF), True),
+        (chr(0xDFFF), True),
+        (chr(0xE000), False),
+    ],
+    ids=["U+D7FF", "U+D800", "U+DCFF", "U+DFFF", "U+E000"],
+)
+def test_a_url_that_is_not_utf8_is_refused_as_the_option_it_is(
+    monkeypatch: pytest.MonkeyPatch, char: str, refused: bool
+) -> None:
+    for name in ("SERVICE_BASE_URL", "HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY", "NO_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+        monkeypatch.delenv(name.lower(), raising=False)
+    surrogate = f"the surrogate {re.escape(repr(char))} at index"
+    cases: list[tuple[type[qa.QAError], str, dict[str, Any], dict[str, str]]] = [
+        (qa.InvalidBaseUrl, "base_url", {"base_url": f"http://qa.test/p{char}"}, {}),
+        (
+            qa.InvalidBaseUrl,
+            "base_url from SERVICE_BASE_URL",
+            {},
+            {"SERVICE_BASE_URL": f"http://qa.test/{char}"},
+        ),
+        (
+            qa.InvalidOption,
+            "proxy",
+            {"base_url": "http://qa.test", "proxy": f"http://u:pw{char}@p.test:3128"},
+            {},
+        ),
+        (
+            qa.InvalidOption,
+            "proxy from HTTPS_PROXY",
+            {"base_url": "https://qa.test"},
+            {"HTTPS_PROXY": f"http://u:pw{char}@p"},
+        ),
+    ]
+    for error, name, options, env in cases:
+        if env and refused and not "\udc80" <= char <= "\udcff":
+            continue  # the environment holds only the surrogates of undecodable bytes
+        for variable, value in env.items():
+            monkeypatch.setenv(variable, value)
+        if refused:
+            with pytest.raises(error, match=f"^{name} is not UTF-8: it holds {surrogate} \\d+$") as caught:
+                qa.Client(**options)
+            assert "pw" not in str(caught.value)
+        else:
+            qa.Client(**options).close()
+        for variable in env:
+            monkeypatch.delenv(variable)
