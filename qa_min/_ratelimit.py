@@ -66,7 +66,8 @@ class RateLimit(_ReadOnly):
 
     Raises:
         InvalidOption: ``per_second`` is not a finite number > 0, ``burst`` not a whole
-            number >= 1 (either one larger than the largest float), ``adaptive`` not a bool, or a
+            number >= 1 (either one larger than the largest float), ``burst / per_second`` (or
+            ``1 / per_second``) larger than the largest float, ``adaptive`` not a bool, or a
             burst is given with nothing to pace.
     """
 
@@ -87,6 +88,14 @@ class RateLimit(_ReadOnly):
             raise InvalidOption(f"RateLimit adaptive must be True or False, got {short(adaptive)}")
         if burst is not None and per_second is None and not adaptive:
             raise InvalidOption("RateLimit burst needs a ceiling: give per_second or adaptive=True")
+        if per_second is not None and (burst or 1) / per_second > _FLOAT_MAX:
+            # The limiter spaces attempts 1 / per_second apart and lets a burst take (burst - 1)
+            # such spaces: as infinities they became NaN slots, and the ceiling no ceiling.
+            raise InvalidOption(
+                "RateLimit burst / per_second (1 / per_second with no burst), the seconds a full "
+                f"burst takes to refill, must be at most {_FLOAT_MAX:g}, the largest float; "
+                f"got {short(burst or 1)} / {short(per_second)}"
+            )
         self._set(per_second=per_second, burst=burst, adaptive=adaptive)
 
     def split(self, n: int) -> RateLimit:
@@ -96,7 +105,8 @@ class RateLimit(_ReadOnly):
         so that together they never exceed this one's, unless ``n`` is larger than it.
 
         Raises:
-            InvalidOption: ``n`` is not a whole number >= 1, or is larger than the largest float.
+            InvalidOption: ``n`` is not a whole number >= 1, or is larger than the largest float,
+                or the share ``per_second / n`` is too small for a ``RateLimit``.
         """
         _check("RateLimit.split n", n, whole=True)
         per_second = None if self.per_second is None else self.per_second / n

@@ -69,6 +69,11 @@ BAD_NUMBERS = [
     (["batch", "IN", "--max-rate", "0", *QUESTION], "argument --max-rate: must be a finite number > 0"),
     (["batch", "IN", "--max-rate", "inf", *QUESTION], "argument --max-rate: must be a finite number > 0"),
     (["batch", "IN", "--max-rate", "fast", *QUESTION], "argument --max-rate: not a number"),
+    (
+        ["batch", "IN", "--max-rate", "5e-309", *QUESTION],
+        "argument --max-rate: 1 / R, the seconds between requests, must be at most 1.79769e+308, "
+        "got '5e-309'",
+    ),
     (["fake", "--port", "99999"], "argument --port: must be <= 65535, got 99999"),
     (["fake", "--port", "65536"], "argument --port: must be <= 65535, got 65536"),
     (["fake", "--port", "-1"], "argument --port: must be >= 0"),
@@ -109,6 +114,7 @@ def test_every_limit_itself_is_accepted() -> None:
     assert parse(["--timeout", repr(_thread.TIMEOUT_MAX), "models"]).timeout == _thread.TIMEOUT_MAX
     assert parse(["batch", "--concurrency", "256", *QUESTION]).concurrency == 256
     assert parse(["batch", "--max-rate", "1e-300", *QUESTION]).max_rate == pytest.approx(1e-300)
+    assert parse(["batch", "--max-rate", "5.6e-309", *QUESTION]).max_rate == pytest.approx(5.6e-309)
 
 
 BAD_PATHS = [

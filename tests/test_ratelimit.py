@@ -51,6 +51,7 @@ from __future__ import annotations
 import copy
 import math
 import pickle
+import re
 import sys
 import threading
 from typing import Any, Callable, Optional
@@ -74,6 +75,7 @@ from qa_min._policy import (
     REGROW_MIN,
     REGROW_SHORT,
 )
+from qa_min.testing import MockTransport
 
 # -- RateLimit, the value ------------------------------------------------------------------
 
@@ -136,6 +138,38 @@ def test_rate_limit_refuses_bad_values(kwargs: dict[str, Any], words: str) -> No
         qa.RateLimit(**kwargs)
 
 
+def _slowest(burst: int) -> float:
+    """The least per_second whose ``burst / per_second`` is still a float."""
+    rate = burst / sys.float_info.max
+    while burst / rate > sys.float_info.max:
+        rate = math.nextafter(rate, math.inf)
+    while burst / math.nextafter(rate, 0.0) <= sys.float_info.max:
+        rate = math.nextafter(rate, 0.0)
+    return rate
+
+
+@pytest.mark.parametrize("burst", [None, 1, 2, 3])
+def test_rate_limit_slower_than_a_float_of_seconds_is_refused_and_the_slowest_binds(
+    burst: Optional[int],
+) -> None:
+    # 1 / per_second (and a burst's refill, burst / per_second) overflowed to inf in the pacer:
+    # RateLimit(1e-320, burst=1) let every call through, RateLimit(5e-324) held the first one.
+    slowest = _slowest(burst or 1)
+    one_past = math.nextafter(slowest, 0.0)
+    refused = (
+        r"^RateLimit burst / per_second \(1 / per_second with no burst\), the seconds a full burst "
+        rf"takes to refill, must be at most 1.79769e\+308, the largest float; got {burst or 1} / "
+    )
+    with pytest.raises(qa.InvalidOption, match=refused + re.escape(repr(one_past)) + "$"):
+        qa.RateLimit(one_past, burst=burst)
+    limit = qa.RateLimit(slowest, burst=burst)
+    with qa.Client(base_url="http://qa.test", transport=MockTransport(), rate_limit=limit) as client:
+        for _ in range(burst or 1):  # the burst goes at once...
+            client.list_models(timeout=5.0)
+        with pytest.raises(qa.Canceled, match="timeout"):  # ...and the next waits its slot
+            client.list_models(timeout=0.05)
+
+
 def test_rate_limit_is_an_immutable_value() -> None:
     limit = qa.RateLimit(190, burst=10, adaptive=False)
     with pytest.raises(AttributeError, match="read-only"):
@@ -188,7 +222,11 @@ def test_split_refuses_a_bad_count(n: Any) -> None:
 
 def test_split_counts_up_to_the_largest_float() -> None:
     # The share is per_second / n in floats: a larger int raised OverflowError there.
-    assert qa.RateLimit(1).split(int(sys.float_info.max)) == qa.RateLimit(1 / sys.float_info.max)
+    most = int(sys.float_info.max)
+    assert qa.RateLimit(sys.float_info.max).split(most) == qa.RateLimit(1.0)
+    # A share one a float of seconds cannot space (1 / share is inf) is refused as such.
+    with pytest.raises(qa.InvalidOption, match=r"^RateLimit burst / per_second .* got 1 / 5\.56"):
+        qa.RateLimit(1).split(most)
     for n in (int(sys.float_info.max) + 1, 10**400):
         with pytest.raises(
             qa.InvalidOption, match=r"split n must be a whole number >= 1 and at most .*too large for a float"

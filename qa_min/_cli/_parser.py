@@ -6,6 +6,7 @@ import _thread
 import argparse
 import math
 import os
+import sys
 
 from .. import __version__
 from ._commands import PROG, ask, batch, demo, fake, models
@@ -109,6 +110,16 @@ def _positive_float(text: str) -> float:
     return value
 
 
+def _rate(text: str) -> float:
+    """Requests per second, as ``RateLimit`` takes them: > 0, one every 1 / R seconds, a float."""
+    value = _positive_float(text)
+    if 1.0 / value > sys.float_info.max:
+        raise argparse.ArgumentTypeError(
+            f"1 / R, the seconds between requests, must be at most {sys.float_info.max:g}, got {text!r}"
+        )
+    return value
+
+
 def _seconds(text: str) -> float:
     """A timeout: > 0 and at most what locks and sockets accept (about 292 years)."""
     value = _positive_float(text)
@@ -205,7 +216,7 @@ def _add_batch_options(sub: argparse.ArgumentParser) -> None:
     )
     add(
         "--max-rate",
-        type=_positive_float,
+        type=_rate,
         metavar="R",
         help="at most R requests per second (default: adapt to the service's 429s)",
     )
