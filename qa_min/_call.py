@@ -141,6 +141,9 @@ class RetryBudget:
         capacity: Tokens in a full bucket (500).
         retry_cost: Tokens one retry takes (5).
         success_refund: Tokens a successful call puts back (1).
+
+    Raises:
+        InvalidOption: An argument is not a number from 0 to below 1e15 (a bool is not one).
     """
 
     __slots__ = ("_lock", "_tokens", "capacity", "retry_cost", "success_refund")
@@ -152,7 +155,9 @@ class RetryBudget:
             ("success_refund", success_refund),
         ):
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1e15:
-                raise InvalidOption(f"RetryBudget {name} must be a finite number >= 0, got {short(value)}")
+                raise InvalidOption(
+                    f"RetryBudget {name} must be a number from 0 to below 1e15, got {short(value)}"
+                )
         self.capacity = float(capacity)
         self.retry_cost = float(retry_cost)
         self.success_refund = float(success_refund)

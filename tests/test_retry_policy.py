@@ -12,6 +12,7 @@ import dataclasses
 import email.utils
 import math
 import random
+import re
 import socket
 import subprocess
 import sys
@@ -661,6 +662,17 @@ def test_retry_budget_validation() -> None:
             qa.RetryBudget(retry_cost=bad)  # type: ignore[arg-type]
         with pytest.raises(qa.InvalidOption):
             qa.RetryBudget(success_refund=bad)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("name", ["capacity", "retry_cost", "success_refund"])
+def test_retry_budget_numbers_at_their_limits_and_one_past(name: str) -> None:
+    # 1e15 was refused as "must be a finite number >= 0, got 1e+15", which it is.
+    for good in (0, 0.0, math.nextafter(1e15, 0.0), 10**15 - 1):
+        assert getattr(qa.RetryBudget(**{name: good}), name) == float(good)
+    for bad in (1e15, 10**15, math.nextafter(0.0, -1.0), -1, math.inf):
+        refused = f"^RetryBudget {name} must be a number from 0 to below 1e15, got {re.escape(repr(bad))}$"
+        with pytest.raises(qa.InvalidOption, match=refused):
+            qa.RetryBudget(**{name: bad})
 
 
 def test_retry_budget_option_must_be_a_budget_or_none(svc: InProcessService) -> None:
