@@ -10,6 +10,7 @@ the rate limit a fake can play. ``RecordedRequest`` and ``Step`` are public thro
 
 from __future__ import annotations
 
+import _thread
 import hashlib
 import json
 import math
@@ -19,6 +20,8 @@ import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Literal
+
+from ._typing import short
 
 # fullmatch, not `$`: `$` would also accept a trailing newline.
 VERSIONED: Final = re.compile(r"([a-z][a-z0-9-]*?)-\d+(?:\.\d+)+")
@@ -124,6 +127,22 @@ def rate_bucket(rate_limit: object) -> tuple[float, float]:
             f"{MAX_REFILL_SECONDS:g}, not {rate_limit!r}: a longer delay or reset cannot be written"
         )
     return rate, burst
+
+
+def delay_seconds(seconds: object) -> float:
+    """``delay``'s seconds, checked: a number from 0 to ``_thread.TIMEOUT_MAX``."""
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
+        raise TypeError(f"seconds must be a number, not {short(seconds)}")
+    if seconds < 0:
+        raise ValueError(f"seconds must not be negative, not {short(seconds)}")
+    if not seconds <= _thread.TIMEOUT_MAX:  # NaN too
+        # NaN and infinity would hold the request for ever, as hang() does; a longer finite
+        # wait raised OverflowError in the thread serving it, which then dropped the request.
+        most = int(_thread.TIMEOUT_MAX)
+        raise ValueError(
+            f"seconds must be finite and at most {most} (hang() never answers), not {short(seconds)}"
+        )
+    return seconds
 
 
 def check_address(api_key: object, prefix: object, host: object, port: object) -> None:

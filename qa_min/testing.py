@@ -86,7 +86,6 @@ Example:
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Mapping, Sequence
 from typing import Final
 
@@ -99,6 +98,7 @@ from ._fakerules import (
     answer,
     check_address,
     classify,
+    delay_seconds,
     header_pairs,
     model_names,
     rate_bucket,
@@ -171,16 +171,10 @@ def delay(seconds: float) -> Step:
 
     Raises:
         TypeError: ``seconds`` is not a number.
-        ValueError: ``seconds`` is negative or not finite (`hang` never answers).
+        ValueError: ``seconds`` is negative, not finite, or over ``_thread.TIMEOUT_MAX`` (about
+            292 years, the longest wait a lock takes; `hang` never answers).
     """
-    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
-        raise TypeError(f"seconds must be a number, not {seconds!r}")
-    if seconds < 0:
-        raise ValueError(f"seconds must not be negative, not {seconds}")
-    if not math.isfinite(seconds):
-        # NaN and infinity would hold the request for ever, as hang() does.
-        raise ValueError(f"seconds must be finite, not {seconds}")
-    return Step("delay", seconds=seconds)
+    return Step("delay", seconds=delay_seconds(seconds))
 
 
 def hang() -> Step:

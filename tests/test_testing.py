@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import _thread
 import hashlib
 import http.client
 import json
@@ -644,6 +645,22 @@ def test_delay_refuses_seconds_that_are_not_finite(seconds: float) -> None:
     # A NaN delay held its request until close(), as hang() does, instead of serving it late.
     with pytest.raises(ValueError, match="finite"):
         delay(seconds)
+
+
+def test_delay_of_the_longest_wait_holds_the_request_and_one_past_is_refused(svc: FakeService) -> None:
+    # delay(1e300) was taken, and the thread serving it raised OverflowError (a longer wait than a
+    # lock takes) and dropped the connection: the client saw a failure, not a slow answer.
+    most = _thread.TIMEOUT_MAX
+    for past in (math.nextafter(most, math.inf), 1e300, 10**400):
+        with pytest.raises(ValueError, match=f"^seconds must be finite and at most {int(most)} .*not "):
+            delay(past)
+    svc.script(delay(most))
+    with (
+        qa.Client(base_url=svc.url, retry=qa.RetryPolicy.none) as client,
+        pytest.raises(qa.Canceled, match="timeout"),
+    ):
+        client.list_models(timeout=0.2)
+    assert svc.request_count == 1
 
 
 @pytest.mark.parametrize("seconds", ["1", None, True])
