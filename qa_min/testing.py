@@ -85,6 +85,7 @@ Example:
 
 from __future__ import annotations
 
+import _thread
 import json
 from collections.abc import Mapping, Sequence
 from typing import Final
@@ -104,6 +105,7 @@ from ._fakerules import (
     rate_bucket,
 )
 from ._mock import MockTransport
+from ._typing import short
 
 __all__ = [
     "DEFAULT_MODELS",
@@ -368,11 +370,16 @@ class FakeService:
 
         Raises:
             TypeError: ``n`` is not an int, or ``timeout`` not a number.
+            ValueError: ``timeout`` is not finite, or over ``_thread.TIMEOUT_MAX`` (292 years).
         """
         if isinstance(n, bool) or not isinstance(n, int):
             raise TypeError(f"n must be an int, not {n!r}")
         if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
             raise TypeError(f"timeout must be a number of seconds, not {timeout!r}")
+        if not timeout <= _thread.TIMEOUT_MAX:  # a NaN waited for ever, more raised OverflowError
+            raise ValueError(
+                f"timeout must be finite and at most {int(_thread.TIMEOUT_MAX)}, not {short(timeout)}"
+            )
         return self._state.wait_for_requests(n, timeout)
 
     def release(self) -> None:

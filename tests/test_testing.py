@@ -219,6 +219,18 @@ def test_wait_for_requests_checks_its_arguments(svc: FakeService, n: Any, timeou
         svc.wait_for_requests(n, timeout)
 
 
+def test_wait_for_requests_takes_the_longest_wait_and_refuses_one_past(svc: FakeService) -> None:
+    # A NaN timeout waited for ever; inf, 1e300 or 2**63 raised OverflowError from the lock.
+    most = _thread.TIMEOUT_MAX
+    assert svc.wait_for_requests(0, most)
+    with qa.Client(base_url=svc.url) as client:
+        client.list_models()
+    assert svc.wait_for_requests(1, most)
+    for past in (math.inf, 10**400, math.nextafter(most, math.inf), math.nan):
+        with pytest.raises(ValueError, match=f"^timeout must be finite and at most {int(most)}, not "):
+            svc.wait_for_requests(2, past)
+
+
 def test_default_models(svc: FakeService, connect: Connect) -> None:
     status, body = get(connect(svc))
     assert status == 200
