@@ -58,7 +58,9 @@ class Redactor:
                 blocks.update(form[k : k + _BLOCK] for k in range(0, len(form) - _BLOCK + 1, _BLOCK))
         self._blocks = _alternatives(sorted(blocks)) if blocks else None
         short = [form for form in forms if len(form) < PIECE]
-        needles = sorted({b.encode() for b in blocks} | {s.encode() for s in short})
+        # "surrogatepass": a key read from argv or the environment may hold the surrogates of
+        # undecodable bytes; the command line scrubs with it before the client refuses it.
+        needles = sorted({b.encode("utf-8", "surrogatepass") for b in blocks | set(short)})
         self._needles = re.compile(b"|".join(map(re.escape, needles))) if needles else None
         self._mark = _mark_for(forms, [*self._pieces, *short])
         self._long = [form for form in self._whole if len(form) >= PIECE]

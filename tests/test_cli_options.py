@@ -256,3 +256,25 @@ def test_a_tiny_max_rate_waits_instead_of_overflowing(svc: FakeService, tmp_path
     assert "OverflowError" not in err
     assert proc.returncode == 130, err
     assert "interrupted: 1 input lines done" in err
+
+
+@pytest.mark.parametrize("good", [6, 7, 8], ids=["7 chars", "8 chars", "9 chars"])
+@pytest.mark.parametrize("where", ["--api-key", "SERVICE_API_KEY"])
+def test_a_key_that_is_not_utf8_is_refused_not_a_traceback(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, good: int, where: str
+) -> None:
+    # Undecodable bytes in argv or the environment arrive as surrogates; the scrubber of the
+    # command's output was built from such a key before the client refused it, and raised
+    # UnicodeEncodeError (a key shorter than 8 characters, or one whose last 4 held one).
+    key = "k" * good + "\udcff"
+    monkeypatch.delenv("SERVICE_API_KEY", raising=False)
+    argv = ["--base-url", "http://127.0.0.1:9", "models"]
+    if where == "--api-key":
+        argv = ["--api-key", key, *argv]
+    else:
+        monkeypatch.setenv("SERVICE_API_KEY", key)
+    result = run_main(capsys, *argv)
+    assert "Traceback" not in result.err
+    assert result.code == 3, result.err
+    named = where.lstrip("-").replace("-", "_")
+    assert f"error: InvalidOption: {named} holds a surrogate (U+DCFF) at index {good}" in result.err
