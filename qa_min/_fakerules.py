@@ -21,7 +21,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
-from ._typing import short
+from ._typing import not_utf8, short
 
 # fullmatch, not `$`: `$` would also accept a trailing newline.
 VERSIONED: Final = re.compile(r"([a-z][a-z0-9-]*?)-\d+(?:\.\d+)+")
@@ -152,6 +152,8 @@ def check_address(api_key: object, prefix: object, host: object, port: object) -
     for name, value in (("prefix", prefix), ("host", host)):
         if not isinstance(value, str):
             raise TypeError(f"{name} must be a str, not {value!r}")
+        if (problem := not_utf8(value)) is not None:  # percent-encoding or binding it raised
+            raise ValueError(f"{name} is {problem}")
     if isinstance(port, bool) or not isinstance(port, int):
         raise TypeError(f"port must be an int, not {port!r}")
     if not 0 <= port <= 65535:

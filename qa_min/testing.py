@@ -249,7 +249,7 @@ class FakeService:
         ValueError: ``port`` is outside 0-65535, ``rate_limit`` holds a rate that is not > 0,
             a burst below 1, a number larger than the largest float, or a bucket that takes
             more than ``1e10`` seconds to fill (``burst / rate``: its delays and resets could
-            not be written),
+            not be written), ``prefix`` or ``host`` is not UTF-8 (holds a surrogate),
             ``retry_after`` is not one of the four styles, ``announce`` not one of its five,
             or ``announce`` is given without ``rate_limit``.
     """

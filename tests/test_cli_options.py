@@ -278,3 +278,14 @@ def test_a_key_that_is_not_utf8_is_refused_not_a_traceback(
     assert result.code == 3, result.err
     named = where.lstrip("-").replace("-", "_")
     assert f"error: InvalidOption: {named} holds a surrogate (U+DCFF) at index {good}" in result.err
+
+
+@pytest.mark.parametrize("option", ["--prefix", "--host"])
+def test_a_fake_prefix_or_host_that_is_not_utf8_is_a_usage_error(
+    capsys: pytest.CaptureFixture[str], option: str
+) -> None:
+    # FakeService raised UnicodeEncodeError (prefix) or TypeError (host, at bind): a traceback.
+    result = run_main(capsys, "fake", option, "/p\udcff", "--port", "0")
+    assert "Traceback" not in result.err
+    assert result.code == 2, result.err
+    assert f"argument {option}: is not UTF-8: '/p\\udcff', at index 2" in result.err

@@ -231,6 +231,25 @@ def test_wait_for_requests_takes_the_longest_wait_and_refuses_one_past(svc: Fake
             svc.wait_for_requests(2, past)
 
 
+@pytest.mark.parametrize("name", ["prefix", "host"])
+def test_a_prefix_or_host_that_is_not_utf8_is_a_value_error(name: str) -> None:
+    # Undecodable bytes (argv, os.environ) are surrogates: the prefix raised UnicodeEncodeError
+    # when percent-encoded, the host TypeError("encoding of hostname failed") from bind().
+    for char, refused in (
+        (chr(0xD7FF), False),
+        (chr(0xD800), True),
+        (chr(0xDFFF), True),
+        (chr(0xE000), False),
+    ):
+        value = "/p" + char if name == "prefix" else "localhost" + char
+        if refused:
+            with pytest.raises(ValueError, match=f"^{name} is not UTF-8: it holds the surrogate .* at index"):
+                FakeService(prefix=value) if name == "prefix" else FakeService(host=value)
+        elif name == "prefix":
+            with FakeService(prefix=value) as service:
+                assert service.url.endswith("/p" + urllib.parse.quote(char))
+
+
 def test_default_models(svc: FakeService, connect: Connect) -> None:
     status, body = get(connect(svc))
     assert status == 200

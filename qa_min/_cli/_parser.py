@@ -120,6 +120,15 @@ def _rate(text: str) -> float:
     return value
 
 
+def _utf8(text: str) -> str:
+    """Text the fake can bind or serve: bytes argv could not decode are surrogates, which it cannot."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise argparse.ArgumentTypeError(f"is not UTF-8: {text!r}, at index {exc.start}") from None
+    return text
+
+
 def _seconds(text: str) -> float:
     """A timeout: > 0 and at most what locks and sockets accept (about 292 years)."""
     value = _positive_float(text)
@@ -224,9 +233,9 @@ def _add_batch_options(sub: argparse.ArgumentParser) -> None:
 
 
 def _add_fake_options(sub: argparse.ArgumentParser) -> None:
-    sub.add_argument("--host", default="127.0.0.1", help="address to listen on (127.0.0.1)")
+    sub.add_argument("--host", type=_utf8, default="127.0.0.1", help="address to listen on (127.0.0.1)")
     sub.add_argument("--port", type=_count(0, 65535), default=8080, help="port (8080; 0 picks a free one)")
-    sub.add_argument("--prefix", default="", help="path prefix the service lives under")
+    sub.add_argument("--prefix", type=_utf8, default="", help="path prefix the service lives under")
     sub.add_argument(
         "--rate-limit",
         nargs=2,
