@@ -163,7 +163,7 @@ class Attempts:
         return self._record(RAISE if wait is None else RETRY, failure, status, started, ended, wait=wait)
 
     def on_failure(self, exc: BaseException, started: float, ended: float) -> Decision:
-        """The attempt ended without a response: ``exc`` is what the transport raised."""
+        """The attempt ended without a whole response: ``exc`` is what the transport raised."""
         if isinstance(exc, Resend):
             # Not a retry (no wait, no budget, no retry counted, the same slot of the limiter),
             # but an attempt: the server may have read the request.
@@ -178,19 +178,25 @@ class Attempts:
         if not isinstance(exc, QAError):
             return Decision(RAISE, exc)  # KeyboardInterrupt and the like: not an outcome to record
         call = self.call
+        status = None  # the attempt's, once a response's head came
         if isinstance(exc, ConnectionFailed):
             call.transport_error = self.rules.messages.safe_cause(exc)
         if isinstance(exc, ProxyError):
             # The proxy answered: its status and page are what the caller can act on.
             call.status = exc.status
             call.body = self.rules.messages.redact(exc.diagnostics.body or "")
+        elif exc.diagnostics.status is not None:
+            # A head came, then its body was refused or cut short (``_transport.failure``): the
+            # head is the last response, its request id the attempt's.
+            status = call.status = exc.diagnostics.status
+            call.headers = exc.diagnostics.headers
         wait = None
         try:
             if isinstance(exc, ConnectionFailed) and exc.retryable and _retry_failure(self.policy, exc):
                 wait = self._again(exc, None, False)
         except BaseException as raised:  # the caller's retry_status, judging a proxy's refusal
-            return self._record(RAISE, raised, None, started, ended)
-        return self._record(RAISE if wait is None else RETRY, exc, None, started, ended, wait=wait)
+            return self._record(RAISE, raised, status, started, ended)
+        return self._record(RAISE if wait is None else RETRY, exc, status, started, ended, wait=wait)
 
     def end(self, exc: BaseException) -> None:
         """``exc`` leaves the call: a slot still held goes back to the limiter; a qa_min error

@@ -45,7 +45,9 @@ itself; they say in the protocol's words what the server's bytes got wrong)::
         └── IncompleteMessage          the server closed the connection before the message ended
 
 A 2xx body refused for its framing or its size surfaces as ``InvalidResponse`` (the protocol
-error's words as its message); everything else as ``ConnectionFailed``.
+error's words as its message); everything else as ``ConnectionFailed``. An error after the head
+hands the head's status and headers on to the call's ``Diagnostics`` (and to its message's
+request id), whatever the error.
 
 Each instance carries ``.diagnostics``. Messages name the status and a short detail, never the
 API key.
@@ -63,6 +65,8 @@ from ._diagnostics import Diagnostics as Diagnostics
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Optional
+
+    from ._diagnostics import ResponseHeaders
 
 
 class QAError(Exception):
@@ -254,13 +258,22 @@ class ProtocolError(QAError):
 
     Attributes:
         status: The final response's status when the error came after its head, else None.
+        headers: That head's headers, until the transport hands them on to the call's
+            ``Diagnostics`` (``_transport.failure``); then None, so that a ``transport_error``
+            never holds a header (which may echo the key).
     """
 
     def __init__(
-        self, message: str, diagnostics: Optional[Diagnostics] = None, *, status: Optional[int] = None
+        self,
+        message: str,
+        diagnostics: Optional[Diagnostics] = None,
+        *,
+        status: Optional[int] = None,
+        headers: Optional[ResponseHeaders] = None,
     ) -> None:
         super().__init__(message, diagnostics)
         self.status = status
+        self.headers = headers
 
 
 class MalformedHead(ProtocolError):

@@ -116,12 +116,16 @@ class Messages:
         # No logger can listen before ``logging`` is imported (or SERVICE_LOG asks for one).
         log = get_logger() if self.service_log or "logging" in sys.modules else None
         if log is not None and log.isEnabledFor(10):
+            # As an Attempt shows it: the status, the error's name, or both (a 200 whose body was
+            # refused is "200 InvalidResponse").
+            named = "" if error is None else type(error).__name__
+            outcome = named if status is None else f"{status} {named}".rstrip()
             log.debug(
                 "%s %s%s -> %s in %.1f ms (attempt %d)",
                 request.method,
                 self.base_url,
                 request.path,
-                status if status is not None else type(error).__name__,
+                outcome,
                 duration * 1000.0,
                 call.attempts,
             )

@@ -5,8 +5,8 @@ touches the network. Everything above it runs as it does over a socket: the retr
 backoff, the retry budget, the rate limiter, error mapping and messages, ``Diagnostics``,
 hooks, cancellation of waits. The handler receives the request qa_min would have written (its
 method, target, fields and body, as the socket transport encodes them); the response it returns
-becomes what a socket would have delivered, through the socket transport's size cap and error
-translation (``_transport.cap_body``, ``_transport.failure``).
+becomes what a socket would have delivered, through the socket reader's size cap (``cap_body``)
+and the socket transport's error translation (``_transport.failure``).
 """
 
 from __future__ import annotations
@@ -17,11 +17,11 @@ import time
 
 from ._call import hooked
 from ._diagnostics import ResponseHeaders
-from ._errors import IncompleteMessage, InvalidResponse, ProtocolError
+from ._errors import IncompleteMessage, InvalidResponse, LimitExceeded, ProtocolError
 from ._fakehttp import Headers
 from ._fakerules import DEFAULT_MODELS, HeaderPairs, RecordedRequest, Step, apply_rules, model_names
 from ._http import wire_fields
-from ._transport import cap_body, failure
+from ._transport import failure
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -175,7 +175,7 @@ class _Bound:
         """What a socket would have delivered of the handler's answer."""
         # A cancel or close that came while the handler ran wins, as it would over a socket.
         call.check()
-        body = cap_body(status, body, self.max_body)
+        body = cap_body(status, body, self.max_body, headers)
         answer = list(headers)  # spelled and ordered as the handler gave them
         if not any(name.lower() == "content-length" for name, _ in answer):
             answer.append(("Content-Length", str(len(body))))
@@ -186,3 +186,15 @@ class _Bound:
 
     def forget(self) -> None:
         """Nothing to forget after a fork."""
+
+
+def cap_body(status: int, body: bytes, max_body: int, headers: HeaderPairs) -> bytes:
+    """The size cap, for a body that arrived whole: a 2xx over it is refused (``LimitExceeded``
+    with the head, as the socket reader refuses it while reading), another status keeps its
+    first ``max_body`` bytes."""
+    if len(body) <= max_body:
+        return body
+    if 200 <= status < 300:
+        text = f"the response body has {len(body)} bytes, over the {max_body}-byte limit"
+        raise LimitExceeded(text, status=status, headers=ResponseHeaders(headers))
+    return body[:max_body]

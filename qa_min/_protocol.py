@@ -39,10 +39,10 @@ connection is not reused (SPEC §7); neither is one whose body ends at the close
 ``Connection`` field says ``close`` (or, for HTTP/1.0, lacks ``keep-alive``), a ``101``, or
 one with bytes left over after the message.
 
-Framing fields are checked whatever the status, and errors found with the head are raised
-after the ``Head`` event, carrying its ``status`` (as do all errors after it), so the caller
-has the status whatever follows. A 2xx body over ``limit`` is refused (``LimitExceeded``); the
-body of another status is cut at ``limit`` and ends the message, not reusable. (What the
+Framing fields are checked whatever the status, and errors found with the head are raised after
+the ``Head`` event, carrying its ``status`` and ``headers`` (as do all errors after it), so the
+caller has the head whatever follows. A 2xx body over ``limit`` is refused (``LimitExceeded``);
+the body of another status is cut at ``limit`` and ends the message, not reusable. (What the
 connection makes of an error after a non-2xx head, the status being the answer, is its call.)
 
 Stricter than h11 (0.16), on purpose: a status line other than HTTP/1.x; controls other than
@@ -93,7 +93,7 @@ class ResponseReader:
     """Reads one response to a request made with ``method``; 2xx bodies capped at ``limit``.
 
     A body of another status is cut at ``limit`` and ends the message (not reusable). After the
-    ``Head``, an error carries the status; the events before it hold what could be read.
+    ``Head``, an error carries its status and headers; the events before it hold what could be read.
     """
 
     def __init__(self, method: str = "POST", limit: int = 1 << 62) -> None:
@@ -148,7 +148,7 @@ class ResponseReader:
                 return self._read_chunked()
             return self._read_until_close()
         except ProtocolError as exc:
-            exc.status = self.head.status if self.head is not None else None
+            exc.status, exc.headers = (head.status, head.headers) if (head := self.head) else (None, None)
             self._state, self._reusable = _DONE, False
             raise
 

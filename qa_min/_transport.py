@@ -32,6 +32,7 @@ from ._connection import (
     open_tunnel,
     start_tls,
 )
+from ._diagnostics import Diagnostics, ResponseHeaders
 from ._errors import (
     BadFraming,
     Canceled,
@@ -46,11 +47,10 @@ from ._http import Resend, encode
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     import ssl
-    from typing import Optional
+    from typing import Callable, Optional
 
     from ._call import CallState
     from ._config import Origin
-    from ._diagnostics import ResponseHeaders
     from ._errors import QAError
     from ._http import Outgoing
 
@@ -224,9 +224,6 @@ class Transport:
         if isinstance(exc, TunnelRefused):
             target = f"CONNECT to {self.origin.host}:{self.origin.port}"
             return self._proxy_error(exc.status, exc.body, target), None
-        if isinstance(exc, (BadFraming, LimitExceeded)) and exc.status is not None:
-            call.status = exc.status  # a 2xx whose body is refused; in the head, the connection is
-            return InvalidResponse(_refusal(exc)), None
         error = self._translate(exc, conn, call)
         # A refused 2xx body: the refusal's text is the message, no cause shown.
         return error, (None if isinstance(error, InvalidResponse) else exc)
@@ -340,39 +337,41 @@ def failure(
 
     ``Canceled`` when the call was stopped (cancelled, timed out, client closed) whatever the
     error; ``InvalidResponse`` for a refused 2xx body (``BadFraming`` or ``LimitExceeded`` with
-    a status: malformed, or over the size cap), its status recorded; otherwise
-    ``ConnectionFailed``, ``retryable`` unless retrying cannot help (an untrusted certificate),
-    the error kept as ``transport_error``.
+    a status: malformed, or over the size cap); otherwise ``ConnectionFailed``, ``retryable``
+    unless retrying cannot help (an untrusted certificate), the error kept as ``transport_error``.
+
+    A protocol error that came after the response's head hands that head on (its status, its
+    headers redacted) in the error's own ``diagnostics``, for ``Attempts.on_failure`` to give
+    the call's, as a ``ProxyError`` brings its status.
     """
+    heard = _heard(exc, call.redact)
     if isinstance(exc, (BadFraming, LimitExceeded)) and exc.status is not None:
-        call.status = exc.status
-        return InvalidResponse(_refusal(exc))
+        return InvalidResponse(_refusal(exc), heard)
     reason = call.stop_reason()
     timed_out = isinstance(exc, Expired) or (isinstance(exc, socket.timeout) and not mocked)
     if reason is None and timed_out and call.deadline is not None:
         reason = f"the call's timeout of {call.timeout:g} s expired"
     if reason is not None or isinstance(exc, Stopped):
-        return Canceled(reason or "the call was cancelled")
+        return Canceled(reason or "the call was cancelled", heard)
     where = (
         origin.url() if unreached is None else f"cannot reach proxy {_named(unreached)} (for {origin.url()})"
     )
-    error = ConnectionFailed(f"{where}: {_describe(exc)}")
+    error = ConnectionFailed(f"{where}: {_describe(exc)}", heard)
     error.diagnostics.transport_error = exc
     error.retryable = not _is_certificate_error(exc)
     return error
 
 
-def cap_body(status: int, body: bytes, max_body: int) -> bytes:
-    """The size cap, for a body that arrived whole (``MockTransport``'s): a 2xx over it is
-    refused (``LimitExceeded``, as the socket reader refuses it while reading), another status
-    keeps its first ``max_body`` bytes."""
-    if len(body) <= max_body:
-        return body
-    if 200 <= status < 300:
-        raise LimitExceeded(
-            f"the response body has {len(body)} bytes, over the {max_body}-byte limit", status=status
-        )
-    return body[:max_body]
+def _heard(exc: BaseException, redact: Callable[[str], str]) -> Optional[Diagnostics]:
+    """The head a protocol error came after (its status, its headers redacted), taken off it."""
+    if not isinstance(exc, ProtocolError) or exc.status is None:
+        return None
+    heard = Diagnostics()
+    heard.status = exc.status
+    fields = () if exc.headers is None else exc.headers.items()
+    heard.headers = ResponseHeaders((name, redact(value)) for name, value in fields)
+    exc.headers = None  # so that a transport_error holds no header (one may echo the key)
+    return heard
 
 
 def _is_certificate_error(exc: BaseException) -> bool:

@@ -158,6 +158,10 @@ CONN_FAILED_RESENT = Expect(
     "connection-failed-resent", qa.ConnectionFailed, 2, transport_error=True, resent=1
 )
 CONN_FAILED = Expect("connection-failed", qa.ConnectionFailed, 1, transport_error=True)
+# A body cut short after its head: the head's status is the last one received.
+CONN_FAILED_AFTER_HEAD = Expect(
+    "connection-failed-after-head", qa.ConnectionFailed, 1, transport_error=True, status=200
+)
 CANCELED = Expect("canceled-by-timeout", qa.Canceled, 1)
 
 
@@ -205,10 +209,20 @@ RAW_REUSED_TRUNCATED = Fault("raw-reused-conn-truncated-body", _raw(OK_RESPONSE,
 SERVER_ERROR_502 = Expect("server-error", qa.ServerError, 1, status=502)
 SERVER_ERROR_503 = Expect("server-error", qa.ServerError, 1, status=503)
 
+BODY_CUT_SHORT = (FAKE_TRUNCATE, FAKE_REUSED_TRUNCATE, RAW_TRUNCATED, RAW_REUSED_TRUNCATED)
+
 MATRIX: list[tuple[Fault, str, Expect]] = [
     # Connection faults: retried by default, fatal without retries or without connection retries.
     *[
-        (fault, policy, OK_AFTER_RETRY if policy == "retry" else CONN_FAILED)
+        (
+            fault,
+            policy,
+            OK_AFTER_RETRY
+            if policy == "retry"
+            else CONN_FAILED_AFTER_HEAD
+            if fault in BODY_CUT_SHORT
+            else CONN_FAILED,
+        )
         for fault in (
             FAKE_DROP,
             FAKE_RESET,
