@@ -159,6 +159,19 @@ class Origin:
         raw = f"{unquote(user)}:{unquote(password or '')}".encode()
         return "Basic " + base64.b64encode(raw).decode("ascii")
 
+    def secrets(self) -> tuple[str, ...]:
+        """The forms of the URL's credentials a page or header may echo, longest first: the
+        password (as written and decoded), user:password and the Basic token. Forms under 4
+        characters are left out: they would be hidden wherever they appear in a message."""
+        auth = self.basic_auth()
+        if auth is None:
+            return ()
+        user, password = self._auth
+        token = auth[len("Basic ") :]
+        forms = {token, f"{unquote(user or '')}:{unquote(password or '')}"}
+        forms |= {password, unquote(password)} if password else set()
+        return tuple(sorted((f for f in forms if len(f) >= 4), key=len, reverse=True))
+
 
 def resolve(
     api_key: Optional[str],

@@ -41,12 +41,13 @@ class Sender:
         budget: Optional[RetryBudget],
         sleep: Callable[[float, threading.Event], object],
         random: Callable[[], float],
-        api_key: Optional[str],
+        secrets: tuple[Optional[str], ...],
         hooks: Optional[dict[str, tuple[Hook, ...]]] = None,
         rate_limit: Optional[RateLimit] = None,
     ) -> None:
         self.transport = transport
-        self.redact = Redactor(api_key)
+        # The API key and any proxy credentials: a proxy's page or the service may echo either.
+        self.redact = Redactor(*secrets)
         self.messages = Messages(self.redact, transport.origin.url(), hooks)
         self._sleep = sleep
         # One limiter per client, shared by its threads; None when rate limiting is off.

@@ -98,14 +98,7 @@ class Transport:
         auth = None if proxy is None else proxy.basic_auth()
         self.proxy_headers = b"" if auth is None else f"Proxy-Authorization: {auth}\r\n".encode()
         # Forms of the proxy credentials a proxy's error page might echo; never shown.
-        self._proxy_secrets: tuple[str, ...] = ()
-        if auth is not None:
-            import base64
-
-            token = auth[len("Basic ") :]
-            pair = base64.b64decode(token).decode("utf-8", "replace")
-            forms = {token, pair, pair.partition(":")[2]}
-            self._proxy_secrets = tuple(sorted((f for f in forms if len(f) >= 4), key=len, reverse=True))
+        self._proxy_secrets = () if proxy is None else proxy.secrets()
 
     def close(self) -> None:
         """Abort every connection in use and close the idle ones (the client is closing)."""

@@ -12,7 +12,7 @@ import asyncio
 import base64
 import socket
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, Optional
 
@@ -151,6 +151,34 @@ def test_proxy_named_from_the_environment_is_named_without_its_password(
             client.ask("x", Toxic, diagnostics=diag)
     assert f"proxy 127.0.0.1:{proxy.server.port} refused" in str(caught.value)
     assert_no_password(caught.value, diag)
+
+
+def echoing(status: str) -> Callable[[socket.socket, threading.Event], None]:
+    """A plain-http proxy answering ``status`` with a page and a header that echo the request."""
+
+    def handle(conn: socket.socket, stop: threading.Event) -> None:
+        request = read_request(conn)
+        head = request.partition(b"\r\n\r\n")[0].decode("latin-1")
+        echoed = [f"X-Seen-{n}: {line}" for n, line in enumerate(head.split("\r\n"))]
+        conn.sendall(response(status, ["Content-Type: text/plain", *echoed], request))
+
+    return handle
+
+
+@pytest.mark.parametrize("status", ["502 Bad Gateway", "400 Bad Request"])
+def test_a_plain_http_proxy_page_that_is_no_refusal_hides_the_credentials_it_echoes(status: str) -> None:
+    # A gateway error (or a service that sees the proxy's headers) is a status error, not a
+    # ProxyError: its body and headers echo the Proxy-Authorization the request carried.
+    with RawServer(echoing(status)) as server:
+        proxy = f"http://{USER}:{PASSWORD}@127.0.0.1:{server.port}"
+        error, diag = call(HTTP_ORIGIN, proxy, retry=qa.RetryPolicy.none)
+    assert isinstance(error, qa.APIStatusError)
+    assert error.status == diag.status == int(status[:3])
+    assert diag.body is not None
+    assert "Proxy-Authorization: Basic [redacted]" in diag.body
+    shown = [diag.body, repr(diag.headers), *map(repr, diag.history), str(error.diagnostics)]
+    assert not [s for s in SECRETS for text in shown if s in text]
+    assert_no_password(error, diag)
 
 
 @pytest.mark.parametrize("status", ["502 Bad Gateway", "503 Service Unavailable", "504 Gateway Timeout"])
