@@ -181,6 +181,9 @@ class Attempts:
         status = None  # the attempt's, once a response's head came
         if isinstance(exc, ConnectionFailed):
             call.transport_error = self.rules.messages.safe_cause(exc)
+        # Now, not when the call ends: the after_attempt hooks see this error, and a retried
+        # attempt's error never reaches ``end``.
+        self.rules.messages.scrub(exc)
         if isinstance(exc, ProxyError):
             # The proxy answered: its status and page are what the caller can act on.
             call.status = exc.status

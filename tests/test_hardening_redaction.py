@@ -17,6 +17,7 @@ Passwords in a base URL or proxy URL never appear in a configuration error (``**
       test_success_body_echo_in_an_answer, test_success_body_echo_in_usage,
       test_success_body_echo_in_model_names, test_non_json_success_body_echo,
       test_header_echo, test_status_line_echo_in_the_transport_error_and_cause,
+      test_a_retried_attempt_s_error_shown_to_a_hook_hides_the_key,
       test_status_line_without_the_key_keeps_the_original_transport_error,
       test_a_chained_exception_whose_text_cannot_be_read_is_replaced,
       test_key_in_the_base_url_path
@@ -410,6 +411,33 @@ def test_status_line_echo_in_the_transport_error_and_cause(
     assert repr(diag.transport_error).startswith("MalformedHead(")
     assert "[redacted]" in str(error)
     assert_hidden(key, texts_of(error, diag), caplog)
+
+
+@echoes
+def test_a_retried_attempt_s_error_shown_to_a_hook_hides_the_key(
+    caplog: pytest.LogCaptureFixture, key: str, echo: str
+) -> None:
+    # The first attempt's error is retried, never raised: only a hook ever sees it.
+    line = b"HTTP/1.1 " + echo.encode("latin-1") + b"\r\n\r\n"
+    events: list[qa.HookEvent] = []
+    with RawServer(respond_sequence(line, line)) as server:
+        client = make_recording_client(
+            server.url,
+            api_key=key,
+            retry=qa.RetryPolicy(max_retries=1),
+            hooks={"after_attempt": [events.append]},
+        )
+        with client, pytest.raises(qa.ConnectionFailed) as caught:
+            client.list_models()
+    assert [(e.attempt, type(e.error).__name__) for e in events] == [
+        (1, "ConnectionFailed"),
+        (2, "ConnectionFailed"),
+    ]
+    assert events[0].error is not caught.value
+    assert "MalformedHead" in str(events[0].error)
+    assert "[redacted]" in str(events[0].error)
+    texts = [text for e in events if isinstance(e.error, qa.QAError) for text in texts_of(e.error, e)]
+    assert_hidden(key, texts + [pickle.dumps(e).decode("latin-1") for e in events], caplog)
 
 
 def test_status_line_without_the_key_keeps_the_original_transport_error(
