@@ -2,9 +2,10 @@
 
 The one redaction function of the package and of its command line: ``Redactor(key)(text)``, or
 ``redact(text, key)`` for a single use. A server may echo the key whole, cut short (a truncated
-body, a prefix quoted in a message), or JSON-escaped, so what is hidden is any run of 8 or more
-characters of any form of the key: as given, as ``json.dumps`` writes it (with and without
-``ensure_ascii``), and with ``/`` written ``\\/``. A key shorter than 8 characters is hidden
+body, a prefix quoted in a message), JSON-escaped or percent-encoded, so what is hidden is any
+run of 8 or more characters of any form of the key: as given, as ``json.dumps`` writes it (with
+and without ``ensure_ascii``), with ``/`` written ``\\/``, and as ``quote`` and ``quote_plus``
+write it. A key shorter than 8 characters is hidden
 whole: anywhere in text (a message, a log line), but in values (a success body about to be
 decoded, the command line's output of answers and model names: ``values``, ``data``) only
 where it stands alone, not inside a word, since a short test key such as ``test`` would
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import json
 import re
+from urllib.parse import quote, quote_plus
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -191,6 +193,11 @@ def _forms(secret: str) -> set[str]:
     for ascii_only in (True, False):
         escaped = json.dumps(secret, ensure_ascii=ascii_only)[1:-1]
         forms |= {escaped, escaped.replace("/", "\\/")}
+    # A server may quote the key in a URL (a login link, a logged query); percent-encoding
+    # splits a key holding "/", "+" or "=" into runs too short to be hidden as given.
+    # (``secret`` itself when it holds no such character: no new form, no cost.)
+    forms.add(quote(secret, safe="", errors="surrogatepass"))
+    forms.add(quote_plus(secret, safe="", errors="surrogatepass"))
     return forms
 
 

@@ -36,6 +36,7 @@ import time
 import warnings
 from collections.abc import Iterator
 from typing import Any
+from urllib.parse import quote, quote_plus
 
 import pytest
 from faultservers import RawServer, respond_sequence
@@ -50,12 +51,15 @@ from qa_min.testing import FakeService, MockTransport, RecordedRequest, reply
 KEY = "sk-proj-Xq7vB2mK9pL4nR8tW1yZ3cF6hJ0dG5sA"
 SLASH_KEY = "sk-ab/cd+ef/SECRET-0123/456789"  # "/" is "\/" in PHP's JSON
 LATIN_KEY = "sk-caf\xe9-cr\xe8me-0123456789"  # latin-1, so it can be sent; "\u00e9" in JSON
+# Base64-alphabet secrets (AWS-style) hold "/", "+" and "=": "%2F", "%2B", "%3D" in a URL.
+B64_KEY = "wJalrXUt/nFEMI+K7MDENG/bPxRfi+CYEXAMPLEKEY="
 JSON = [("Content-Type", "application/json")]
 
 
 def forms(key: str) -> set[str]:
-    """The key as a server may echo it: as is, JSON-escaped (ASCII or not), with "\\/"."""
-    found = {key}
+    """The key as a server may echo it: as is, JSON-escaped (ASCII or not), with "\\/", and
+    percent-encoded (as ``quote`` and ``quote_plus`` write it)."""
+    found = {key, quote(key, safe=""), quote_plus(key, safe="")}
     for ascii_only in (True, False):
         escaped = json.dumps(key, ensure_ascii=ascii_only)[1:-1]
         found |= {escaped, escaped.replace("/", "\\/")}
@@ -74,6 +78,9 @@ ECHOES = [
     (SLASH_KEY, SLASH_KEY.replace("/", "\\/")[4:19], "json-slash-escaped-piece"),
     (LATIN_KEY, json.dumps(LATIN_KEY)[1:-1], "json-unicode-escaped"),
     (LATIN_KEY, LATIN_KEY[2:14], "latin-1-piece"),
+    (B64_KEY, quote(B64_KEY, safe=""), "url-encoded"),
+    (B64_KEY, quote_plus(B64_KEY)[6:30], "url-encoded-piece"),
+    (LATIN_KEY, quote(LATIN_KEY, safe="")[4:25], "url-encoded-utf-8-piece"),
 ]
 echoes = pytest.mark.parametrize(("key", "echo"), [e[:2] for e in ECHOES], ids=[e[2] for e in ECHOES])
 
@@ -196,7 +203,7 @@ def test_a_short_key_that_spells_a_json_number_or_word_leaves_a_success_body_tha
         assert client.ask("text", Levels).answers.s == 2
 
 
-@pytest.mark.parametrize("key", [SLASH_KEY, LATIN_KEY, 'sk-"quoted"\\back-0123'])
+@pytest.mark.parametrize("key", [SLASH_KEY, LATIN_KEY, B64_KEY, 'sk-"quoted"\\back-0123'])
 def test_escaped_forms_are_hidden(key: str) -> None:
     hide = Redactor(key)
     for form in forms(key):
