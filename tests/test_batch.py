@@ -100,6 +100,26 @@ def test_a_line_whose_json_escapes_a_surrogate_is_a_bad_line(run: Any, svc: Fake
     assert [r.json()["state"] for r in svc.requests] == ["before", "after"]
 
 
+def test_an_id_whose_json_escapes_a_surrogate_is_a_bad_line_and_the_output_stays_utf8(
+    run: Any, svc: FakeService, tmp_path: Path
+) -> None:
+    # The id is copied into the output line, which a surrogate cannot be written in: the line
+    # is refused (without its id) as a state holding one is, and the run goes on.
+    path = tmp_path / "in.jsonl"
+    path.write_text('{"id": "a\\udce9", "state": "x"}\n{"id": "b", "state": "y"}\n')
+    out = tmp_path / "out.jsonl"
+    result = run(str(path), "--output", str(out), *QUESTION)
+    assert result.code == 3
+    rows = [json.loads(line) for line in out.read_bytes().decode("utf-8").splitlines()]
+    assert rows[1] == {"line": 2, "id": "b", "answers": answer("y")}
+    assert rows[0]["line"] == 1
+    assert "id" not in rows[0]
+    assert rows[0]["error"]["type"] == "InvalidState"
+    assert "id must be text" in rows[0]["error"]["message"]
+    assert "\\udce9" in rows[0]["error"]["message"]
+    assert [r.json()["state"] for r in svc.requests] == ["y"]
+
+
 def test_stdin_input_and_http_errors_per_line(run: Any, svc: FakeService) -> None:
     svc.script(reply(429, {"detail": "slow down"}))
     stdin = "".join(json.dumps(s) + "\n" for s in STATES[:3])

@@ -150,6 +150,10 @@ def parse_line(
         key = doc.get("id")
         if "id" in doc and (not isinstance(key, (str, int)) or isinstance(key, bool)):
             return None, InvalidState(f"line {number}: an id must be a string or an integer, not {key!r}")
+        if isinstance(key, str) and not _is_text(key):
+            # Like a state's "\udce9" escape: a surrogate has no UTF-8 form, so the output line
+            # carrying this id could not be written (or, on stdout, would not be UTF-8).
+            return None, InvalidState(f"line {number}: an id must be text; {key!r} holds a lone surrogate")
         doc = doc.get("state")
     if not isinstance(doc, str):
         return key, InvalidState(f'line {number}: expected a JSON string or an object with a string "state"')
@@ -157,6 +161,14 @@ def parse_line(
         return key, Request(doc, questions)
     except ValidationError as exc:
         return key, exc
+
+
+def _is_text(value: str) -> bool:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def id_hash(key: Union[str, int]) -> int:
