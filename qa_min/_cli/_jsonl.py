@@ -263,10 +263,15 @@ def _check_record(path: str, count: int, raw: bytes) -> dict[str, Any]:
     except ValueError:
         record = None
     number = record.get("line") if isinstance(record, dict) else None
+    key = record.get("id", "") if isinstance(record, dict) else None
     if (
         not isinstance(record, dict)
         or not isinstance(number, int)
+        or isinstance(number, bool)
         or number < 1
+        # The ids batch writes (a list would not even hash)
+        or not isinstance(key, (str, int))
+        or isinstance(key, bool)
         or ("answers" not in record and "error" not in record)
     ):
         raise FileError(f"{path!r} line {count} is not a line batch wrote; refusing to append to it")
