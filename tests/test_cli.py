@@ -299,6 +299,18 @@ def test_questions_file_alone_is_enough(run: Any, svc: FakeService, tmp_path: Pa
     assert json.loads(result.out)["answers"] == expected(STATE)
 
 
+def test_a_questions_file_saved_with_a_byte_order_mark_is_read(
+    run: Any, svc: FakeService, tmp_path: Path
+) -> None:
+    # Windows editors save UTF-8 with a BOM; batch reads its JSONL input past one too.
+    path = tmp_path / "q.json"
+    path.write_bytes(b"\xef\xbb\xbf" + json.dumps({"toxic": {"yes_no": list(YES_NO.values())}}).encode())
+    result = run("--base-url", svc.url, "--json", "ask", STATE, "--questions", str(path))
+    assert result.code == 0, result.err
+    assert json.loads(result.out)["answers"] == {"toxic": expected(STATE)["toxic"]}
+    assert [r.json()["state"] for r in svc.requests] == [STATE]
+
+
 def test_global_options_reach_the_request(run: Any) -> None:
     with FakeService(api_key="sk-cli-test") as service:
         result = run(

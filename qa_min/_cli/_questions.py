@@ -71,7 +71,8 @@ def questions_from_file(path: str) -> list[NamedQuestion]:
         InvalidQuestion: The file cannot be read, is not JSON, or a question is malformed.
     """
     try:
-        with open(path, encoding="utf-8") as file:
+        # utf-8-sig: a BOM (as Windows editors save UTF-8) is no reason to refuse the file.
+        with open(path, encoding="utf-8-sig") as file:
             doc = json.load(file, object_pairs_hook=_unique_keys)
     except OSError as exc:
         raise InvalidQuestion(f"cannot read questions file {path!r}: {exc.strerror or exc}") from None
