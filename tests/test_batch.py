@@ -394,6 +394,35 @@ def test_output_files_that_cannot_be_used_are_refused_before_any_call(
         assert out.read_text() == content
 
 
+def test_a_dash_for_the_output_or_the_failures_is_stdout_never_a_file_named_dash(
+    run: Any, svc: FakeService, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    path = tmp_path / "in.jsonl"
+    path.write_text('"first"\n{not json\n"third"\n')
+    result = run(str(path), "-o", "-", *QUESTION)
+    assert result.code == 3
+    assert [row["line"] for row in map(json.loads, result.out.splitlines())] == [1, 2, 3]
+    assert not (tmp_path / "-").exists()
+
+    out = tmp_path / "out.jsonl"
+    result = run(str(path), "-o", str(out), "--failures", "-", *QUESTION)
+    assert result.code == 3
+    assert [row["line"] for row in read_rows(out)] == [1, 2, 3]
+    failed = [json.loads(line) for line in result.out.splitlines()]
+    assert [(row["line"], row["error"]["type"]) for row in failed] == [(2, "InvalidState")]
+    assert not (tmp_path / "-").exists()
+
+    # Both on stdout, each failed line would be there twice: refused before any call.
+    sent = len(svc.requests)
+    result = run(str(path), "-o", "-", "--failures", "-", *QUESTION)
+    assert result.code == 2
+    assert "--failures: '-' is stdout" in result.err
+    assert result.out == ""
+    assert len(svc.requests) == sent
+    assert not (tmp_path / "-").exists()
+
+
 def test_missing_input_exits_3(run: Any, tmp_path: Path) -> None:
     result = run(str(tmp_path / "missing.jsonl"), *QUESTION)
     assert result.code == 3

@@ -334,15 +334,16 @@ def _open_files(
 ) -> tuple[Optional[IO[bytes]], Done, Optional[IO[bytes]]]:
     if args.resume and not args.output:
         raise UsageError("--resume needs --output FILE: the file to continue")
+    if sys.stdout is None and (not args.output or args.failures == "-"):  # started with `>&-`
+        what, option = ("the failed lines", "failures") if args.output else ("the answers", "output")
+        raise FileError(f"cannot write {what}: stdout is closed; pass --{option} FILE")
     check_paths(args.input, args.output, args.failures)
     if args.output:
         output, done = open_output(args.output, args.resume, args.skip_failed, expected)
-    elif sys.stdout is None:  # started with stdout closed (`>&-`)
-        raise FileError("cannot write the answers: stdout is closed; pass --output FILE")
     else:
         output, done = None, Done(expected)
     failures = None
-    if args.failures:
+    if args.failures and args.failures != "-":
         try:
             failures = open(args.failures, "wb")  # noqa: SIM115 - closed by the caller
         except OSError as exc:
@@ -368,7 +369,7 @@ def run_batch(args: argparse.Namespace, out: Output) -> int:
             progress = Progress(stderr, Tally(), source.total, quiet, ceiling=_ceiling(client))
             write = _writer(output, args.output, out.json_line)  # answers: values, as decoded
             batch = _Batch(client, out, questions, done, write, progress, args.concurrency)
-            if failures is not None:
+            if args.failures:  # `--failures -`: stdout (its file None), the answers in a file
                 batch.failures = _writer(failures, args.failures, lambda r: out.json_line(r, decoded=False))
             with _Signals(batch.on_signal):
                 batch.run(source)

@@ -212,10 +212,14 @@ def _add_question_options(parser: argparse.ArgumentParser, action: type[_AddQues
 def _add_batch_options(sub: argparse.ArgumentParser) -> None:
     add = sub.add_argument
     add("input", nargs="?", help="JSONL file; '-' or absent: read stdin")
-    add("-o", "--output", metavar="FILE", help="write the answers to FILE (default: stdout)")
+    add("-o", "--output", metavar="FILE", help="write the answers to FILE ('-' or absent: stdout)")
     add("--resume", action="store_true", help="continue FILE: skip the lines it answers, append the rest")
     add("--skip-failed", action="store_true", help="with --resume, do not ask again lines that failed")
-    add("--failures", metavar="FILE", help="also write this run's failed lines to FILE")
+    add(
+        "--failures",
+        metavar="FILE",
+        help="also write this run's failed lines to FILE ('-': stdout, with --output FILE)",
+    )
     add(
         "--concurrency",
         type=_count(1, MAX_CONCURRENCY),
@@ -283,11 +287,17 @@ def _fake_checks(sub: argparse.ArgumentParser) -> Callable[[argparse.Namespace],
 
 
 def _batch_checks(sub: argparse.ArgumentParser) -> Callable[[argparse.Namespace], None]:
-    """``--skip-failed`` needs ``--resume``: alone it would change nothing, and say nothing."""
+    """``--skip-failed`` needs ``--resume``: alone it would change nothing, and say nothing. An
+    output of ``-`` is stdout, and so is a ``--failures`` of ``-``, but not both at once."""
 
     def check(args: argparse.Namespace) -> None:
+        if args.output == "-":
+            # As the input's '-' is stdin; opened as a path, it was a file named "-".
+            args.output = None
         if args.skip_failed and not args.resume:
             sub.error("argument --skip-failed: needs --resume, the run whose failed lines it skips")
+        if args.failures == "-" and args.output is None:
+            sub.error("argument --failures: '-' is stdout, where the answers go; give --output FILE")
 
     return check
 
