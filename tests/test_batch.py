@@ -300,7 +300,7 @@ def test_resume_by_line_skips_answered_lines_and_appends_the_rest_in_order(
     assert result.code == 0, result.err
     assert read_rows(out) == [{"line": n, "answers": answer(s)} for n, s in enumerate(STATES, 1)]
     assert sorted(asked(svc)) == sorted(STATES[3:])
-    assert "3 answered before" in result.err
+    assert "0 failed, 3 done before" in result.err
 
 
 def test_resume_by_id_holds_when_the_input_is_reordered(run: Any, svc: FakeService, tmp_path: Path) -> None:
@@ -329,6 +329,11 @@ def test_resume_asks_failed_lines_again_unless_skip_failed(
     assert result.code == 0, result.err
     rows = read_rows(out)
     assert len(rows) == (10 if skip_failed else 11)
+    # The failure kept is not counted as answered: the summary says what this run did.
+    summary = result.err.splitlines()[-1]
+    assert summary.endswith(
+        "0 answered, 0 failed, 10 done before" if skip_failed else "1 answered, 0 failed, 9 done before"
+    )
     assert rows[1]["error"]["type"] == "NotFound"
     if not skip_failed:
         assert rows[-1] == {"line": 2, "answers": answer(STATES[1])}

@@ -137,7 +137,8 @@ class Progress:
             self._draw()
             self._stream.write("\n")
         took = duration(self._clock() - self._start)
-        before = f", {tally.skipped:,} answered before" if tally.skipped else ""
+        # Not "answered": with --skip-failed, and for a bad line written once, it may be a failure.
+        before = f", {tally.skipped:,} done before" if tally.skipped else ""
         self._stream.write(
             f"batch: {tally.done:,} lines in {took}: {tally.answered:,} answered, "
             f"{tally.failed:,} failed{before}\n"
