@@ -5,7 +5,8 @@ lock, no clock of its own (``now`` is passed in), no I/O. The algorithm, written
 engages it at once): nothing is paced, and the retry loop only notes each success's send time.
 
 **Announced limits** (``_announced`` parses them; ``_steer`` reads the pace off them and holds
-their constants) pace before any 429. Each response tells the bucket's level (``remaining``)
+their constants) pace an adaptive limit before any 429 (a fixed one, ``adaptive=False``, only
+shows them). Each response tells the bucket's level (``remaining``)
 and, from the policy or the reset, its refill rate R (smoothed). The ceiling is a function of
 the level alone: ``TOP`` * R at a full bucket (the fullest the client has seen), ``BASE`` times
 less at an empty one, geometric in between: R * TOP * BASE ** (full - 1). Every client that sees
@@ -120,9 +121,14 @@ class Policy:
         self._heard = -INF  # ...and when
         self.steer = Steer()  # the ceiling announcements set
 
+    def steered(self, now: float) -> bool:
+        """Whether announcements pace now: a fresh one, and an adaptive limit (a fixed ceiling,
+        ``adaptive=False``, is what the caller chose; the announcement is only shown)."""
+        return self.adaptive and now - self._heard < STALE
+
     def rate(self, now: float) -> float:
         """The ceiling in force: attempts per second, inf for none."""
-        if now - self._heard < STALE:
+        if self.steered(now):
             return min(self.steer.paced, self.cap)
         base = self._base
         if base == INF:
@@ -144,11 +150,11 @@ class Policy:
 
     def learned(self, now: float) -> bool:
         """Whether a ceiling learned from 429s, or announced, is in force."""
-        return self.engaged and (self._base < INF or now - self._heard < STALE)
+        return self.engaged and (self._base < INF or self.steered(now))
 
     def pace(self, now: float) -> Pace:
         settles = self._last_cut + WINDOW if self._guess else -INF
-        announced = now - self._heard < STALE
+        announced = self.steered(now)
         rising = not announced and self.adaptive and self._base < INF  # a learned ceiling regrows
         return Pace(self.rate(now), settles, self._longest, announced, rising)
 

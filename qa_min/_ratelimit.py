@@ -62,7 +62,9 @@ class RateLimit(_ReadOnly):
         per_second: The ceiling in attempts per second, retries included; None for none.
         burst: Attempts that may start at once after a quiet spell (default: as many as the
             ceiling allows in 50 ms, at least 1).
-        adaptive: Lower the ceiling after a 429/529 and regrow it while calls succeed.
+        adaptive: Lower the ceiling after a 429/529 and regrow it while calls succeed, and pace
+            by the limit a service announces. False keeps ``per_second`` fixed: announcements
+            are still shown in ``client.rate_limit``.
 
     Raises:
         InvalidOption: ``per_second`` is not a finite number > 0, ``burst`` not a whole

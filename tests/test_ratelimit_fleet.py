@@ -131,6 +131,36 @@ def test_policy_paces_by_an_announced_bucket_before_any_429() -> None:
     assert policy.rate(2.0 + STALE) == INF  # an announcement that old paces no more
 
 
+def test_a_fixed_ceiling_shows_announcements_and_is_not_paced_by_them() -> None:
+    # adaptive=False is the caller's ceiling: an emptying bucket neither lowers it nor makes
+    # the pacer follow it, though client.rate_limit still shows the latest announcement.
+    fixed, adaptive = Policy(95.0, False), Policy(95.0, True)
+    for policy in (fixed, adaptive):
+        policy.heard(0.0, bucket(50))
+        policy.heard(3.0, bucket(2))
+    assert fixed.rate(3.0) == 95.0
+    assert not fixed.pace(3.0).follow
+    assert fixed.announced is not None
+    assert fixed.announced.remaining == 2
+    assert adaptive.rate(3.0) < 0.1 * 95.0  # the same bucket paces an adaptive limit
+
+
+@pytest.mark.parametrize(("rate", "burst"), [(100.0, 10.0), (10.0, 2.0)])
+def test_a_fixed_ceiling_keeps_its_pace_against_a_shallow_announced_bucket(rate: float, burst: float) -> None:
+    # A bucket of a tenth of a second holds fewer tokens than a client has calls in flight: the
+    # level, and an adaptive pace read off it, swing from full to empty (RESULTS.md: 18-62% of
+    # the limit). A fixed ceiling just under the rate is the steady way there.
+    member = Member(int(rate * 20), 8, qa.RateLimit(0.95 * rate, adaptive=False))
+    fixed = simulate_fleet([member], rate=rate, burst=burst, announce="openai")
+    assert fixed.failed == 0
+    assert fixed.throttled == 0
+    assert fixed.share_of_rate / rate >= 0.9
+    swung = simulate_fleet(
+        [Member(int(rate * 20), 8, qa.RateLimit(0.95 * rate))], rate=rate, burst=burst, announce="openai"
+    )
+    assert swung.share_of_rate / rate < 0.8
+
+
 @pytest.mark.parametrize(("refill", "paced", "cut"), [(2.0, 0.5, 0.5), (4.0, 0.5, 0.5), (4.8, 0.6, 0.54)])
 def test_an_announced_pace_is_never_below_half_a_call_a_second(
     refill: float, paced: float, cut: float
