@@ -332,8 +332,10 @@ def env_proxy(origin: Origin, env: Mapping[str, str]) -> tuple[Optional[str], Op
     # Not in typeshed, but public and documented in urllib.request since Python 3.2.
     bypass = getattr(urllib.request, "proxy_bypass_environment")  # noqa: B009
     # urllib asks with the URL's host[:port], so that an entry "host:port" matches too; and with
-    # the bare host, so that an IPv6 entry written without brackets ("::1") does as well.
-    if bypass(origin.netloc, proxies) or bypass(origin.host, proxies):
+    # the bare host, so that an IPv6 entry written without brackets ("::1") does as well. The
+    # netloc drops a default port, so an entry naming it ("api.example.com:443") is asked too.
+    explicit = f"[{origin.host}]:{origin.port}" if ":" in origin.host else f"{origin.host}:{origin.port}"
+    if any(bypass(host, proxies) for host in (origin.netloc, origin.host, explicit)):
         return None, None
     return proxy, f"{scheme.upper()}_PROXY"
 

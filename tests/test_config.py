@@ -82,6 +82,7 @@ from typing import Any
 import pytest
 from faultservers import RawServer
 from support import Listener, no_sleep
+from tlshelpers import Proxy
 
 import qa_min as qa
 from qa_min.testing import FakeService, delay, hang, reply
@@ -818,6 +819,42 @@ def test_no_proxy_entries_match_as_urllib_matches_them(monkeypatch: pytest.Monke
             client.list_models()
         assert proxy.requests == []
         assert [r.path for r in service.requests] == ["/v1/models"]
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+@pytest.mark.parametrize("entry", ["127.0.0.1:443", "example.com,127.0.0.1:443"])
+def test_no_proxy_entry_naming_the_default_port_matches(
+    monkeypatch: pytest.MonkeyPatch, entry: str, kind: str
+) -> None:
+    # "host:443" names https://host exactly, but the client asked urllib with "host" alone (the
+    # default port left out), so the entry never matched and the call went through the proxy.
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+        monkeypatch.delenv(name.lower(), raising=False)
+    with Proxy(refuse_connect=403) as proxy:  # records each CONNECT it is asked for
+        monkeypatch.setenv("HTTPS_PROXY", proxy.url)
+        monkeypatch.setenv("NO_PROXY", entry)
+        options: dict[str, Any] = {"base_url": "https://127.0.0.1", "retry": qa.RetryPolicy.none}
+        options["timeout"] = 5
+        error: qa.QAError | None = None
+        try:
+            if kind == "sync":
+                with qa.Client(**options) as client:
+                    client.list_models()
+            else:
+
+                async def main() -> None:
+                    async with qa.AsyncClient(**options) as aclient:
+                        await aclient.list_models()
+
+                asyncio.run(main())
+        except qa.QAError as exc:
+            error = exc
+        assert proxy.seen == []
+    # Straight to 127.0.0.1:443, where nothing serves the API: the service is the host named.
+    assert isinstance(error, qa.ConnectionFailed), repr(error)
+    assert not isinstance(error, qa.ProxyError), repr(error)
+    assert str(error).startswith("https://127.0.0.1: "), str(error)
 
 
 # -- a bad value from the environment is reported under its variable's name ------------------
