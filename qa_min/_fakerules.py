@@ -145,6 +145,19 @@ def delay_seconds(seconds: object) -> float:
     return seconds
 
 
+def wait_seconds(timeout: object) -> float:
+    """``wait_for_requests``'s timeout, checked: a finite number of seconds up to
+    ``_thread.TIMEOUT_MAX``; a negative one waits not at all."""
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+        raise TypeError(f"timeout must be a number of seconds, not {timeout!r}")
+    # A NaN waited for ever, more raised OverflowError; -inf (or below the largest float)
+    # raised nothing or OverflowError.
+    if not -math.inf < timeout <= _thread.TIMEOUT_MAX:
+        most = int(_thread.TIMEOUT_MAX)
+        raise ValueError(f"timeout must be finite and at most {most}, not {short(timeout)}")
+    return max(0.0, timeout)
+
+
 def check_address(api_key: object, prefix: object, host: object, port: object) -> None:
     """The types of ``FakeService``'s key, prefix and address, and its port's range."""
     if api_key is not None and not isinstance(api_key, str):

@@ -85,7 +85,6 @@ Example:
 
 from __future__ import annotations
 
-import _thread
 import json
 from collections.abc import Mapping, Sequence
 from typing import Final
@@ -103,9 +102,9 @@ from ._fakerules import (
     header_pairs,
     model_names,
     rate_bucket,
+    wait_seconds,
 )
 from ._mock import MockTransport
-from ._typing import short
 
 __all__ = [
     "DEFAULT_MODELS",
@@ -366,7 +365,8 @@ class FakeService:
         self._state.script(steps)
 
     def wait_for_requests(self, n: int, timeout: float = 5.0) -> bool:
-        """Block until at least ``n`` requests were recorded; return False on timeout.
+        """Block until at least ``n`` requests were recorded, for at most ``timeout`` seconds (not
+        at all when it is negative); return False on timeout.
 
         Raises:
             TypeError: ``n`` is not an int, or ``timeout`` not a number.
@@ -374,13 +374,7 @@ class FakeService:
         """
         if isinstance(n, bool) or not isinstance(n, int):
             raise TypeError(f"n must be an int, not {n!r}")
-        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
-            raise TypeError(f"timeout must be a number of seconds, not {timeout!r}")
-        if not timeout <= _thread.TIMEOUT_MAX:  # a NaN waited for ever, more raised OverflowError
-            raise ValueError(
-                f"timeout must be finite and at most {int(_thread.TIMEOUT_MAX)}, not {short(timeout)}"
-            )
-        return self._state.wait_for_requests(n, timeout)
+        return self._state.wait_for_requests(n, wait_seconds(timeout))
 
     def release(self) -> None:
         """Wake every request held by a `hang` step so far; each one's connection is closed.

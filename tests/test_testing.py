@@ -231,6 +231,17 @@ def test_wait_for_requests_takes_the_longest_wait_and_refuses_one_past(svc: Fake
             svc.wait_for_requests(2, past)
 
 
+def test_wait_for_requests_refuses_minus_infinity_and_takes_any_finite_negative(svc: FakeService) -> None:
+    # -inf passed the check ("not finite" is a ValueError) and returned False; a negative int
+    # past the largest float raised OverflowError from the lock.
+    most = int(_thread.TIMEOUT_MAX)
+    with pytest.raises(ValueError, match=f"^timeout must be finite and at most {most}, not -inf"):
+        svc.wait_for_requests(1, -math.inf)
+    for negative in (-1, -1e300, -(10**400)):
+        assert svc.wait_for_requests(0, negative)
+        assert not svc.wait_for_requests(1, negative)
+
+
 @pytest.mark.parametrize("name", ["prefix", "host"])
 def test_a_prefix_or_host_that_is_not_utf8_is_a_value_error(name: str) -> None:
     # Undecodable bytes (argv, os.environ) are surrogates: the prefix raised UnicodeEncodeError
