@@ -23,6 +23,7 @@ import qa_min as qa
 from qa_min.testing import (
     DEFAULT_MODELS,
     FakeService,
+    MockTransport,
     RecordedRequest,
     delay,
     drop,
@@ -572,6 +573,30 @@ def test_reply_refuses_a_header_that_would_break_its_line(pair: tuple[str, str])
     # Written as given, the line break ended the field and started another one in the response.
     with pytest.raises(ValueError, match="must not hold CR, LF or NUL"):
         reply(200, headers=[pair])
+
+
+@pytest.mark.parametrize("pair", [("x-a", "5 \u20ac"), ("x-\u00e9\u4e2d", "b")])
+def test_reply_refuses_a_header_outside_latin1(pair: tuple[str, str]) -> None:
+    # The fake's server failed to encode it while answering: a traceback on stderr and a dropped
+    # connection (ConnectionFailed), while a MockTransport delivered the same reply whole.
+    with pytest.raises(ValueError, match="must be Latin-1 text"):
+        reply(200, headers=[pair])
+
+
+def test_reply_sends_a_latin1_header_value_alike_over_a_socket_and_the_mock(svc: FakeService) -> None:
+    step = reply(200, {"models": []}, headers=[("x-a", "caf\u00e9 \u00ff")])
+    seen = []
+    for client in (
+        qa.Client(base_url=svc.url),
+        qa.Client(base_url="http://mock.test", transport=MockTransport(lambda request: step)),
+    ):
+        svc.script(step)
+        diag = qa.Diagnostics()
+        with client:
+            client.list_models(retry=qa.RetryPolicy.none, diagnostics=diag)
+        assert diag.headers is not None
+        seen.append(diag.headers["x-a"])
+    assert seen == ["caf\u00e9 \u00ff"] * 2
 
 
 def test_reply_sends_a_header_value_with_a_tab_as_given() -> None:
