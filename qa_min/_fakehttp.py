@@ -25,6 +25,9 @@ from typing import Any, Final, Literal, Protocol, cast
 from ._fakerules import RecordedRequest, Reply, Step
 
 _TRUNCATED_BODY: Final = b'{"answers": {}, "usage": {"input_tokens": 0, "output_tokens": 0}}'
+TRUNCATED_SENT: Final = len(_TRUNCATED_BODY) // 2
+"""How much of its announced body a ``truncate`` step sends (``MockTransport`` reports the rest)."""
+TRUNCATED_MISSING: Final = len(_TRUNCATED_BODY) - TRUNCATED_SENT
 JSON: Final = ("Content-Type", "application/json")
 
 ConnState = Literal["idle", "busy", "writing"]
@@ -246,4 +249,4 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self.send_header(*JSON)
         self.send_header("Content-Length", str(len(_TRUNCATED_BODY)))
         self.end_headers()
-        self.wfile.write(_TRUNCATED_BODY[: len(_TRUNCATED_BODY) // 2])
+        self.wfile.write(_TRUNCATED_BODY[:TRUNCATED_SENT])

@@ -18,7 +18,7 @@ import time
 from ._call import hooked
 from ._diagnostics import ResponseHeaders
 from ._errors import IncompleteMessage, InvalidResponse, LimitExceeded, ProtocolError
-from ._fakehttp import Headers
+from ._fakehttp import TRUNCATED_MISSING, Headers
 from ._fakerules import DEFAULT_MODELS, HeaderPairs, RecordedRequest, Step, apply_rules, model_names
 from ._http import wire_fields
 from ._transport import failure
@@ -42,7 +42,8 @@ def _failure(kind: str) -> Optional[OSError | ProtocolError]:
     if kind == "reset":
         return ConnectionResetError(104, "Connection reset by peer")
     if kind == "truncate":
-        return IncompleteMessage("the connection closed with 10 bytes of the body missing", status=200)
+        missing = f"the connection closed with {TRUNCATED_MISSING} bytes of the body missing"
+        return IncompleteMessage(missing, status=200)  # as a FakeService's truncate() reads
     return None
 
 

@@ -155,6 +155,20 @@ def test_the_same_scenario_over_a_socket_gives_the_same_error() -> None:
 
 
 @pytest.mark.parametrize("step", [drop(), reset(), truncate()], ids=["drop", "reset", "truncate"])
+def test_a_broken_connection_reads_the_same_over_a_socket_and_the_mock(step: Step) -> None:
+    # A truncate() said "10 bytes of the body missing" in process, "33" over a socket.
+    none = qa.RetryPolicy.none
+    with FakeService(prefix="/api") as svc, qa.Client(base_url=svc.url, trust_env=False) as client:
+        svc.script(step)
+        with pytest.raises(qa.ConnectionFailed) as over_socket:
+            client.core(REQUEST, retry=none)
+    with mock_client(Script(step)) as mocked, pytest.raises(qa.ConnectionFailed) as in_process:
+        mocked.core(REQUEST, retry=none)
+    assert str(over_socket.value).replace(svc.url, URL) == str(in_process.value)
+    assert over_socket.value.diagnostics.status == in_process.value.diagnostics.status
+
+
+@pytest.mark.parametrize("step", [drop(), reset(), truncate()], ids=["drop", "reset", "truncate"])
 def test_broken_connections_are_connection_failed_and_retried(no_sockets: None, step: Step) -> None:
     script = Script(step, step)
     once = qa.RetryPolicy(max_retries=1)
