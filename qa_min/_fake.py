@@ -128,7 +128,8 @@ class ServiceState:
             self.url = f"http://{authority}:{server.socket.getsockname()[1]}{self._prefix}"
             if self._rate_limit is not None:
                 self._bucket = TokenBucket(*self._rate_limit, time.monotonic())
-        thread.start()
+            # Under the lock, so that a close() from another thread never joins it unstarted.
+            thread.start()
 
     def close(self) -> None:
         with self._cond:

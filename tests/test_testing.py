@@ -893,6 +893,72 @@ def test_close_ends_every_thread_including_hung_requests(connect: Connect) -> No
     assert threading.active_count() == before
 
 
+class _WatchedLock:
+    """An RLock that sets ``contended`` when a thread finds it held by another."""
+
+    def __init__(self, contended: threading.Event) -> None:
+        self._lock = threading.RLock()
+        self._contended = contended
+        # What threading.Condition takes from an RLock to wait on it.
+        self._is_owned = self._lock._is_owned  # type: ignore[attr-defined]
+        self._release_save = self._lock._release_save  # type: ignore[attr-defined]
+        self._acquire_restore = self._lock._acquire_restore  # type: ignore[attr-defined]
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        if self._lock.acquire(blocking=False):
+            return True
+        self._contended.set()
+        return self._lock.acquire(blocking, timeout)
+
+    def release(self) -> None:
+        self._lock.release()
+
+    def __enter__(self) -> bool:
+        return self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+def test_close_from_another_thread_while_start_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    # start() let go of its lock before starting the accept thread: a close() in that window
+    # raised RuntimeError ("cannot join thread before it is started") and left the listening
+    # socket open, and the accept thread then started on a closed service.
+    before = threading.active_count()
+    svc = FakeService()
+    turn = threading.Event()  # the closer is done, or waits for the lock start() holds
+    svc._state._cond = threading.Condition(_WatchedLock(turn))  # type: ignore[arg-type]
+    errors: list[BaseException] = []
+
+    def close() -> None:
+        try:
+            svc.close()
+        except BaseException as exc:
+            errors.append(exc)
+        finally:
+            turn.set()
+
+    closer = threading.Thread(target=close)
+    original = threading.Thread.start
+
+    def start(thread: threading.Thread) -> None:
+        if thread.name == "qa_min-fake-accept":
+            original(closer)
+            assert turn.wait(10)
+        original(thread)
+
+    monkeypatch.setattr(threading.Thread, "start", start)
+    svc.start()
+    closer.join(10)
+    assert errors == []
+    assert threading.active_count() == before
+    parts = urllib.parse.urlsplit(svc.url)
+    assert parts.hostname is not None
+    assert parts.port is not None
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection((parts.hostname, parts.port), timeout=5).close()
+
+
 def test_closed_service_refuses_connections(connect: Connect) -> None:
     with FakeService() as svc:
         url = svc.url
