@@ -7,8 +7,8 @@
   seconds until the quota is back);
 * the older drafts: ``RateLimit: limit=100, remaining=50, reset=5``, or ``RateLimit-Limit``,
   ``RateLimit-Remaining``, ``RateLimit-Reset`` (with ``RateLimit-Policy: 100;w=10`` when sent);
-* OpenAI's ``x-ratelimit-{limit,remaining,reset}-requests`` (reset a duration: ``12ms``, ``1s``,
-  ``6m0s``, ``1h2m3.5s``);
+* OpenAI's ``x-ratelimit-{limit,remaining,reset}-requests`` (reset a duration as Go writes one:
+  ``12ms``, ``1s``, ``6m0s``, ``1h2m3.5s``, ``500µs``);
 * Anthropic's ``anthropic-ratelimit-requests-{limit,remaining,reset}`` (reset an RFC 3339 time);
 * GitHub's ``x-ratelimit-{limit,remaining,reset}`` (reset in epoch seconds).
 
@@ -32,10 +32,15 @@ if TYPE_CHECKING:
 
 EPOCH = 1e9  # a reset this large is a time (epoch seconds), not a delay
 # ASCII digits only: ``\d`` would also match other scripts' digits, which ``float()`` reads.
+# Go's ``time.Duration`` text, its units in order; below a millisecond Go writes ``µs`` (U+00B5)
+# and ``ns``, and its parser also takes ``us`` and ``μs`` (U+03BC). Header values are read as
+# ISO-8859-1, so a micro sign sent in UTF-8 arrives as two characters (``\xc2\xb5``, ``\xce\xbc``).
 _DURATION = (
     r"(?:([0-9]+(?:\.[0-9]*)?)h)?(?:([0-9]+(?:\.[0-9]*)?)m(?!s))?"
     r"(?:([0-9]+(?:\.[0-9]*)?)s)?(?:([0-9]+(?:\.[0-9]*)?)ms)?"
+    r"(?:([0-9]+(?:\.[0-9]*)?)(?:u|\xb5|\u03bc|\xc2\xb5|\xce\xbc)s)?(?:([0-9]+(?:\.[0-9]*)?)ns)?"
 )
+_UNITS = (3600.0, 60.0, 1.0, 1e-3, 1e-6, 1e-9)  # seconds in each of _DURATION's groups
 _RFC3339 = (
     r"([0-9]{4})-([0-9]{2})-([0-9]{2})[Tt ]([0-9]{2}):([0-9]{2}):([0-9]{2})(\.[0-9]+)?"
     r"(?:([Zz])|([+-])([0-9]{2}):([0-9]{2}))"
@@ -166,12 +171,11 @@ def _until(stamp: float, wall: float) -> Optional[float]:
 
 
 def _duration(text: str) -> Optional[float]:
-    """``12ms``, ``1s``, ``6m0s``, ``1h2m3.5s``, in seconds; None for anything else."""
+    """``12ms``, ``1s``, ``6m0s``, ``1h2m3.5s``, ``500µs``, in seconds; None for anything else."""
     match = re.fullmatch(_DURATION, text)  # compiled once, cached by re
     if match is None or not text:
         return None
-    hours, minutes, seconds, millis = (float(part) if part else 0.0 for part in match.groups())
-    return hours * 3600 + minutes * 60 + seconds + millis / 1000
+    return sum(float(part) * unit for part, unit in zip(match.groups(), _UNITS) if part)
 
 
 def _timestamp(text: str) -> Optional[float]:

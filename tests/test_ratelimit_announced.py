@@ -145,7 +145,21 @@ def test_older_draft_forms() -> None:
 
 @pytest.mark.parametrize(
     ("reset", "seconds"),
-    [("12ms", 0.012), ("1s", 1.0), ("6m0s", 360.0), ("1h2m3.5s", 3723.5), ("0.5", 0.5), ("20ms", 0.02)],
+    [
+        ("12ms", 0.012),
+        ("1s", 1.0),
+        ("6m0s", 360.0),
+        ("1h2m3.5s", 3723.5),
+        ("0.5", 0.5),
+        ("20ms", 0.02),
+        ("500\u00b5s", 0.0005),  # below a millisecond Go writes micro as U+00B5...
+        ("1.5\u03bcs", 1.5e-6),  # ...and its parser takes U+03BC...
+        ("750us", 0.00075),  # ...and us
+        ("2\xc2\xb5s", 2e-6),  # U+00B5 in UTF-8, as a header value read as ISO-8859-1 holds it
+        ("3\xce\xbcs", 3e-6),  # U+03BC likewise
+        ("900ns", 9e-7),
+        ("1m0.5s250ms", 60.75),
+    ],
 )
 def test_openai_durations(reset: str, seconds: float) -> None:
     found = one(
