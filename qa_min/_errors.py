@@ -153,7 +153,8 @@ class ConnectionFailed(QAError):
     ``diagnostics.transport_error`` holds the underlying exception.
     """
 
-    retryable = True  # False for failures another attempt cannot fix (an untrusted certificate)
+    # False for failures another attempt cannot fix: an untrusted certificate, a peer without TLS.
+    retryable = True
 
 
 class ProxyError(ConnectionFailed):

@@ -70,6 +70,9 @@ if TYPE_CHECKING:
 
 
 _NETWORK_ERRORS = (OSError, ProtocolError, Expired, Stopped)
+# OpenSSL's reasons for a first record that is not TLS at all (UNKNOWN_PROTOCOL before 1.0.2q).
+_NOT_TLS = ("WRONG_VERSION_NUMBER", "UNKNOWN_PROTOCOL")
+_NOT_TLS_HINT = "the server did not answer TLS; it may speak plain HTTP (check the URL's scheme): "
 
 
 class Transport:
@@ -328,10 +331,10 @@ def failure(
     ``mocked``: ``exc`` was raised by a ``MockTransport`` handler, so a ``TimeoutError`` is the
     handler's dropped connection, not a socket's timeout set from the call's deadline.
 
-    ``Canceled`` when the call was stopped (cancelled, timed out, client closed) whatever the
-    error; ``InvalidResponse`` for a refused 2xx body (``BadFraming`` or ``LimitExceeded`` with
-    a status: malformed, or over the size cap); otherwise ``ConnectionFailed``, ``retryable``
-    unless retrying cannot help (an untrusted certificate), the error kept as ``transport_error``.
+    ``Canceled`` when the call was stopped (cancelled, timed out, client closed) whatever the error;
+    ``InvalidResponse`` for a refused 2xx body (``BadFraming`` or ``LimitExceeded`` with a status:
+    malformed, or over the size cap); otherwise ``ConnectionFailed``, ``retryable`` unless retrying
+    cannot help (an untrusted certificate, a server without TLS), the error kept as ``transport_error``.
 
     A protocol error that came after the response's head hands that head on (its status, its
     headers redacted) in the error's own ``diagnostics``, for ``Attempts.on_failure`` to give
@@ -349,9 +352,11 @@ def failure(
     where = (
         origin.url() if unreached is None else f"cannot reach proxy {_named(unreached)} (for {origin.url()})"
     )
-    error = ConnectionFailed(f"{where}: {_describe(exc)}", heard)
+    plain = _not_tls(exc)
+    error = ConnectionFailed(f"{where}: {_NOT_TLS_HINT if plain else ''}{_describe(exc)}", heard)
     error.diagnostics.transport_error = exc
-    error.retryable = not _is_certificate_error(exc)
+    # Retrying cannot fix a certificate the client does not trust, nor a server without TLS.
+    error.retryable = not (plain or _is_certificate_error(exc))
     return error
 
 
@@ -368,9 +373,14 @@ def _heard(exc: BaseException, redact: Callable[[str], str]) -> Optional[Diagnos
 
 
 def _is_certificate_error(exc: BaseException) -> bool:
-    # Retrying cannot fix a certificate the client does not trust. No ssl loaded, no TLS error.
-    ssl = sys.modules.get("ssl")
+    ssl = sys.modules.get("ssl")  # not loaded: no TLS, so no TLS error
     return ssl is not None and isinstance(exc, ssl.SSLCertVerificationError)
+
+
+def _not_tls(exc: BaseException) -> bool:
+    """The peer answered the TLS hello with bytes that are no TLS record (an HTTP 400, often)."""
+    ssl = sys.modules.get("ssl")
+    return ssl is not None and isinstance(exc, ssl.SSLError) and exc.reason in _NOT_TLS
 
 
 def _refusal(exc: ProtocolError) -> str:

@@ -86,6 +86,29 @@ def test_unknown_ca_is_refused_without_retrying(tls_service: TLSService) -> None
     assert tls_service.seen == []
 
 
+@pytest.mark.parametrize("via_proxy", [False, True], ids=["direct", "through-proxy"])
+def test_https_url_for_a_plain_http_server_is_named_and_not_retried(proxy: Proxy, via_proxy: bool) -> None:
+    # The common slip: https:// for a local server that speaks plain HTTP (`qa-min fake`).
+    async def no_sleep(seconds: float) -> None:
+        """Backoff without waiting: a retry shows up as an attempt, not a slow test."""
+
+    with FakeService() as svc:
+        url = svc.url.replace("http://", "https://")
+        with pytest.raises(qa.ConnectionFailed) as caught:
+            ask_all(url, proxy=proxy.url if via_proxy else None, sleep=no_sleep)
+    cause = caught.value.diagnostics.transport_error
+    assert isinstance(cause, ssl.SSLError)
+    assert str(caught.value) == (
+        f"{url}: the server did not answer TLS; it may speak plain HTTP (check the URL's scheme): "
+        f"SSLError: {cause}"
+    )
+    assert cause.reason in ("WRONG_VERSION_NUMBER", "UNKNOWN_PROTOCOL")
+    # As deterministic as a certificate that fails verification: one attempt, no retry.
+    assert caught.value.diagnostics.attempts == 1
+    assert caught.value.retryable is False
+    assert len(proxy.seen) == (1 if via_proxy else 0)
+
+
 def test_proxy_refusing_the_tunnel(tls_service: TLSService, certs: Certs) -> None:
     context = ssl.create_default_context(cafile=str(certs.ca))
     with Proxy(refuse_connect=403) as refusing, pytest.raises(qa.ConnectionFailed, match="403"):

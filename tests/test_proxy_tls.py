@@ -124,6 +124,29 @@ def test_certificate_for_another_host_is_refused_without_retrying(
     assert svc.seen == []
 
 
+@pytest.mark.parametrize("via_proxy", [False, True], ids=["direct", "through-proxy"])
+def test_https_url_for_a_plain_http_server_is_named_and_not_retried(
+    http_service: FakeService, proxy: Proxy, via_proxy: bool
+) -> None:
+    # The common slip: https:// for a local server that speaks plain HTTP (`qa-min fake`).
+    url = http_service.url.replace("http://", "https://")
+    diagnostics = qa.Diagnostics()
+    c = client(url, proxy=proxy.url if via_proxy else None)
+    with c, pytest.raises(qa.ConnectionFailed) as info:
+        c.ask(STATE, Review, diagnostics=diagnostics)
+    cause = diagnostics.transport_error
+    assert isinstance(cause, ssl.SSLError)
+    assert str(info.value) == (
+        f"{url}: the server did not answer TLS; it may speak plain HTTP (check the URL's scheme): "
+        f"SSLError: {cause}"
+    )
+    assert cause.reason in ("WRONG_VERSION_NUMBER", "UNKNOWN_PROTOCOL")
+    # As deterministic as a certificate that fails verification: one attempt, no retry.
+    assert diagnostics.attempts == info.value.diagnostics.attempts == 1
+    assert info.value.retryable is False
+    assert len(proxy.seen) == (1 if via_proxy else 0)
+
+
 @pytest.mark.parametrize("host", ["127.0.0.1", "localhost"])
 def test_client_trusting_the_ca_gets_answers_over_tls(
     tls_service: TLSService, ca_context: ssl.SSLContext, host: str
