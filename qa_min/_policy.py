@@ -6,13 +6,13 @@ engages it at once): nothing is paced, and the retry loop only notes each succes
 
 **Announced limits** (``_announced`` parses them; ``_steer`` reads the pace off them and holds
 their constants) pace an adaptive limit before any 429 (a fixed one, ``adaptive=False``, only
-shows them). Each response tells the bucket's level (``remaining``)
-and, from the policy or the reset, its refill rate R (smoothed). The ceiling is a function of
-the level alone: ``TOP`` * R at a full bucket (the fullest the client has seen), ``BASE`` times
-less at an empty one, geometric in between: R * TOP * BASE ** (full - 1). Every client that sees
-the same level (and knows the same fullest level) paces the same, so a fleet is fair once each
-member's first pace has ramped up, whenever it started; and the bucket itself settles the fleet:
-N clients drain it until N paces make R (full = 1 - log(TOP * N) / log(BASE): 0.92 for one, 0.49
+shows them). Each response tells the bucket's level (``remaining``) and, from the policy or the
+reset, its refill rate R (smoothed). The ceiling is a function of the level alone: ``TOP`` * R
+at a full bucket (its limit told, less the request answered, or the fullest the client has
+seen), ``BASE`` times less at an empty one, geometric in between: R * TOP * BASE ** (full - 1).
+Every client that sees the same level paces the same, so a fleet is fair once each member's
+first pace has ramped up, whenever it started; and the bucket itself settles the fleet: N
+clients drain it until N paces make R (full = 1 - log(TOP * N) / log(BASE): 0.92 for one, 0.49
 for eight, empty for about 85), with no estimate of N, of the fleet's rate or of the level's
 slope, whose lag made a fleet of stepping controllers swing between a full bucket and 429s. The
 first announced pace is ``START`` of R and grows ``RAMP``-fold a second until the level binds it

@@ -30,7 +30,7 @@ class Steer:
 
     def __init__(self) -> None:
         self.paced = INF
-        self.capacity = 0.0  # the fullest the bucket was seen
+        self.capacity = 0.0  # the bucket full: as told, or the fullest seen
         self.refill = 0.0  # the bucket's refill rate, told or estimated
         self.started = 0.0  # when the announcements began
 
@@ -40,7 +40,14 @@ class Steer:
             self.started = now
         if news.refill > 0:  # an estimate from a reset is noisy: smoothed
             self.refill = news.refill if first or not self.refill else 0.8 * self.refill + 0.2 * news.refill
-        self.capacity = max(self.capacity, news.remaining)
+        # The full level: the limit told, less the request this response answers, or the fullest
+        # seen if more. A client joining a fleet that keeps the bucket half empty never sees it
+        # full: read off the fullest it saw, its level was higher than its peers' and it went
+        # faster (4 clients at 50/s, burst 50: the first one a quarter of the last one's rate).
+        # Draft-11's ``q`` is a quota per window, which the bucket behind it need not hold at once;
+        # and in a fixed window (no refill told), what is left already sets the pace.
+        told = news.limit - 1 if self.refill and news.style != "ietf" else 0.0
+        self.capacity = max(self.capacity, news.remaining, told)
         # A fixed window without a policy: what is left, over what is left of it.
         refill = self.refill or (news.remaining / news.reset if news.reset > 0 else 0.0)
         if refill <= 0:

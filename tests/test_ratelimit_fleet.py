@@ -230,8 +230,10 @@ def test_the_announced_pace_is_read_off_the_level_alone() -> None:
     assert old.heard(1.2, news, False) == pytest.approx(TOP * 200)  # 12-fold: past TOP
     assert old.heard(3600.0, news, False) == pytest.approx(TOP * 200)  # an hour on: no overflow
     old.paced = 3.0
-    fresh.heard(0.0, half, True)
-    assert fresh.heard(2.0, half, False) == pytest.approx(TOP * 200)  # the fullest it has seen: full
+    # Draft-11 tells a quota per window, not what the bucket holds: full is the fullest seen.
+    untold = Announcement(200, 25, 1.0, 200.0, "ietf")
+    fresh.heard(0.0, untold, True)
+    assert fresh.heard(2.0, untold, False) == pytest.approx(TOP * 200)  # the fullest it has seen
     assert old.heard(2.0, half, False) == pytest.approx(TOP * 200 * BASE**-0.5)
     assert fresh.heard(2.1, news, False) == pytest.approx(TOP * 200)
     assert fresh.heard(2.2, half, False) == old.heard(2.2, half, False)
@@ -251,6 +253,39 @@ def test_the_announced_pace_is_read_off_the_level_alone() -> None:
     assert window.heard(5.0, Announcement(100, 60, 30.0, 0.0, "ietf-draft"), False) == pytest.approx(2 * TOP)
     assert window.heard(5.0, Announcement(100, 0, 30.0, 0.0, "ietf-draft"), False) is None
     assert Steer().heard(0.0, Announcement(100, 60, 0.0, 0.0, "ietf-draft"), True) is None
+
+
+@pytest.mark.parametrize("style", ["openai", "anthropic", "ietf-draft"])
+def test_a_newcomer_reads_the_level_off_the_limit_told_as_its_peers_do(style: str) -> None:
+    # A client joining a fleet that keeps the bucket half empty never sees it full. A full
+    # bucket answers with limit - 1 left (the request answered took one): that is full. (A
+    # fixed window, with no refill told, keeps the fullest seen: see the test above.)
+    peer, newcomer = Steer(), Steer()
+    peer.heard(0.0, Announcement(50, 49, 0.005, 200.0, style), True)
+    newcomer.heard(0.0, Announcement(50, 25, 0.125, 200.0, style), True)
+    half = Announcement(50, 25, 0.125, 200.0, style)
+    expected = TOP * 200 * BASE ** (25 / 49 - 1)
+    assert peer.heard(10.0, half, False) == pytest.approx(expected)
+    assert newcomer.heard(10.0, half, False) == pytest.approx(expected)
+    # Exactly at the limit less one, and at the limit (an answer that took no token): full.
+    assert newcomer.heard(10.1, Announcement(50, 49, 0.0, 200.0, style), False) == pytest.approx(TOP * 200)
+    at_limit = Steer()
+    at_limit.heard(0.0, Announcement(50, 50, 0.0, 200.0, style), True)
+    assert at_limit.heard(10.0, Announcement(50, 50, 0.0, 200.0, style), False) == pytest.approx(TOP * 200)
+    assert at_limit.heard(10.1, Announcement(50, 49, 0.005, 200.0, style), False) == pytest.approx(
+        TOP * 200 * BASE ** (49 / 50 - 1)
+    )
+
+
+def test_an_announced_fleet_started_apart_shares_the_bucket_fairly() -> None:
+    # 4 clients started 50 ms apart on a bucket of one second (50/s, burst 50): each reads the
+    # level off the limit told. Read off the fullest each had seen, the first went at a quarter
+    # of the last one's rate (fairness 0.28; 0.88 with the limit told).
+    members = [Member(375, 8, qa.RateLimit(), start=0.05 * i) for i in range(4)]
+    result = simulate_fleet(members, rate=50.0, burst=50.0, announce="openai")
+    assert result.fairness() >= 0.75
+    assert result.share_of_rate >= 0.95 * 50.0
+    assert result.share_429 < 0.01
 
 
 def second_sleeper(slow: Pace) -> tuple[Pacer, Waiter, float]:
