@@ -185,8 +185,11 @@ class Attempts:
         # attempt's error never reaches ``end``.
         self.rules.messages.scrub(exc)
         if isinstance(exc, ProxyError):
-            # The proxy answered: its status and page are what the caller can act on.
-            call.status = exc.status
+            # The proxy answered: its status and page are what the caller can act on, and the
+            # attempt's record holds that status as ``Diagnostics.status`` does. Its headers are
+            # not kept: an earlier response's must not lend this answer their request id.
+            status = call.status = exc.status
+            call.headers = None
             call.body = self.rules.messages.redact(exc.diagnostics.body or "")
         elif exc.diagnostics.status is not None:
             # A head came, then its body was refused or cut short (``_transport.failure``): the

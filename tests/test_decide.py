@@ -253,7 +253,7 @@ def test_a_proxys_refusal_goes_by_its_status(status: int, action: str) -> None:
     state = attempts()
     decision = state.on_failure(error, 1.0, 1.5)
     assert decision.action == action
-    assert state.call.status == status
+    assert state.call.status == decision.status == state.call.history[0].status == status
     assert state.call.body == "denied for [redacted]"
 
 

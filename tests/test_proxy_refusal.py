@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from typing import Any, Optional
 
 import pytest
-from faultservers import RawServer, answer_early, read_request
+from faultservers import RawServer, answer_early, read_request, respond_sequence
 from rawhttp import Toxic, response
 from support import no_sleep
 
@@ -236,8 +236,9 @@ def test_a_retry_status_that_raises_on_a_proxy_refusal_ends_the_call_with_its_ex
             client.ask("some text", Toxic, diagnostics=diag)
         assert proxy.server.connections == 1
     assert (diag.status, diag.attempts, diag.body) == (503, 1, "busy")
-    assert [(a.number, a.error) for a in diag.history] == [(1, "RetryStatusBug")]
-    assert events == [(1, None, "RetryStatusBug")]
+    # The attempt judged holds the proxy's status, as a service's status judged so does.
+    assert [(a.number, a.status, a.error) for a in diag.history] == [(1, 503, "RetryStatusBug")]
+    assert events == [(1, 503, "RetryStatusBug")]
 
 
 @pytest.mark.parametrize("status", ["403 Forbidden", "400 Bad Request"])
@@ -337,20 +338,26 @@ def closed_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def list_models_through(base_url: str, proxy: str, kind: str) -> tuple[qa.QAError, qa.Diagnostics]:
+async def nap(seconds: float) -> None:
+    """The asyncio client's backoff without waiting, as ``no_sleep`` is the threaded one's."""
+
+
+def list_models_through(
+    base_url: str, proxy: str, kind: str, retry: qa.RetryPolicy = qa.RetryPolicy.none
+) -> tuple[qa.QAError, qa.Diagnostics]:
     diag = qa.Diagnostics()
     options: dict[str, Any] = {"base_url": base_url, "proxy": proxy, "trust_env": False}
     try:
         if kind == "async":
 
             async def main() -> None:
-                async with qa.AsyncClient(**options) as client:
-                    await client.list_models(retry=qa.RetryPolicy.none, diagnostics=diag, timeout=10)
+                async with qa.AsyncClient(sleep=nap, **options) as client:
+                    await client.list_models(retry=retry, diagnostics=diag, timeout=10)
 
             asyncio.run(main())
         else:
-            with qa.Client(**options) as client:
-                client.list_models(retry=qa.RetryPolicy.none, diagnostics=diag, timeout=10)
+            with qa.Client(sleep=no_sleep, **options) as client:
+                client.list_models(retry=retry, diagnostics=diag, timeout=10)
     except qa.QAError as exc:
         return exc, diag
     raise AssertionError("the call succeeded")
@@ -380,3 +387,56 @@ def test_a_proxy_reached_that_then_fails_names_the_service(kind: str) -> None:
     assert type(error) is qa.ConnectionFailed
     assert str(error).startswith(f"{HTTP_ORIGIN}: "), str(error)
     assert "cannot reach proxy" not in str(error)
+
+
+# -- what the history records of a proxy's refusal ------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+@pytest.mark.parametrize(
+    ("origin", "answer", "attempts"),
+    [
+        (HTTPS_ORIGIN, REFUSAL_407, 1),
+        (HTTP_ORIGIN, REFUSAL_407, 1),
+        (HTTPS_ORIGIN, response("503 Service Unavailable", body=b"busy"), 3),
+    ],
+    ids=["connect-407", "plain-407", "connect-503-retried"],
+)
+def test_a_proxy_refusal_s_history_record_holds_the_proxy_status(
+    kind: str, origin: str, answer: bytes, attempts: int
+) -> None:
+    # The record once said status None while diagnostics.status said 407.
+    with refusing(answer) as proxy:
+        error, diag = list_models_through(origin, proxy.url(), kind, retry=qa.RetryPolicy())
+        assert proxy.server.connections == attempts
+    status = int(answer[9:12])
+    assert type(error) is qa.ProxyError
+    assert (error.status, diag.status, diag.attempts) == (status, status, attempts)
+    assert [(a.number, a.status, a.error, a.request_id) for a in diag.history] == [
+        (n, status, "ProxyError", None) for n in range(1, attempts + 1)
+    ]
+    assert_no_password(error, diag)
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_a_proxy_refusal_after_a_service_answer_takes_no_request_id_from_it(kind: str) -> None:
+    # The service's 503 (forwarded, then the connection closed), then the proxy's own 407: the
+    # last response is the proxy's, which names no request id of the service's.
+    forwarded = response(
+        "503 Service Unavailable",
+        ["Request-Id: req-from-service", "Via: 1.1 corp", "Connection: close"],
+        b'{"detail": "busy"}',
+    )
+    with RawServer(respond_sequence(forwarded, REFUSAL_407)) as server:
+        proxy = f"http://{USER}:{PASSWORD}@127.0.0.1:{server.port}"
+        error, diag = list_models_through(HTTP_ORIGIN, proxy, kind, retry=qa.RetryPolicy())
+        assert server.connections == 2
+    assert type(error) is qa.ProxyError
+    assert [(a.number, a.status, a.error, a.request_id) for a in diag.history] == [
+        (1, 503, "ServerError", "req-from-service"),
+        (2, 407, "ProxyError", None),
+    ]
+    assert (diag.status, diag.request_id, diag.headers) == (407, None, None)
+    assert "req-from-service" not in str(error)
+    assert str(error).endswith("(after 2 attempts)")
+    assert_no_password(error, diag)
