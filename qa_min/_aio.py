@@ -30,8 +30,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
-from ._connection import PoolClosed, Stopped, TunnelRefused, _wait, idle_clock
+from ._connection import PoolClosed, Stopped, _wait, idle_clock
 from ._errors import MalformedHead, ProtocolError
+from ._http import TunnelBroken, TunnelRefused, connect_request
 from ._protocol import NEED_DATA, Data, Head, ResponseReader
 
 TYPE_CHECKING = False
@@ -234,17 +235,20 @@ async def start_tls(conn: AioConnection, context: ssl.SSLContext, host: str) -> 
 
 
 async def open_tunnel(conn: AioConnection, target: str, headers: bytes, max_body: int) -> None:
-    """Ask the HTTP proxy behind ``conn`` for a CONNECT tunnel to ``target`` ("host:port")."""
-    host = target.encode("ascii")
-    request = b"CONNECT %s HTTP/1.1\r\nHost: %s\r\n%s\r\n" % (host, host, headers)
+    """Ask the HTTP proxy behind ``conn`` for a CONNECT tunnel to ``target`` ("host:port");
+    ``TunnelRefused`` if it says no, ``TunnelBroken`` if its connection fails before it answers."""
     conn.idle_since = 0.0  # a fresh connection: its failures are never "stale"
-    status, _, body, clean = await conn.send(request, "CONNECT", max_body)
-    if 200 <= status < 300:
-        # A 2xx to CONNECT has no body (RFC 9110 §9.3.6) and the origin speaks only after our
-        # TLS hello: bytes already here would be lost.
-        if not clean:
-            raise MalformedHead("the proxy sent data before the TLS handshake")
-        return
+    try:
+        status, _, body, clean = await conn.send(connect_request(target, headers), "CONNECT", max_body)
+        if 200 <= status < 300:
+            # A 2xx to CONNECT has no body (RFC 9110 §9.3.6) and the origin speaks only after our
+            # TLS hello: bytes already here would be lost.
+            if not clean:
+                raise MalformedHead("the proxy sent data before the TLS handshake")
+            return
+    except (OSError, ProtocolError) as exc:
+        # Only the proxy has been spoken to: what broke is its failure, not the origin's.
+        raise TunnelBroken(exc) from None
     raise TunnelRefused(status, body)
 
 

@@ -17,9 +17,9 @@ import asyncio
 import os
 
 from ._aio import AioConnection, AioPool, open_tunnel, start_tls
-from ._connection import PoolClosed, Stopped, TunnelRefused, _tune
+from ._connection import PoolClosed, Stopped, _tune
 from ._errors import Canceled, InvalidResponse, ProtocolError
-from ._http import Resend, encode
+from ._http import Resend, TunnelRefused, encode
 from ._transport import _NETWORK_ERRORS, _Stale, failure
 
 TYPE_CHECKING = False

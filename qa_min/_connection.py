@@ -25,6 +25,7 @@ import sys
 import time
 
 from ._errors import MalformedHead, ProtocolError
+from ._http import TunnelBroken, TunnelRefused, connect_request
 from ._protocol import NEED_DATA, Data, End, Head, ResponseReader
 
 TYPE_CHECKING = False
@@ -275,33 +276,27 @@ def start_tls(
     conn.sock.do_handshake()
 
 
-class TunnelRefused(Exception):
-    """The proxy answered a CONNECT with a non-2xx status."""
-
-    def __init__(self, status: int, body: bytes) -> None:
-        super().__init__(f"the proxy refused the tunnel: HTTP {status}")
-        self.status = status
-        self.body = body
-
-
 def open_tunnel(
     conn: Connection, target: str, headers: bytes, deadline: Optional[float], max_body: int
 ) -> None:
-    """A CONNECT tunnel to ``target`` ("host:port"); ``TunnelRefused`` if the proxy says no."""
-    host = target.encode("ascii")
-    request = b"CONNECT %s HTTP/1.1\r\nHost: %s\r\n%s\r\n" % (host, host, headers)
+    """A CONNECT tunnel to ``target`` ("host:port"); ``TunnelRefused`` if the proxy says no,
+    ``TunnelBroken`` if its connection fails before it answers."""
     conn.deadline = deadline
     conn.received = 0
-    conn.sock.settimeout(_remaining(deadline))
-    conn.sock.sendall(request)
     reader = ResponseReader("CONNECT", max_body)
-    head = conn.read_head(reader)
-    if 200 <= head.status < 300:
-        # A 2xx to CONNECT has no body (RFC 9110 §9.3.6): the tunnel starts after the head,
-        # and the origin speaks only after our TLS hello. Bytes already here would be lost.
-        if reader.buffered:
-            raise MalformedHead("the proxy sent data before the TLS handshake")
-        return
+    try:
+        conn.sock.settimeout(_remaining(deadline))
+        conn.sock.sendall(connect_request(target, headers))
+        head = conn.read_head(reader)
+        if 200 <= head.status < 300:
+            # A 2xx to CONNECT has no body (RFC 9110 §9.3.6): the tunnel starts after the head,
+            # and the origin speaks only after our TLS hello. Bytes already here would be lost.
+            if reader.buffered:
+                raise MalformedHead("the proxy sent data before the TLS handshake")
+            return
+    except (OSError, ProtocolError) as exc:
+        # Only the proxy has been spoken to: what broke is its failure, not the origin's.
+        raise TunnelBroken(exc) from None
     status, _, body, _ = conn.read_response(reader, head)
     raise TunnelRefused(status, body)
 

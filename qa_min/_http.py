@@ -7,6 +7,11 @@ and each call takes a copy with its body (``with_body``): the fields tuple, and 
 the request line and fields, are built once per client and shared by every call. Above the
 transport nothing reads bytes: messages, hooks and ``MockTransport`` read the fields of the
 value; only the socket transport turns it into bytes (``encode``).
+
+Through a proxy an https request is preceded by a CONNECT (``connect_request``), whose two ways
+of failing both connection layers raise alike: ``TunnelRefused`` (the proxy answered no) and
+``TunnelBroken`` (its connection failed before an answer). The transport names the proxy in
+either error, since the origin was never reached.
 """
 
 from __future__ import annotations
@@ -92,4 +97,29 @@ class Resend(Exception):
 
     def __init__(self, error: BaseException) -> None:
         super().__init__("a reused connection failed before the response; sent again")
+        self.error = error
+
+
+def connect_request(target: str, headers: bytes) -> bytes:
+    """The CONNECT request for a tunnel to ``target`` ("host:port"), with ``headers`` (each
+    ending in CRLF: the proxy's credentials)."""
+    host = target.encode("ascii")
+    return b"CONNECT %s HTTP/1.1\r\nHost: %s\r\n%s\r\n" % (host, host, headers)
+
+
+class TunnelRefused(Exception):
+    """The proxy answered a CONNECT with a non-2xx status."""
+
+    def __init__(self, status: int, body: bytes) -> None:
+        super().__init__(f"the proxy refused the tunnel: HTTP {status}")
+        self.status = status
+        self.body = body
+
+
+class TunnelBroken(Exception):
+    """The connection to the proxy failed before it answered a CONNECT (or as it did: data sent
+    before the TLS handshake). ``error`` is what broke, an ``OSError`` or a ``ProtocolError``."""
+
+    def __init__(self, error: BaseException) -> None:
+        super().__init__(f"the proxy's connection failed during the CONNECT: {error!r}")
         self.error = error

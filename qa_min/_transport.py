@@ -27,7 +27,6 @@ from ._connection import (
     Pool,
     PoolClosed,
     Stopped,
-    TunnelRefused,
     connect_tcp,
     open_tunnel,
     start_tls,
@@ -37,12 +36,13 @@ from ._errors import (
     BadFraming,
     Canceled,
     ConnectionFailed,
+    IncompleteMessage,
     InvalidResponse,
     LimitExceeded,
     ProtocolError,
     ProxyError,
 )
-from ._http import Resend, encode
+from ._http import Resend, TunnelBroken, TunnelRefused, encode
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -69,7 +69,7 @@ if TYPE_CHECKING:
         def forget(self) -> None: ...
 
 
-_NETWORK_ERRORS = (OSError, ProtocolError, Expired, Stopped)
+_NETWORK_ERRORS = (OSError, ProtocolError, Expired, Stopped, TunnelBroken)
 # OpenSSL's reasons for a first record that is not TLS at all (UNKNOWN_PROTOCOL before 1.0.2q).
 _NOT_TLS = ("WRONG_VERSION_NUMBER", "UNKNOWN_PROTOCOL")
 _NOT_TLS_HINT = "the server did not answer TLS; it may speak plain HTTP (check the URL's scheme): "
@@ -102,6 +102,7 @@ class Transport:
         self.proxy_headers = b"" if auth is None else f"Proxy-Authorization: {auth}\r\n".encode()
         # Forms of the proxy credentials a proxy's error page might echo; never shown.
         self._proxy_secrets = () if proxy is None else proxy.secrets()
+        self._proxy_name = "" if proxy is None else _named(proxy)  # as messages name it
 
     def close(self) -> None:
         """Abort every connection in use and close the idle ones (the client is closing)."""
@@ -198,14 +199,12 @@ class Transport:
         """The error for a proxy's refusal: its status and page, the proxy named without password."""
         from http.client import responses
 
-        proxy = self.proxy
-        assert proxy is not None
         text = body.decode("utf-8", "replace")
         for secret in self._proxy_secrets:
             text = text.replace(secret, "[redacted]")
         hint = "; check the proxy user name and password" if status in (401, 407) else ""
         reason = f"HTTP {status} {responses.get(status, '')}".rstrip()
-        error = ProxyError(f"proxy {_named(proxy)} refused {what}: {reason}{hint}", status=status)
+        error = ProxyError(f"proxy {self._proxy_name} refused {what}: {reason}{hint}", status=status)
         # A wrong or missing proxy password cannot succeed on retry; the retry loop decides others.
         error.retryable = status not in (401, 407)
         error.diagnostics.status = status
@@ -215,18 +214,29 @@ class Transport:
     def failed(
         self, exc: BaseException, conn: Optional[Connection], call: CallState
     ) -> tuple[BaseException, Optional[BaseException]]:
-        """What an exchange that raised ``exc`` (a network or protocol error, a refused tunnel)
-        becomes: (the error to raise, its cause). Both clients' transports raise what it says."""
+        """What an exchange that raised ``exc`` (a network or protocol error, a tunnel refused or
+        broken) becomes: (the error to raise, its cause). Both clients' transports raise what it says."""
+        target = f"CONNECT to {self.origin.host}:{self.origin.port}"
         if isinstance(exc, TunnelRefused):
-            target = f"CONNECT to {self.origin.host}:{self.origin.port}"
             return self._proxy_error(exc.status, exc.body, target), None
-        error = self._translate(exc, conn, call)
+        where = None
+        if isinstance(exc, TunnelBroken):
+            # The proxy's failure, as its refusal is, though retried as any dropped connection
+            # (urllib3 does too). Its closing is told as the proxy's, not as "the server's".
+            exc, where = exc.error, f"proxy {self._proxy_name} failed {target}"
+            if isinstance(exc, IncompleteMessage) and conn is not None and conn.received == 0:
+                exc = IncompleteMessage("the proxy closed the connection before answering the CONNECT")
+        error = self._translate(exc, conn, call, where)
         # A refused 2xx body: the refusal's text is the message, no cause shown.
         return error, (None if isinstance(error, InvalidResponse) else exc)
 
-    def _translate(self, exc: BaseException, conn: Optional[Connection], call: CallState) -> BaseException:
-        # No connection yet: connecting failed, and through a proxy the proxy is the host not reached.
-        error = failure(exc, self.origin, call, unreached=self.proxy if conn is None else None)
+    def _translate(
+        self, exc: BaseException, conn: Optional[Connection], call: CallState, where: Optional[str]
+    ) -> BaseException:
+        if conn is None and self.proxy is not None:
+            # Connecting failed: through a proxy, the proxy is the host not reached.
+            where = f"cannot reach proxy {self._proxy_name} (for {self.origin.url()})"
+        error = failure(exc, self.origin, call, where)
         if not isinstance(error, Canceled) and conn is not None and conn.idle_since and conn.received == 0:
             return _Stale(conn.sent, exc)
         return error
@@ -321,13 +331,14 @@ def failure(
     exc: BaseException,
     origin: Origin,
     call: CallState,
-    unreached: Optional[Origin] = None,
+    where: Optional[str] = None,
     *,
     mocked: bool = False,
 ) -> QAError:
     """What an exchange that failed becomes above the transports: the one translation of
     network, protocol and size-cap errors, used by ``Transport`` and ``MockTransport`` alike.
-    ``unreached``: the proxy that could not be connected to, named as the host that failed.
+    ``where``: what failed, as the message names it: the origin's URL unless a proxy did (not
+    reached, or its connection broken during a CONNECT).
     ``mocked``: ``exc`` was raised by a ``MockTransport`` handler, so a ``TimeoutError`` is the
     handler's dropped connection, not a socket's timeout set from the call's deadline.
 
@@ -349,11 +360,9 @@ def failure(
         reason = f"the call's timeout of {call.timeout:g} s expired"
     if reason is not None or isinstance(exc, Stopped):
         return Canceled(reason or "the call was cancelled", heard)
-    where = (
-        origin.url() if unreached is None else f"cannot reach proxy {_named(unreached)} (for {origin.url()})"
-    )
     plain = _not_tls(exc)
-    error = ConnectionFailed(f"{where}: {_NOT_TLS_HINT if plain else ''}{_describe(exc)}", heard)
+    hint = _NOT_TLS_HINT if plain else ""
+    error = ConnectionFailed(f"{where or origin.url()}: {hint}{_describe(exc)}", heard)
     error.diagnostics.transport_error = exc
     # Retrying cannot fix a certificate the client does not trust, nor a server without TLS.
     error.retryable = not (plain or _is_certificate_error(exc))

@@ -3,7 +3,8 @@
 The proxies here are raw sockets that answer with exact bytes, as squid and tinyproxy do (see
 ``test_real_proxies.py`` for the real ones): a CONNECT refused with 407, 401, 403 or 50x; a
 plain-http request refused with 407, or with a 401 the proxy wrote itself. A proxy that cannot be
-reached is a ``ConnectionFailed`` naming the proxy as the host not reached.
+reached, or that drops a CONNECT unanswered, is a ``ConnectionFailed`` naming the proxy as the
+host that failed.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from contextlib import contextmanager
 from typing import Any, Optional
 
 import pytest
-from faultservers import RawServer, answer_early, read_request, respond_sequence
+from faultservers import Handler, RawServer, answer_early, read_request, reset_after_request, respond_sequence
 from rawhttp import Toxic, response
 from support import no_sleep
 
@@ -261,7 +262,10 @@ def test_proxy_sending_bytes_after_accepting_the_tunnel_is_a_connection_failure(
     with refusing(b"HTTP/1.1 200 Connection established\r\n\r\nunexpected") as proxy:
         error, diag = call(HTTPS_ORIGIN, proxy.url(), retry=qa.RetryPolicy.none)
     assert type(error) is qa.ConnectionFailed
-    assert "before the TLS handshake" in str(error)
+    assert str(error) == (
+        f"proxy 127.0.0.1:{proxy.server.port} failed CONNECT to api.example.invalid:443: "
+        "MalformedHead: the proxy sent data before the TLS handshake"
+    )
     assert diag.status is None
 
 
@@ -380,8 +384,65 @@ def test_an_unreachable_proxy_is_named_as_the_host_not_reached(
     assert_no_password(error, diag)
 
 
+CONNECT_DROPPED = (
+    "failed CONNECT to api.example.invalid:443: IncompleteMessage: "
+    "the proxy closed the connection before answering the CONNECT"
+)
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+@pytest.mark.parametrize(
+    ("handler", "detail", "cause"),
+    [
+        (None, CONNECT_DROPPED, qa.IncompleteMessage),
+        (reset_after_request(), "failed CONNECT to api.example.invalid:443: ConnectionResetError: ", OSError),
+    ],
+    ids=["closed", "reset"],
+)
+def test_a_proxy_dropping_the_connect_is_named_as_the_host_that_failed(
+    kind: str, handler: Optional[Handler], detail: str, cause: type[BaseException]
+) -> None:
+    # Only the proxy was spoken to, yet the message once named the service:
+    # "https://api.example.invalid: IncompleteMessage: the server closed the connection ...".
+    proxy = Refusing(b"")  # reads the CONNECT, then closes without a word
+    if handler is not None:
+        proxy.server = RawServer(handler)
+    with proxy.server:
+        error, diag = list_models_through(HTTPS_ORIGIN, proxy.url(), kind)
+    assert type(error) is qa.ConnectionFailed
+    assert str(error).startswith(f"proxy 127.0.0.1:{proxy.server.port} {detail}"), str(error)
+    assert isinstance(diag.transport_error, cause)
+    assert (diag.status, diag.attempts, diag.body) == (None, 1, None)
+    assert [(a.status, a.error) for a in diag.history] == [(None, "ConnectionFailed")]
+    if handler is None:
+        assert [head.split(b"\r\n")[0] for head in proxy.heads] == [
+            b"CONNECT api.example.invalid:443 HTTP/1.1"
+        ]
+        assert str(diag.transport_error) == "the proxy closed the connection before answering the CONNECT"
+    assert_no_password(error, diag)
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+@pytest.mark.parametrize(
+    ("policy", "attempts"),
+    [(qa.RetryPolicy(), 3), (qa.RetryPolicy(retry_connection_errors=False), 1)],
+    ids=["default", "no-connection-retries"],
+)
+def test_a_proxy_dropping_the_connect_is_retried_as_a_dropped_connection(
+    kind: str, policy: qa.RetryPolicy, attempts: int
+) -> None:
+    with refusing(b"") as proxy:
+        error, diag = list_models_through(HTTPS_ORIGIN, proxy.url(), kind, retry=policy)
+        assert proxy.server.connections == attempts
+    assert type(error) is qa.ConnectionFailed
+    assert str(error).startswith(f"proxy 127.0.0.1:{proxy.server.port} {CONNECT_DROPPED}")
+    assert diag.attempts == attempts
+    assert [(a.status, a.error) for a in diag.history] == [(None, "ConnectionFailed")] * attempts
+
+
 @pytest.mark.parametrize("kind", ["sync", "async"])
 def test_a_proxy_reached_that_then_fails_names_the_service(kind: str) -> None:
+    # Plain http: the request went through the proxy to the service, whichever of them closed.
     with refusing(b"") as proxy:  # reads the request, then closes without an answer
         error, _ = list_models_through(HTTP_ORIGIN, proxy.url(), kind)
     assert type(error) is qa.ConnectionFailed
