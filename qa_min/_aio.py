@@ -50,12 +50,12 @@ class AioConnection(asyncio.Protocol):
     """A connection to one origin (or proxy), serving one request at a time."""
 
     __slots__ = (
-        "_head",
         "_parts",
         "_reader",
         "_waiter",
         "aborted",
         "dirty",
+        "head",
         "idle_since",
         "key",
         "lost",
@@ -76,7 +76,8 @@ class AioConnection(asyncio.Protocol):
         self.dirty = False  # bytes arrived while no exchange wanted them
         self.aborted = False
         self._reader: Optional[ResponseReader] = None
-        self._head: Optional[Head] = None
+        # The current exchange's response head, once read: an error after it still reports it.
+        self.head: Optional[Head] = None
         self._parts: list[bytes] = []
         self._waiter: Optional[asyncio.Future[Result]] = None
 
@@ -130,7 +131,7 @@ class AioConnection(asyncio.Protocol):
                 if type(event) is Data:
                     self._parts.append(event.data)
                 elif type(event) is Head:
-                    self._head = event
+                    self.head = event
                 else:
                     self._resolve(waiter, event.reusable)  # type: ignore[union-attr]
                     return
@@ -138,16 +139,16 @@ class AioConnection(asyncio.Protocol):
             self._failed(waiter, exc)
 
     def _failed(self, waiter: asyncio.Future[Result], exc: BaseException) -> None:
-        head = self._head
+        head = self.head
         if head is None or 200 <= head.status < 300:
             waiter.set_exception(exc)
         else:
             self._resolve(waiter, False)
 
     def _resolve(self, waiter: asyncio.Future[Result], reusable: bool) -> None:
-        head, parts = self._head, self._parts
+        head, parts = self.head, self._parts
         assert head is not None
-        self._reader = self._waiter = self._head = None  # bytes from now on are unasked for
+        self._reader = self._waiter = self.head = None  # bytes from now on are unasked for
         self._parts = []
         body = parts[0] if len(parts) == 1 else b"".join(parts)
         waiter.set_result((head.status, head.headers, body, reusable and not (self.dirty or self.lost)))
@@ -180,7 +181,7 @@ class AioConnection(asyncio.Protocol):
         assert transport is not None
         self._waiter = waiter = asyncio.get_running_loop().create_future()
         self._reader = ResponseReader(method, max_body)
-        self._head, self._parts = None, []
+        self.head, self._parts = None, []
         self.received = 0
         # A connection found closed is never checked out, and nothing runs between the
         # checkout and this write: the request goes out (or fails in connection_lost).

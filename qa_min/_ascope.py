@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from typing import Optional
 
     from ._call import CallState
+    from ._diagnostics import Diagnostics
 
 
 class WrongLoop(QAError, RuntimeError):
@@ -86,17 +87,18 @@ class Scope:
         except RuntimeError:
             pass  # the loop is closed: so is every call on it
 
-    def absorb(self, exc: BaseException) -> Canceled:
-        """The ``Canceled`` that the task's cancellation ``exc`` ends the call with. One by
+    def absorb(self, exc: BaseException, heard: Optional[Diagnostics] = None) -> Canceled:
+        """The ``Canceled`` that the task's cancellation ``exc`` ends the call with (``heard``:
+        its diagnostics, the head of a response cut off, as ``_transport.failure`` gives). One by
         anyone else is also kept in ``foreign``: the driver raises it once the call has ended."""
         if self.reason is None or self.absorbed:
             self.foreign = exc
-            return Canceled("the call's task was cancelled")
+            return Canceled("the call's task was cancelled", heard)
         self.absorbed = True
         uncancel = getattr(self._task, "uncancel", None)
         if uncancel is not None and uncancel() > self._baseline:
             self.foreign = exc  # the task was also cancelled by someone else: theirs wins
-        return Canceled(self.reason)
+        return Canceled(self.reason, heard)
 
     def ended(self) -> asyncio.Future[None]:
         """A future done once the call is over (``close``). On the loop's thread only."""

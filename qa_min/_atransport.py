@@ -20,7 +20,7 @@ from ._aio import AioConnection, AioPool, open_tunnel, start_tls
 from ._connection import PoolClosed, Stopped, _tune
 from ._errors import Canceled, InvalidResponse, ProtocolError
 from ._http import Resend, TunnelRefused, encode
-from ._transport import _NETWORK_ERRORS, _Stale, failure
+from ._transport import _NETWORK_ERRORS, _Stale, failure, heard_head
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -99,7 +99,10 @@ class AioTransport:
         except asyncio.CancelledError as exc:
             if conn is not None:
                 pool.discard(conn)
-            raise scope.absorb(exc) from None
+            # A deadline or a cancel after the head: the head goes with the Canceled, as
+            # ``failure`` gives it to the threaded transport's.
+            heard = heard_head(exc, None if conn is None else conn.head, call.redact)
+            raise scope.absorb(exc, heard) from None
         except (*_NETWORK_ERRORS, TunnelRefused) as exc:
             if conn is not None:
                 pool.discard(conn)
@@ -144,7 +147,7 @@ def _worded_as_socket(exc: OSError) -> OSError:
 
 def _as_connection(conn: Optional[AioConnection]) -> Optional[Connection]:
     # ``Transport._translate`` reads what both connection classes have: ``idle_since``,
-    # ``received`` and ``sent``.
+    # ``received``, ``sent`` and ``head``.
     return conn  # type: ignore[return-value]
 
 

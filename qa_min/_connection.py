@@ -130,7 +130,7 @@ def connect_tcp(
 class Connection:
     """A socket to one origin (or a proxy), used by one request at a time."""
 
-    __slots__ = ("aborted", "deadline", "idle_since", "key", "received", "sent", "sock")
+    __slots__ = ("aborted", "deadline", "head", "idle_since", "key", "received", "sent", "sock")
 
     def __init__(self, sock: socket.socket, key: tuple[object, ...]) -> None:
         self.sock = sock
@@ -138,6 +138,7 @@ class Connection:
         self.deadline: Optional[float] = None
         self.received = 0  # response bytes received in the current exchange
         self.sent = False  # the current exchange's request was written whole
+        self.head: Optional[Head] = None  # the current exchange's response head, once read
         self.aborted = False
         self.idle_since = 0.0
 
@@ -176,8 +177,7 @@ class Connection:
         ``OSError``/``ProtocolError``, ``Expired`` (deadline) and ``Stopped`` (``abort()``).
         """
         self.deadline = deadline
-        self.received = 0
-        self.sent = False
+        self.received, self.sent, self.head = 0, False, None
         self.sock.settimeout(_remaining(deadline))
         reader = ResponseReader(method, max_body)
         try:
@@ -229,8 +229,8 @@ class Connection:
         self, reader: ResponseReader, head: Optional[Head] = None
     ) -> tuple[int, ResponseHeaders, bytes, bool]:
         """Feed ``reader`` until the end of one response: (status, headers, body, reusable)."""
-        if head is None:
-            head = self.read_head(reader)
+        # Kept, so that an error after the head (a reset, a timeout) still reports it.
+        self.head = head = self.read_head(reader) if head is None else head
         parts: list[bytes] = []
         try:
             while True:
@@ -282,7 +282,7 @@ def open_tunnel(
     """A CONNECT tunnel to ``target`` ("host:port"); ``TunnelRefused`` if the proxy says no,
     ``TunnelBroken`` if its connection fails before it answers."""
     conn.deadline = deadline
-    conn.received = 0
+    conn.received, conn.head = 0, None
     reader = ResponseReader("CONNECT", max_body)
     try:
         conn.sock.settimeout(_remaining(deadline))

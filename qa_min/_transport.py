@@ -53,6 +53,7 @@ if TYPE_CHECKING:
     from ._config import Origin
     from ._errors import QAError
     from ._http import Outgoing
+    from ._wire import Head
 
 if TYPE_CHECKING:
     from typing import Protocol
@@ -236,7 +237,7 @@ class Transport:
         if conn is None and self.proxy is not None:
             # Connecting failed: through a proxy, the proxy is the host not reached.
             where = f"cannot reach proxy {self._proxy_name} (for {self.origin.url()})"
-        error = failure(exc, self.origin, call, where)
+        error = failure(exc, self.origin, call, where, head=None if conn is None else conn.head)
         if not isinstance(error, Canceled) and conn is not None and conn.idle_since and conn.received == 0:
             return _Stale(conn.sent, exc)
         return error
@@ -333,12 +334,14 @@ def failure(
     call: CallState,
     where: Optional[str] = None,
     *,
+    head: Optional[Head] = None,
     mocked: bool = False,
 ) -> QAError:
     """What an exchange that failed becomes above the transports: the one translation of
     network, protocol and size-cap errors, used by ``Transport`` and ``MockTransport`` alike.
     ``where``: what failed, as the message names it: the origin's URL unless a proxy did (not
     reached, or its connection broken during a CONNECT).
+    ``head``: the response head the connection had read when ``exc`` came, if any.
     ``mocked``: ``exc`` was raised by a ``MockTransport`` handler, so a ``TimeoutError`` is the
     handler's dropped connection, not a socket's timeout set from the call's deadline.
 
@@ -347,11 +350,11 @@ def failure(
     malformed, or over the size cap); otherwise ``ConnectionFailed``, ``retryable`` unless retrying
     cannot help (an untrusted certificate, a server without TLS), the error kept as ``transport_error``.
 
-    A protocol error that came after the response's head hands that head on (its status, its
-    headers redacted) in the error's own ``diagnostics``, for ``Attempts.on_failure`` to give
-    the call's, as a ``ProxyError`` brings its status.
+    An error after the response's head (a refused body, a reset, the deadline, a cancel) hands
+    that head on (its status, its headers redacted) in the error's own ``diagnostics``, for
+    ``Attempts.on_failure`` to give the call's, as a ``ProxyError`` brings its status.
     """
-    heard = _heard(exc, call.redact)
+    heard = heard_head(exc, head, call.redact)
     if isinstance(exc, (BadFraming, LimitExceeded)) and exc.status is not None:
         return InvalidResponse(_refusal(exc), heard)
     reason = call.stop_reason()
@@ -369,15 +372,21 @@ def failure(
     return error
 
 
-def _heard(exc: BaseException, redact: Callable[[str], str]) -> Optional[Diagnostics]:
-    """The head a protocol error came after (its status, its headers redacted), taken off it."""
-    if not isinstance(exc, ProtocolError) or exc.status is None:
+def heard_head(
+    exc: BaseException, head: Optional[Head], redact: Callable[[str], str]
+) -> Optional[Diagnostics]:
+    """The head ``exc`` came after, as its error's diagnostics (its status, its headers
+    redacted): a protocol error's own, taken off it, else ``head``, the one the connection had
+    read; None when no head came. The asyncio transport's cancellations use it too."""
+    status, headers = (None, None) if head is None else (head.status, head.headers)
+    if isinstance(exc, ProtocolError) and exc.status is not None:
+        status, headers = exc.status, exc.headers
+        exc.headers = None  # so that a transport_error holds no header (one may echo the key)
+    if status is None:
         return None
     heard = Diagnostics()
-    heard.status = exc.status
-    fields = () if exc.headers is None else exc.headers.items()
-    heard.headers = ResponseHeaders((name, redact(value)) for name, value in fields)
-    exc.headers = None  # so that a transport_error holds no header (one may echo the key)
+    heard.status = status
+    heard.headers = ResponseHeaders((name, redact(value)) for name, value in (headers or {}).items())
     return heard
 
 

@@ -30,6 +30,7 @@ __all__ = [
     "RawServer",
     "answer_early",
     "answer_once",
+    "answer_then_reset",
     "close_before_status",
     "garbage_status_line",
     "hang_then_close",
@@ -299,6 +300,18 @@ def answer_once(response: bytes, stall: float = 0.0) -> Handler:
             conn.sendall(response)
             if stall:
                 stop.wait(stall)
+
+    return handler
+
+
+def answer_then_reset(response: bytes) -> Handler:
+    """Read one request, send ``response`` (a head and part of its body, say), then reset the
+    connection: the client reads what was sent, then gets ECONNRESET."""
+
+    def handler(conn: socket.socket, stop: threading.Event) -> None:
+        if read_request(conn):
+            conn.sendall(response)
+            conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
 
     return handler
 

@@ -28,6 +28,7 @@ from faultservers import (
     OK_RESPONSE,
     Handler,
     RawServer,
+    answer_then_reset,
     close_before_status,
     garbage_status_line,
     hang_then_close,
@@ -205,11 +206,27 @@ RAW_REUSED_CLOSE = Fault(
     "raw-reused-conn-closed-before-status-line", _raw(OK_RESPONSE, close_before_status), warm=True
 )
 RAW_REUSED_TRUNCATED = Fault("raw-reused-conn-truncated-body", _raw(OK_RESPONSE, truncated_body), warm=True)
+# The head and part of the body, then a reset: a failure after the head, never a stale resend.
+RAW_RESET_MID_BODY = Fault(
+    "raw-reset-mid-body", _raw(lambda: answer_then_reset(OK_RESPONSE[:-10]), OK_RESPONSE)
+)
+RAW_REUSED_RESET_MID_BODY = Fault(
+    "raw-reused-conn-reset-mid-body",
+    _raw(OK_RESPONSE, lambda: answer_then_reset(OK_RESPONSE[:-10])),
+    warm=True,
+)
 
 SERVER_ERROR_502 = Expect("server-error", qa.ServerError, 1, status=502)
 SERVER_ERROR_503 = Expect("server-error", qa.ServerError, 1, status=503)
 
-BODY_CUT_SHORT = (FAKE_TRUNCATE, FAKE_REUSED_TRUNCATE, RAW_TRUNCATED, RAW_REUSED_TRUNCATED)
+BODY_CUT_SHORT = (
+    FAKE_TRUNCATE,
+    FAKE_REUSED_TRUNCATE,
+    RAW_TRUNCATED,
+    RAW_REUSED_TRUNCATED,
+    RAW_RESET_MID_BODY,
+    RAW_REUSED_RESET_MID_BODY,
+)
 
 MATRIX: list[tuple[Fault, str, Expect]] = [
     # Connection faults: retried by default, fatal without retries or without connection retries.
@@ -235,6 +252,8 @@ MATRIX: list[tuple[Fault, str, Expect]] = [
             RAW_GARBAGE,
             RAW_HANG_CLOSE,
             RAW_REUSED_TRUNCATED,
+            RAW_RESET_MID_BODY,
+            RAW_REUSED_RESET_MID_BODY,
         )
         for policy in POLICIES
     ],
