@@ -139,8 +139,10 @@ def reply(status: int, body: bytes | str | object = None, *, headers: Sequence[t
             ``Content-Length`` is ignored because the fake always sends the correct one.
 
     Raises:
-        ValueError: ``status`` is outside 200-599, or a header name or value holds CR, LF, NUL or
-            a character outside Latin-1 (which HTTP/1.1 cannot carry).
+        ValueError: ``status`` is outside 200-599, a header name is not an RFC 9110 token (one
+            or more letters, digits or ``!#$%&'*+-.^_`|~``: no space, colon or other
+            delimiter, not empty), or a header name or value holds CR, LF, NUL or a character
+            outside Latin-1 (which HTTP/1.1 cannot carry).
         TypeError: ``status`` is not an int, ``body`` cannot be encoded as JSON, or ``headers``
             is not a sequence of ``(name, value)`` pairs of str.
     """

@@ -583,6 +583,44 @@ def test_reply_refuses_a_header_outside_latin1(pair: tuple[str, str]) -> None:
         reply(200, headers=[pair])
 
 
+# Every character a token may hold besides letters and digits (RFC 9110 section 5.6.2).
+TOKEN_PUNCTUATION = "!#$%&'*+-.^_`|~"
+# What a token may not hold: the delimiters, blanks, other controls, a Latin-1 letter.
+NOT_IN_A_TOKEN = ['"', *"(),/:;<=>?@[\\]{}", " ", "\t", "\x01", "\x7f", "\u00e9"]
+
+
+def test_reply_takes_a_header_name_of_every_token_character_alike_over_a_socket_and_the_mock(
+    svc: FakeService,
+) -> None:
+    name = f"Az09{TOKEN_PUNCTUATION}"
+    step = reply(200, {"models": []}, headers=[(name, "v")])
+    seen = []
+    for client in (
+        qa.Client(base_url=svc.url),
+        qa.Client(base_url="http://mock.test", transport=MockTransport(lambda request: step)),
+    ):
+        svc.script(step)
+        diag = qa.Diagnostics()
+        with client:
+            client.list_models(retry=qa.RetryPolicy.none, diagnostics=diag)
+        assert diag.headers is not None
+        seen.append([pair for pair in diag.headers.items() if pair[0] == name])
+    assert seen == [[(name, "v")]] * 2  # the field as scripted, once, by both
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["", *(f"x{char}y" for char in NOT_IN_A_TOKEN), " x-a", "x-a ", "x-a:"],
+    ids=repr,
+)
+def test_reply_refuses_a_header_name_that_is_not_a_token(name: str) -> None:
+    # Over a socket the client refused the head (MalformedHead: a ConnectionFailed), or read
+    # "x:y: v" as the field "x", while a MockTransport delivered the same reply as given.
+    with pytest.raises(ValueError, match="is not an RFC 9110 token") as caught:
+        reply(200, headers=[(name, "v")])
+    assert f"header name {name!r} " in str(caught.value)
+
+
 def test_reply_sends_a_latin1_header_value_alike_over_a_socket_and_the_mock(svc: FakeService) -> None:
     step = reply(200, {"models": []}, headers=[("x-a", "caf\u00e9 \u00ff")])
     seen = []
