@@ -89,7 +89,7 @@ class Scope:
 
     def absorb(self, exc: BaseException, heard: Optional[Diagnostics] = None) -> Canceled:
         """The ``Canceled`` that the task's cancellation ``exc`` ends the call with (``heard``:
-        its diagnostics, the head of a response cut off, as ``_transport.failure`` gives). One by
+        its diagnostics, the head of a response cut off, as ``_failure.failure`` gives). One by
         anyone else is also kept in ``foreign``: the driver raises it once the call has ended."""
         if self.reason is None or self.absorbed:
             self.foreign = exc

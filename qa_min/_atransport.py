@@ -19,8 +19,9 @@ import os
 from ._aio import AioConnection, AioPool, open_tunnel, start_tls
 from ._connection import PoolClosed, Stopped, _tune
 from ._errors import Canceled, InvalidResponse, ProtocolError
+from ._failure import failure, heard_head
 from ._http import Resend, TunnelRefused, encode
-from ._transport import _NETWORK_ERRORS, _Stale, failure, heard_head
+from ._transport import _NETWORK_ERRORS, _Stale
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

@@ -192,7 +192,7 @@ class Attempts:
             call.headers = None
             call.body = self.rules.messages.redact(exc.diagnostics.body or "")
         elif exc.diagnostics.status is not None:
-            # A head came, then its body was refused or cut short (``_transport.failure``): the
+            # A head came, then its body was refused or cut short (``_failure.failure``): the
             # head is the last response, its request id the attempt's.
             status = call.status = exc.diagnostics.status
             call.headers = exc.diagnostics.headers

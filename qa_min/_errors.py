@@ -260,7 +260,7 @@ class ProtocolError(QAError):
     Attributes:
         status: The final response's status when the error came after its head, else None.
         headers: That head's headers, until the transport hands them on to the call's
-            ``Diagnostics`` (``_transport.failure``); then None, so that a ``transport_error``
+            ``Diagnostics`` (``_failure.failure``); then None, so that a ``transport_error``
             never holds a header (which may echo the key).
     """
 

@@ -6,7 +6,7 @@ backoff, the retry budget, the rate limiter, error mapping and messages, ``Diagn
 hooks, cancellation of waits. The handler receives the request qa_min would have written (its
 method, target, fields and body, as the socket transport encodes them); the response it returns
 becomes what a socket would have delivered, through the socket reader's size cap (``cap_body``)
-and the socket transport's error translation (``_transport.failure``).
+and the socket transport's error translation (``_failure.failure``).
 """
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ import time
 from ._call import hooked
 from ._diagnostics import ResponseHeaders
 from ._errors import IncompleteMessage, InvalidResponse, LimitExceeded, ProtocolError
+from ._failure import failure
 from ._fakehttp import TRUNCATED_MISSING, Headers
 from ._fakerules import DEFAULT_MODELS, HeaderPairs, RecordedRequest, Step, apply_rules, model_names
 from ._http import wire_fields
-from ._transport import failure
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

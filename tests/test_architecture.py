@@ -51,6 +51,7 @@ LAYERS: tuple[str, ...] = (
     "_messages",
     "_decide",
     "_connection",
+    "_failure",
     "_aio",
     "_transport",
     "_retrying",
