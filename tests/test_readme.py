@@ -11,6 +11,11 @@ A block may need a public name that is still being built: an HTML comment on the
 its fence, ``<!-- readme-test: needs qa_min.NAME -->``, skips it while ``qa_min`` has no
 ``NAME``, so it runs as soon as ``NAME`` lands.
 
+Two pages of docs/ run the same way: docs/testing.md's blocks, joined, as the one test module
+they make, and docs/asyncio.md's first block against a ``FakeService`` where it names
+``qa-min fake``'s address. The other pages' blocks are fragments that use a client made
+elsewhere.
+
 The link checks: every page of docs/ is linked from README.md; every relative link in README.md
 and docs/*.md names a file that exists, and a ``#fragment`` a heading of that file; no figure
 that looks like a measured ratio (``0.70x``) appears outside ``benchmarks/RESULTS.md``, which
@@ -29,6 +34,7 @@ from typing import NamedTuple, Optional
 import pytest
 
 import qa_min
+from qa_min.testing import FakeService, expected_answer
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
@@ -126,6 +132,38 @@ def test_a_failing_block_or_a_failing_test_in_it_is_seen(tmp_path: Path) -> None
     assert _run("assert 1 == 2\n", tmp_path).returncode != 0
     assert _run("def test_fails():\n    raise ValueError('seen')\n", tmp_path).returncode != 0
     assert _run("def test_passes():\n    pass\n", tmp_path).returncode == 0
+
+
+# -- docs/ ------------------------------------------------------------------------------------
+# Most blocks of docs/ are fragments that use a ``client`` made elsewhere; these pages' blocks
+# run as they stand, so they are run here as the README's are.
+
+
+def _python_blocks(page: str) -> list[Block]:
+    return [b for b in blocks((DOCS / page).read_text(encoding="utf-8")) if b.language == "python"]
+
+
+def test_the_blocks_of_docs_testing_run_as_one_test_module(tmp_path: Path) -> None:
+    # "Your code" first, then the tests of it, as the page reads: together, one test module.
+    code = "".join(block.code for block in _python_blocks("testing.md"))
+    assert code.count("\ndef test_") == 3, code
+    done = _run(code, tmp_path)
+    assert done.returncode == 0, f"docs/testing.md failed:\n{done.stderr}"
+    assert done.stderr == "", f"docs/testing.md wrote to stderr:\n{done.stderr}"
+
+
+def test_the_first_block_of_docs_asyncio_prints_the_answers_of_a_fake_service(tmp_path: Path) -> None:
+    first = _python_blocks("asyncio.md")[0]
+    local = "http://127.0.0.1:8080"  # where `qa-min fake` listens; a free port here
+    assert local in first.code
+    criteria = {"true": "The text insults someone", "false": "The text insults no one"}
+    texts = ["Some text", "first text", "second text", "third text"]
+    toxic = [expected_answer(qa_min.DEFAULT_MODEL, text, "toxic", criteria) for text in texts]
+    with FakeService() as fake:
+        done = _run(first.code.replace(local, fake.url), tmp_path)
+    assert done.returncode == 0, f"docs/asyncio.md line {first.line} failed:\n{done.stderr}"
+    assert done.stderr == "", done.stderr
+    assert done.stdout.splitlines() == [str(toxic[0]), str(toxic[1:])]
 
 
 # -- links ------------------------------------------------------------------------------------
