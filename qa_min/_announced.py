@@ -15,9 +15,9 @@
 A reset may be seconds, a duration, epoch seconds or an RFC 3339 time. Several policies in one
 field: the most restrictive (the lowest refill rate, else the least remaining per second); a
 list field sent as several lines is one list (RFC 9110, section 5.3), a quoted name may hold the
-list's separators (RFC 8941, section 3.3.3), and a draft-11 policy whose quota unit (``qu``) is
-not requests is left out. A malformed field is ignored: ``parse`` never raises; it returns
-None when nothing usable is there.
+list's separators (RFC 8941, section 3.3.3), a draft-11 policy whose quota unit (``qu``) is
+not requests is left out, and one with no window (``w``) tells its quota but no rate. A
+malformed field is ignored: ``parse`` never raises; it returns None when nothing usable is there.
 """
 
 from __future__ import annotations
@@ -216,14 +216,20 @@ def _unquoted(text: str) -> str:
 
 def _structured(fields: dict[str, str]) -> Optional[Announcement]:
     """Draft-11: ``RateLimit: "p";r=50;t=30`` with ``RateLimit-Policy: "p";q=100;w=10``."""
-    policies: dict[str, tuple[float, float]] = {}
+    policies: dict[str, tuple[float, Optional[float]]] = {}
     other: set[str] = set()  # policies of another unit (``qu``): their ``RateLimit`` items are not calls
     for name, params in _items(fields.get("ratelimit-policy", "")):
         if params.get("qu", "requests") != "requests":
             other.add(name)  # a quota of bytes or of concurrent requests: not a rate of calls
             continue
-        quota, window = _number(params.get("q")), _number(params.get("w", "1"))
-        if quota is not None and window:
+        quota = _number(params.get("q"))
+        if quota is None:
+            continue
+        if "w" not in params:  # ``w`` is optional: a quota over no window told is no rate
+            policies[name] = (quota, None)
+            continue
+        window = _number(params["w"])
+        if window:
             policies[name] = (quota, quota / window)
     found = []
     for name, params in _items(fields["ratelimit"]):

@@ -6,7 +6,7 @@ Spec line -> tests (SPEC.md 7a; the rate-limit and fleet issue):
   IETF draft-11 RateLimit/RateLimit-Policy; several policies: the most restrictive
       test_ietf_structured_fields, test_several_policies_take_the_most_restrictive,
       test_a_field_sent_as_several_lines_is_one_list, test_a_quota_of_another_unit_is_not_a_rate_of_calls,
-      test_a_quoted_name_may_hold_commas_and_semicolons
+      test_a_quoted_name_may_hold_commas_and_semicolons, test_a_policy_without_a_window_tells_no_rate
   older drafts: RateLimit: limit=, remaining=, reset=; RateLimit-Limit/-Remaining/-Reset
       test_older_draft_forms
   OpenAI x-ratelimit-*-requests (reset a duration); Anthropic (reset an RFC 3339 time);
@@ -97,6 +97,19 @@ def test_a_quota_of_another_unit_is_not_a_rate_of_calls() -> None:
         parse([("RateLimit-Policy", '"n";q=4;qu="concurrent-requests"'), ("RateLimit", '"n";r=1')], WALL)
         is None
     )
+
+
+def test_a_policy_without_a_window_tells_no_rate() -> None:
+    # Draft-11 (3.1) makes w optional and gives it no default. Read as one second, "daily";q=1000
+    # was a refill of 1000/s, and a client with 5 calls left for an hour paced at 125/s.
+    found = one(("RateLimit-Policy", '"daily";q=1000'), ("RateLimit", '"daily";r=5;t=3600'))
+    assert (found.limit, found.remaining, found.reset, found.refill) == (1000, 5, 3600, 0.0)
+    # Beside a windowed policy it is still the most restrictive: 5 left in an hour, not 10/s.
+    both = one(
+        ("RateLimit-Policy", '"burst";q=100;w=10, "daily";q=1000'),
+        ("RateLimit", '"burst";r=90;t=5, "daily";r=5;t=3600'),
+    )
+    assert (both.limit, both.remaining, both.reset, both.refill) == (1000, 5, 3600, 0.0)
 
 
 def test_a_quoted_name_may_hold_commas_and_semicolons() -> None:
