@@ -186,11 +186,18 @@ def _timestamp(text: str) -> Optional[float]:
     if match is None:
         return None
     year, month, day, hour, minute, second = (int(part) for part in match.groups()[:6])
-    if not (year >= 1 and 1 <= month <= 12 and 1 <= day <= 31 and hour < 24 and minute < 60 and second < 61):
+    if not (year >= 1 and 1 <= month <= 12 and hour < 24 and minute < 60 and second < 61):
         return None  # year 0 too: calendar.timegm raises for it
+    # calendar.timegm rolls a day the month lacks (November 31) and an offset past 23:59 over
+    # into a real time, days away: RFC 3339 (5.7) calls such a time malformed.
+    if day < 1 or day > calendar.monthrange(year, month)[1]:
+        return None
     stamp = calendar.timegm((year, month, day, hour, minute, second, 0, 0, 0)) + float(match[7] or 0)
     if match[9]:
-        offset = int(match[10]) * 3600 + int(match[11]) * 60
+        hours, minutes = int(match[10]), int(match[11])
+        if hours > 23 or minutes > 59:
+            return None
+        offset = hours * 3600 + minutes * 60
         stamp -= offset if match[9] == "+" else -offset
     return stamp
 

@@ -13,7 +13,8 @@ Spec line -> tests (SPEC.md 7a; the rate-limit and fleet issue):
   GitHub x-ratelimit-* (reset epoch seconds)
       test_openai_durations, test_anthropic_rfc3339_reset, test_github_epoch_reset
   a malformed field is ignored, never an error
-      test_malformed_fields_are_ignored, test_the_parser_never_raises (hypothesis)
+      test_malformed_fields_are_ignored, test_a_reset_at_a_time_that_does_not_exist_is_no_reset,
+      test_the_parser_never_raises (hypothesis)
   the fake announces in each style; qa-min fake --announce; bad values refused
       test_fake_announces_its_bucket_in_each_style, test_fake_refuses_a_bad_announce_style,
       test_cli_fake_accepts_announce
@@ -263,6 +264,28 @@ def test_a_reset_in_year_0_or_with_other_digits_is_no_reset(fields: list[tuple[s
     found = parse(fields, WALL)
     assert found is not None
     assert (found.remaining, found.reset) == (5, 0.0)
+
+
+@pytest.mark.parametrize(
+    "stamp",
+    [
+        "2025-11-31T16:00:05Z",  # November has 30 days: read as December 1, a week away
+        "2026-02-29T00:00:00Z",  # 2026 is no leap year: read as March 1
+        "2025-11-24T16:00:05-24:00",  # an offset's hour is 00-23: read as a day away
+        "2025-11-24T16:00:05-05:60",  # ...and its minute 00-59: read as six hours away
+    ],
+)
+def test_a_reset_at_a_time_that_does_not_exist_is_no_reset(stamp: str) -> None:
+    # RFC 3339 5.7: such a time is malformed; calendar.timegm rolled it over into a real one.
+    found = one(
+        ("anthropic-ratelimit-requests-remaining", "5"), ("anthropic-ratelimit-requests-reset", stamp)
+    )
+    assert (found.remaining, found.reset) == (5, 0.0)
+    leap = one(
+        ("anthropic-ratelimit-requests-remaining", "5"),
+        ("anthropic-ratelimit-requests-reset", "2028-02-29T00:00:00Z"),
+    )
+    assert leap.reset == pytest.approx(1_835_395_200 - WALL)  # a real leap day still reads
 
 
 def test_year_1_is_a_reset_long_past() -> None:
