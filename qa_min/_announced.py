@@ -129,8 +129,17 @@ def _made(
     reset = 0.0 if reset is None else reset
     if refill is None:
         # A bucket's reset is the time until it is full again: what it lacks, refilled by then.
-        refill = (limit - remaining) / reset if bucket and reset > 0 and limit > remaining else 0.0
+        refill = (_rate(limit - remaining, reset) if bucket and limit > remaining else None) or 0.0
     return Announcement(limit, remaining, reset, refill, style)
+
+
+def _rate(amount: float, seconds: Optional[float]) -> Optional[float]:
+    """``amount`` per ``seconds``, or None: no seconds, or a rate past the largest float (a
+    quota of 1e299 over 1e-299 s is no rate a client can pace by, only an infinity)."""
+    if not seconds:
+        return None
+    rate = amount / seconds
+    return rate if rate < math.inf else None
 
 
 def _number(text: Optional[str]) -> Optional[float]:
@@ -155,12 +164,13 @@ def _reset(text: Optional[str], wall: float) -> Optional[float]:
         return None
     text = text.strip()
     seconds = _number(text)
-    if seconds is None:
-        seconds = _duration(text)
-    if seconds is None:
-        stamp = _timestamp(text)
-        return None if stamp is None else _until(stamp, wall)
-    return _until(seconds, wall) if seconds >= EPOCH else seconds
+    if seconds is not None:
+        return _until(seconds, wall) if seconds >= EPOCH else seconds
+    seconds = _duration(text)
+    if seconds is not None:  # never epoch seconds, however long; past the largest float, nothing
+        return seconds if seconds < math.inf else None
+    stamp = _timestamp(text)
+    return None if stamp is None else _until(stamp, wall)
 
 
 def _until(stamp: float, wall: float) -> Optional[float]:
@@ -235,9 +245,9 @@ def _structured(fields: dict[str, str]) -> Optional[Announcement]:
         if "w" not in params:  # ``w`` is optional: a quota over no window told is no rate
             policies[name] = (quota, None)
             continue
-        window = _number(params["w"])
-        if window:
-            policies[name] = (quota, quota / window)
+        refill = _rate(quota, _number(params["w"]))
+        if refill is not None:
+            policies[name] = (quota, refill)
     found = []
     for name, params in _items(fields["ratelimit"]):
         remaining = _number(params.get("r"))
@@ -268,9 +278,10 @@ def _policy_rate(policy: Optional[str]) -> Optional[float]:
         return None
     rates = []
     for item, params in _items(policy):
-        quota, window = _number(item), _number(params.get("w"))
-        if quota is not None and window:
-            rates.append(quota / window)
+        quota = _number(item)
+        rate = None if quota is None else _rate(quota, _number(params.get("w")))
+        if rate is not None:
+            rates.append(rate)
     return min(rates) if rates else None
 
 
