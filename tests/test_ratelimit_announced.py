@@ -11,7 +11,8 @@ Spec line -> tests (SPEC.md 7a; the rate-limit and fleet issue):
       test_older_draft_forms
   OpenAI x-ratelimit-*-requests (reset a duration); Anthropic (reset an RFC 3339 time);
   GitHub x-ratelimit-* (reset epoch seconds)
-      test_openai_durations, test_anthropic_rfc3339_reset, test_github_epoch_reset
+      test_openai_durations, test_anthropic_rfc3339_reset, test_github_epoch_reset,
+      test_each_family_as_servers_write_it (real servers' shapes, exact numbers)
   a malformed field is ignored, never an error
       test_malformed_fields_are_ignored, test_a_reset_at_a_time_that_does_not_exist_is_no_reset,
       test_a_rate_past_the_largest_float_is_no_rate, test_a_duration_is_never_a_time,
@@ -208,6 +209,91 @@ def test_github_epoch_reset() -> None:
         ("X-RateLimit-Reset", str(int(WALL) + 60)),
     )
     assert (found.style, found.remaining, found.reset, found.refill) == ("github", 4999, 60.0, 0.0)
+
+
+OPENAI = ("x-ratelimit-limit-requests", "x-ratelimit-remaining-requests", "x-ratelimit-reset-requests")
+ANTHROPIC = tuple(f"anthropic-ratelimit-requests-{part}" for part in ("limit", "remaining", "reset"))
+
+
+def family(names: tuple[str, ...], *values: str) -> list[tuple[str, str]]:
+    return list(zip(names, values))
+
+
+# Each family as real servers write it: (fields, (style, limit, remaining, reset, refill)).
+SHAPES = {
+    # draft-11's own example of two policies; the hourly one, second, refills slower (0.28/s).
+    "ietf two policies, the second tighter": (
+        [
+            ("RateLimit-Policy", '"permin";q=50;w=60,"perhr";q=1000;w=3600'),
+            ("RateLimit", '"permin";r=49;t=60,"perhr";r=999;t=3600'),
+        ],
+        ("ietf", 1000, 999, 3600, 1000 / 3600),
+    ),
+    # draft-11's quota of content bytes with a partition key: its smaller numbers are no calls.
+    "ietf content-bytes left out": (
+        [
+            ("RateLimit-Policy", '"peruser";q=65535;qu="content-bytes";w=10;pk=:sdfjLJUOUH==:'),
+            ("RateLimit-Policy", '"default";q=100;w=60'),
+            ("RateLimit", '"peruser";r=300;t=10;pk=:sdfjLJUOUH==:, "default";r=50;t=30'),
+        ],
+        ("ietf", 100, 50, 30, 100 / 60),
+    ),
+    "ietf t=0: the quota is back now": (
+        [("RateLimit-Policy", '"default";q=100;w=10'), ("RateLimit", '"default";r=100;t=0')],
+        ("ietf", 100, 100, 0, 10),
+    ),
+    # The drafts say delta-seconds; an HTTP-date is ignored (reset 0), not misread as 21 or 2015.
+    "draft reset an HTTP-date": (
+        [
+            ("RateLimit-Limit", "100"),
+            ("RateLimit-Remaining", "5"),
+            ("RateLimit-Reset", "Mon, 24 Nov 2025 16:00:30 GMT"),
+        ],
+        ("ietf-draft", 100, 5, 0, 0),
+    ),
+    "draft dictionary reset an HTTP-date": (
+        [("RateLimit", "limit=100, remaining=5, reset=Mon, 24 Nov 2025 16:00:30 GMT")],
+        ("ietf-draft", 100, 5, 0, 0),
+    ),
+    "openai 0s": (family(OPENAI, "60", "60", "0s"), ("openai", 60, 60, 0, 0)),
+    "openai 1m": (family(OPENAI, "60", "59", "1m"), ("openai", 60, 59, 60, 1 / 60)),
+    "openai 59.999s": (family(OPENAI, "60", "0", "59.999s"), ("openai", 60, 0, 59.999, 60 / 59.999)),
+    "openai 1h": (family(OPENAI, "10000", "9000", "1h"), ("openai", 10000, 9000, 3600, 1000 / 3600)),
+    "anthropic +05:30": (
+        family(ANTHROPIC, "50", "40", "2025-11-24T21:30:04+05:30"),
+        ("anthropic", 50, 40, 4, 10 / 4),
+    ),
+    "anthropic fraction": (
+        family(ANTHROPIC, "50", "45", "2025-11-24T16:00:02.123456789Z"),
+        ("anthropic", 50, 45, 2.123456789, 5 / 2.123456789),
+    ),
+    "anthropic fraction and offset": (
+        family(ANTHROPIC, "4000", "3999", "2025-11-24T08:00:00.25-08:00"),
+        ("anthropic", 4000, 3999, 0.25, 4),
+    ),
+    # A GitHub reset already past: the window is over, no reset left and no refill told.
+    "github epoch past": (
+        [
+            ("x-ratelimit-limit", "5000"),
+            ("x-ratelimit-remaining", "4987"),
+            ("x-ratelimit-used", "13"),
+            ("x-ratelimit-reset", str(int(WALL) - 90)),
+            ("x-ratelimit-resource", "core"),
+        ],
+        ("github", 5000, 4987, 0, 0),
+    ),
+}
+
+
+@pytest.mark.parametrize(("fields", "expected"), SHAPES.values(), ids=SHAPES.keys())
+def test_each_family_as_servers_write_it(
+    fields: list[tuple[str, str]], expected: tuple[str, float, float, float, float]
+) -> None:
+    found = one(*fields)
+    style, limit, remaining, reset, refill = expected
+    assert (found.style, found.limit, found.remaining) == (style, limit, remaining)
+    assert found.reset == pytest.approx(reset, abs=1e-6)
+    assert found.refill == pytest.approx(refill, rel=1e-6)
 
 
 @pytest.mark.parametrize(
