@@ -199,9 +199,28 @@ class RateLimitState(_ReadOnly):
         return (RateLimitState, (self.limit, self.per_second, self.paused_for, self.throttles, announced))
 
     def __repr__(self) -> str:
-        pace = "unlimited" if self.per_second is None else f"paced at {self.per_second:.1f}/s"
+        pace = "unlimited" if self.per_second is None else f"paced at {_pace(self.per_second)}/s"
         text = f"paused for {self.paused_for:.2f} s, then {pace}" if self.paused_for > 0 else pace
         told = self.announced
         if told is not None:
-            text += f", announced {told['remaining']:g} of {told['limit']:g} left ({told['style']})"
+            text += f", announced {_figure(told['remaining'])} of {_figure(told['limit'])} left"
+            if told["reset"]:
+                text += f", back in {_figure(told['reset'])} s"
+            if told["refill"]:
+                text += f", refill {_figure(told['refill'])}/s"
+            text += f" ({told['style']})"
         return f"RateLimitState({text}, throttles={self.throttles})"
+
+
+def _pace(per_second: float) -> str:
+    """A ceiling to one decimal (``12.1``); one a decimal would show as 0.0, or in hundreds of
+    digits (a ceiling read off an announcement of 1e299 calls), to three significant digits."""
+    return f"{per_second:.1f}" if 0.1 <= per_second < 1e9 else f"{per_second:.3g}"
+
+
+def _figure(value: object) -> str:
+    """An announced number: a count whole (``1234567``, which ``:g`` showed as ``1.23457e+06``),
+    anything else to six significant digits (``59.999``)."""
+    if not isinstance(value, float):
+        return str(value)
+    return f"{value:.0f}" if value.is_integer() and value < 1e15 else f"{value:.6g}"

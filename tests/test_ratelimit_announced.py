@@ -21,7 +21,8 @@ Spec line -> tests (SPEC.md 7a; the rate-limit and fleet issue):
       test_fake_announces_its_bucket_in_each_style, test_fake_refuses_a_bad_announce_style,
       test_cli_fake_accepts_announce
   client.rate_limit shows the announced limit; a client paces by it before any 429
-      test_client_shows_the_announced_limit_and_paces_by_it
+      test_client_shows_the_announced_limit_and_paces_by_it, tests/test_ratelimit_shown.py (both
+      clients, each style, odd announcements)
 """
 
 from __future__ import annotations
