@@ -12,12 +12,13 @@
 * Anthropic's ``anthropic-ratelimit-requests-{limit,remaining,reset}`` (reset an RFC 3339 time);
 * GitHub's ``x-ratelimit-{limit,remaining,reset}`` (reset in epoch seconds).
 
-A reset may be seconds, a duration, epoch seconds or an RFC 3339 time. Several policies in one
-field: the most restrictive (the lowest refill rate, else the least remaining per second); a
-list field sent as several lines is one list (RFC 9110, section 5.3), a quoted name may hold the
-list's separators (RFC 8941, section 3.3.3), a draft-11 policy whose quota unit (``qu``) is
-not requests is left out, and one with no window (``w``) tells its quota but no rate. A
-malformed field is ignored: ``parse`` never raises; it returns None when nothing usable is there.
+A reset may be seconds, a duration, epoch seconds (or milliseconds) or an RFC 3339 time. Several
+policies in one field: the most restrictive (the lowest refill rate, else the least remaining
+per second); a list field sent as several lines is one list (RFC 9110, section 5.3), a quoted
+name may hold the list's separators (RFC 8941, section 3.3.3), a draft-11 policy whose quota
+unit (``qu``) is not requests is left out, and one with no window (``w``) tells its quota but no
+rate. A malformed field is ignored: ``parse`` never raises; it returns None when nothing usable
+is there.
 """
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ if TYPE_CHECKING:
     from collections.abc import Iterable
     from typing import Optional
 
-EPOCH = 1e9  # a reset this large is a time (epoch seconds), not a delay
+EPOCH = 1e9  # a reset this large is a time (epoch seconds), not a delay...
+EPOCH_MS = 1e12  # ...and this large, epoch milliseconds (as seconds: the year 33658)
 # ASCII digits only: ``\d`` would also match other scripts' digits, which ``float()`` reads.
 # Go's ``time.Duration`` text, its units in order; below a millisecond Go writes ``µs`` (U+00B5)
 # and ``ns``, and its parser also takes ``us`` and ``μs`` (U+03BC). Header values are read as
@@ -165,6 +167,8 @@ def _reset(text: Optional[str], wall: float) -> Optional[float]:
     text = text.strip()
     seconds = _number(text)
     if seconds is not None:
+        if seconds >= EPOCH_MS:  # some services send milliseconds
+            seconds /= 1000
         return _until(seconds, wall) if seconds >= EPOCH else seconds
     seconds = _duration(text)
     if seconds is not None:  # never epoch seconds, however long; past the largest float, nothing

@@ -212,6 +212,16 @@ def test_github_epoch_reset() -> None:
     assert (found.style, found.remaining, found.reset, found.refill) == ("github", 4999, 60.0, 0.0)
 
 
+def test_an_epoch_reset_in_milliseconds_is_read_as_one() -> None:
+    def reset(value: str) -> float:
+        fields = (("X-RateLimit-Limit", "50"), ("X-RateLimit-Remaining", "49"), ("X-RateLimit-Reset", value))
+        return one(*fields).reset
+
+    assert reset(str(int(WALL * 1000) + 60_000)) == pytest.approx(60.0, abs=1e-3)  # as some services send
+    assert reset("1000000000000") == 0.0  # exactly 1e12: milliseconds (2001), long past
+    assert reset("999999999999") > 1e11  # one below: epoch seconds (the year 33658), far ahead
+
+
 OPENAI = ("x-ratelimit-limit-requests", "x-ratelimit-remaining-requests", "x-ratelimit-reset-requests")
 ANTHROPIC = tuple(f"anthropic-ratelimit-requests-{part}" for part in ("limit", "remaining", "reset"))
 
