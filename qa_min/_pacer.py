@@ -13,10 +13,10 @@ with a time: "go at t", "wait until woken", or "go now". Waiting is not done her
 * **Shared pauses** (SPEC.md 7a): a 429/529's delay pauses every attempt of the client, from
   the first one, with no burst at its end. Slots promised for after it stay; a sleeper whose
   slot a newer pause covers moves behind it.
-* **Sleepers look again while the ceiling moves**: a new call sleeps at most ``LOOK`` toward
-  its slot under an announced pace (``Pace.follow``); under a learned one, which regrows
-  (``Pace.rising``), any call but a last chance whose slot lies more than ``LOOK_FAR`` beyond any
-  pause sleeps ``LOOK_FAR``. At each look the slot comes nearer if the pace has risen
+* **Sleepers look again while the ceiling moves**: any call but a last chance sleeps at most
+  ``LOOK`` toward its slot under an announced pace (``Pace.follow``); under a learned one, which
+  regrows (``Pace.rising``), one whose slot lies more than ``LOOK_FAR`` beyond any pause sleeps
+  ``LOOK_FAR``. At each look the slot comes nearer if the pace has risen
   ``RISEN``-fold since it was taken. Slots taken while the bucket was empty, or at a first
   guess, lie far ahead when many calls wait (an asyncio client that sent thousands at once, most
   of them throttled), and those calls slept on at the old pace.
@@ -42,9 +42,9 @@ EPSILON = 1e-9  # s: a slot this close is now (sums of intervals round)
 BURST_SECONDS = 0.05  # burst tolerance unless ``burst`` is given: attempts at the ceiling in 50 ms
 JUMPS = 256  # throttled calls' slots remembered, to move back the sleepers they overtook
 ALONE = 10.0  # s: the longest a last chance holds the others back (its answer ends it sooner)
-LOOK = 0.05  # s: under an announced pace, the longest a new call sleeps before it looks again...
+LOOK = 0.05  # s: under an announced pace, the longest a call sleeps before it looks again...
 RISEN = 2.0  # ...and how much the pace must have risen since its slot was taken to bring it nearer
-LOOK_FAR = 1.0  # s: under a learned ceiling, the longest a new call sleeps before it looks again
+LOOK_FAR = 1.0  # s: under a learned ceiling, the longest a call sleeps before it looks again
 AFTER = 0.002  # s: with no ceiling, how long after a pause's throttled calls a new call goes
 
 
@@ -110,11 +110,9 @@ class Waiter:
 
 
 def _looks(waiter: Waiter, pace: Pace) -> bool:
-    """Whether ``waiter`` looks again before its slot: a new call under an announced ceiling;
-    any but a last chance under a learned one (a burst's throttled calls queue far ahead)."""
-    if pace.follow:
-        return not waiter.priority
-    return pace.rising and waiter.priority is not Priority.LAST
+    """Whether ``waiter`` looks again before its slot: any but a last chance, under an announced
+    ceiling or a learned one that regrows (a burst's throttled calls queue far ahead)."""
+    return (pace.follow or pace.rising) and waiter.priority is not Priority.LAST
 
 
 class Pacer:
@@ -157,7 +155,7 @@ class Pacer:
 
     def nap(self, now: float, waiter: Waiter, pace: Pace) -> float:
         """How long ``waiter`` may sleep toward its slot before it looks again (``next``), so
-        that a new call whose slot was taken at a low pace does not sleep on while the pace has
+        that a call whose slot was taken at a low pace does not sleep on while the pace has
         risen: every ``LOOK`` under an announced ceiling, which moves often; every ``LOOK_FAR``
         under a learned one, which regrows steadily. The shell records where a wait shorter
         than the slot ends (``Waiter.look_at``), so that a look happens only after it."""

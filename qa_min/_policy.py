@@ -16,12 +16,15 @@ clients drain it until N paces make R (full = 1 - log(TOP * N) / log(BASE): 0.92
 for eight, empty for about 85), with no estimate of N, of the fleet's rate or of the level's
 slope, whose lag made a fleet of stepping controllers swing between a full bucket and 429s. The
 first announced pace is ``START`` of R and grows ``RAMP``-fold a second until the level binds it
-(a fleet starting together would otherwise drain the bucket at once). The pacer lets a new call
-sleep at most ``LOOK`` toward a slot taken under an announced pace, and brings the slot nearer
-when the pace has risen ``RISEN``-fold since: after a drained bucket, slots taken at its slow
-pace lie seconds ahead, and a fleet sleeping on them left the bucket full. A 429 meanwhile cuts
-by ``BETA`` until the next announcement. An announcement older than ``STALE`` no longer paces.
-With no refill told (a fixed window), R is what is left over what is left of the window.
+(a fleet starting together would otherwise drain the bucket at once). The pacer lets a call (but
+a last chance) sleep at most ``LOOK`` toward a slot taken under an announced pace, and brings
+the slot nearer when the pace has risen ``RISEN``-fold since: after a drained bucket, slots
+taken at its slow pace lie seconds ahead, and a fleet sleeping on them left the bucket full.
+After ``SILENT`` seconds with no announcement the level is read as refilled at R since the last
+one (a client whose own burst drained the bucket hears nothing while its calls sleep). A 429
+meanwhile cuts by ``BETA`` until the next announcement. An announcement older than ``STALE`` no
+longer paces. With no refill told (a fixed window), R is what is left over what is left of the
+window.
 
 **Without announcements, 429s teach** ("measured", notes/rate-limiting.md):
 
@@ -129,7 +132,7 @@ class Policy:
     def rate(self, now: float) -> float:
         """The ceiling in force: attempts per second, inf for none."""
         if self.steered(now):
-            return min(self.steer.paced, self.cap)
+            return min(self.steer.at(now), self.cap)
         base = self._base
         if base == INF:
             return self.cap

@@ -37,7 +37,7 @@ import qa_min as qa
 from qa_min._announced import Announcement
 from qa_min._pacer import INF, LOOK, LOOK_FAR, RISEN, Pace, Pacer, Priority, Waiter
 from qa_min._policy import BETA, STALE, Policy
-from qa_min._steer import BASE, RAMP, START, TOP, Steer
+from qa_min._steer import BASE, RAMP, SILENT, START, TOP, Steer
 
 RATE = 200.0
 
@@ -298,9 +298,9 @@ def second_sleeper(slow: Pace) -> tuple[Pacer, Waiter, float]:
 
 
 def test_under_an_announced_pace_a_sleeper_looks_again_and_comes_nearer_when_it_rose() -> None:
-    # After the bucket was drained, a slot taken at its slow pace lies seconds ahead; a new call
+    # After the bucket was drained, a slot taken at its slow pace lies seconds ahead; a call
     # sleeps at most LOOK, and at each look its slot comes nearer if the pace has since risen
-    # RISEN-fold or more (a fuller bucket); a retry's slot, and an explicit pace's, stay put.
+    # RISEN-fold or more (a fuller bucket); a last chance's slot, and an explicit pace's, stay put.
     slow, fast = Pace(2.0, follow=True), Pace(2.0 * RISEN, follow=True)
     pacer, waiter, slot = second_sleeper(slow)
     assert slot > LOOK
@@ -315,9 +315,56 @@ def test_under_an_announced_pace_a_sleeper_looks_again_and_comes_nearer_when_it_
     assert hold is not None
     assert hold == pytest.approx((slot - 2 * LOOK) / RISEN)
     assert waiter.slot == pytest.approx(2 * LOOK + hold)
-    retry = Waiter(Priority.RETRY)
-    pacer.reserve(0.0, 1.0, retry, slow)
-    assert pacer.nap(0.0, retry, slow) == pytest.approx(retry.slot)
+    last = Waiter(Priority.LAST)
+    pacer.reserve(0.0, 1.0, last, slow)
+    assert pacer.nap(0.0, last, slow) == pytest.approx(last.slot)
+
+
+def test_under_an_announced_pace_a_throttled_call_looks_again_too() -> None:
+    # An asyncio client that sent a hundred calls at once drained the bucket itself: its
+    # throttled calls took slots at the empty bucket's pace, 0.4 s apart, and slept on them
+    # for 21 s (in the simulation) while the bucket was full again.
+    slow, fast = Pace(2.0, follow=True), Pace(2.0 * RISEN, follow=True)
+    pacer, _, _ = second_sleeper(slow)
+    retries = [Waiter(Priority.RETRY) for _ in range(3)]
+    slot = max(pacer.reserve(0.0, None, retry, slow) for retry in retries)
+    retry = retries[-1]
+    assert retry.slot == slot > LOOK
+    assert pacer.nap(0.0, retry, slow) == pytest.approx(LOOK)
+    retry.due, retry.look_at = True, LOOK
+    hold = pacer.next(LOOK, retry, fast)
+    assert hold == pytest.approx((slot - LOOK) / RISEN)
+
+
+def test_after_a_silence_the_announced_level_is_read_as_refilled() -> None:
+    # Nothing heard for SILENT seconds: the bucket refilled at its rate since the last level
+    # told, as far as full; the pace never falls for it, and a window (no refill) keeps its own.
+    steer = Steer()
+    steer.heard(0.0, Announcement(50, 49, 0.005, 200.0, "openai"), True)
+    empty = steer.heard(10.0, Announcement(50, 0, 0.25, 200.0, "openai"), False)
+    assert empty is not None
+    steer.paced = empty
+    assert steer.at(10.0 + SILENT) == empty  # exactly SILENT: still the last level told
+    assert steer.at(10.0 + SILENT + 0.1) == pytest.approx(TOP * 200 * BASE ** (20 / 49 - 1))  # 20 tokens back
+    assert steer.at(10.0 + SILENT + 1.0) == pytest.approx(TOP * 200)  # full, no further
+    steer.paced = 1000.0  # higher than the level reads: kept
+    assert steer.at(10.0 + SILENT + 0.1) == 1000.0
+    window = Steer()
+    window.paced = window.heard(0.0, Announcement(100, 60, 30.0, 0.0, "ietf-draft"), True) or 0.0
+    assert window.at(SILENT + 10.0) == window.paced
+
+
+@pytest.mark.parametrize(("calls", "within"), [(200, 3.0), (1000, 20.0)])
+def test_a_burst_that_drains_an_announced_bucket_is_not_paced_at_its_empty_level(
+    calls: int, within: float
+) -> None:
+    # All calls at once (an asyncio gather), none heard of the limit before: most are throttled
+    # and the rest find the bucket empty. 200 calls took 64 s and 1,000 took 404 s, sleeping on
+    # slots taken at the empty bucket's pace; at 200/s they need 1 and 5 s.
+    member = Member(calls, calls, qa.RateLimit())
+    result = simulate_fleet([member], announce="openai")
+    assert result.failed == 0
+    assert member.answered[-1] < within
 
 
 def test_a_sleeper_brought_nearer_still_waits_for_the_pause() -> None:
