@@ -35,15 +35,20 @@ class FakeProcess:
     Args:
         rate_limit: (requests per second, burst) the service allows, or None for no limit.
         retry_after: How its 429s say when to come back: ``"seconds"`` or ``"ms"``.
+        announce: The style it announces its limit in on every response (``"none"``: not).
 
     Raises:
         RuntimeError: The service did not start.
     """
 
     def __init__(
-        self, rate_limit: Optional[tuple[float, float]] = None, retry_after: str = "seconds"
+        self,
+        rate_limit: Optional[tuple[float, float]] = None,
+        retry_after: str = "seconds",
+        announce: str = "none",
     ) -> None:
         command = [sys.executable, "-m", "benchmarks.fake", "--retry-after", retry_after]
+        command += ["--announce", announce]
         if rate_limit is not None:
             command += ["--rate", str(rate_limit[0]), "--burst", str(rate_limit[1])]
         pipe = subprocess.PIPE
@@ -103,9 +108,10 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--rate", type=float, help="requests per second it allows (default: no limit)")
     parser.add_argument("--burst", type=float, default=50.0, help="the burst it allows with --rate (50)")
     parser.add_argument("--retry-after", choices=("seconds", "ms"), default="seconds")
+    parser.add_argument("--announce", default="none", help="the style it announces its limit in (none)")
     args = parser.parse_args(argv)
     rate_limit = None if args.rate is None else (args.rate, args.burst)
-    with FakeService(rate_limit=rate_limit, retry_after=args.retry_after) as service:
+    with FakeService(rate_limit=rate_limit, retry_after=args.retry_after, announce=args.announce) as service:
         print(f"READY {service.url}", flush=True)
         for command in sys.stdin:
             if command.strip() == "stats":
