@@ -218,7 +218,7 @@ def test_an_epoch_reset_in_milliseconds_is_read_as_one() -> None:
         return one(*fields).reset
 
     assert reset(str(int(WALL * 1000) + 60_000)) == pytest.approx(60.0, abs=1e-3)  # as some services send
-    assert reset("1000000000000") == 0.0  # exactly 1e12: milliseconds (2001), long past
+    assert reset("1000000000000") == pytest.approx(0.0)  # exactly 1e12: milliseconds (2001), long past
     assert reset("999999999999") > 1e11  # one below: epoch seconds (the year 33658), far ahead
 
 
