@@ -132,7 +132,7 @@ class Policy:
     def rate(self, now: float) -> float:
         """The ceiling in force: attempts per second, inf for none."""
         if self.steered(now):
-            return min(self.steer.at(now), self.cap)
+            return min(self.steer.at(now, self.announced, self._heard), self.cap)
         base = self._base
         if base == INF:
             return self.cap

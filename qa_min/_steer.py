@@ -27,25 +27,25 @@ class Steer:
     """The ceiling announcements set for one client (``paced``, inf: none yet) and what it
     reads them by. Not thread-safe (the limiter locks)."""
 
-    __slots__ = ("capacity", "left", "paced", "refill", "started", "told_at")
+    __slots__ = ("capacity", "paced", "refill", "started")
 
     def __init__(self) -> None:
         self.paced = INF
         self.capacity = 0.0  # the bucket full: as told, or the fullest seen
         self.refill = 0.0  # the bucket's refill rate, told or estimated
         self.started = 0.0  # when the announcements began
-        self.left, self.told_at = 0.0, -INF  # the latest level told, and when
 
-    def at(self, now: float) -> float:
-        """The ceiling in force at ``now``: ``paced``, or after ``SILENT`` seconds with no
-        announcement, the pace of the level the bucket has refilled to since the last one if
-        that is more. A client that drained the bucket itself (an asyncio burst of hundreds of
-        calls) takes its calls' slots at the empty bucket's pace, up to minutes ahead; hearing
-        nothing while they sleep, it would never learn that the bucket filled again."""
-        silent = now - self.told_at - SILENT
-        if silent <= 0 or self.refill <= 0 or self.capacity <= 0:
+    def at(self, now: float, latest: Optional[Announcement], told_at: float) -> float:
+        """The ceiling in force at ``now``, ``latest`` being the last announcement, heard at
+        ``told_at``: ``paced``, or after ``SILENT`` seconds with no announcement, the pace of
+        the level the bucket has refilled to since the last one if that is more. A client that
+        drained the bucket itself (an asyncio burst of hundreds of calls) takes its calls' slots
+        at the empty bucket's pace, up to minutes ahead; hearing nothing while they sleep, it
+        would never learn that the bucket filled again."""
+        silent = now - told_at - SILENT
+        if latest is None or silent <= 0 or self.refill <= 0 or self.capacity <= 0:
             return self.paced
-        level = min(1.0, (self.left + self.refill * silent) / self.capacity)
+        level = min(1.0, (latest.remaining + self.refill * silent) / self.capacity)
         return max(self.paced, self._read(now, self.refill, level))
 
     def _read(self, now: float, refill: float, full: float) -> float:
@@ -59,7 +59,6 @@ class Steer:
         """An announcement at ``now`` (``first``: none heard lately); the new ceiling, or None."""
         if first:
             self.started = now
-        self.left, self.told_at = news.remaining, now
         if news.refill > 0:  # an estimate from a reset is noisy: smoothed
             self.refill = news.refill if first or not self.refill else 0.8 * self.refill + 0.2 * news.refill
         # The full level: the limit told, less the request this response answers, or the fullest

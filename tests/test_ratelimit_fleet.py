@@ -341,17 +341,24 @@ def test_after_a_silence_the_announced_level_is_read_as_refilled() -> None:
     # told, as far as full; the pace never falls for it, and a window (no refill) keeps its own.
     steer = Steer()
     steer.heard(0.0, Announcement(50, 49, 0.005, 200.0, "openai"), True)
-    empty = steer.heard(10.0, Announcement(50, 0, 0.25, 200.0, "openai"), False)
+    drained = Announcement(50, 0, 0.25, 200.0, "openai")
+    empty = steer.heard(10.0, drained, False)
     assert empty is not None
     steer.paced = empty
-    assert steer.at(10.0 + SILENT) == pytest.approx(empty)  # exactly SILENT: still the last level told
-    assert steer.at(10.0 + SILENT + 0.1) == pytest.approx(TOP * 200 * BASE ** (20 / 49 - 1))  # 20 tokens back
-    assert steer.at(10.0 + SILENT + 1.0) == pytest.approx(TOP * 200)  # full, no further
+
+    def at(now: float) -> float:
+        return steer.at(now, drained, 10.0)
+
+    assert at(10.0 + SILENT) == pytest.approx(empty)  # exactly SILENT: still the last level told
+    assert at(10.0 + SILENT + 0.1) == pytest.approx(TOP * 200 * BASE ** (20 / 49 - 1))  # 20 tokens back
+    assert at(10.0 + SILENT + 1.0) == pytest.approx(TOP * 200)  # full, no further
     steer.paced = 1000.0  # higher than the level reads: kept
-    assert steer.at(10.0 + SILENT + 0.1) == pytest.approx(1000.0)
+    assert at(10.0 + SILENT + 0.1) == pytest.approx(1000.0)
+    assert steer.at(10.0 + SILENT + 1.0, None, -INF) == pytest.approx(1000.0)  # nothing heard yet
     window = Steer()
-    window.paced = window.heard(0.0, Announcement(100, 60, 30.0, 0.0, "ietf-draft"), True) or 0.0
-    assert window.at(SILENT + 10.0) == pytest.approx(window.paced)
+    fixed = Announcement(100, 60, 30.0, 0.0, "ietf-draft")
+    window.paced = window.heard(0.0, fixed, True) or 0.0
+    assert window.at(SILENT + 10.0, fixed, 0.0) == pytest.approx(window.paced)
 
 
 @pytest.mark.parametrize(("calls", "within"), [(200, 3.0), (1000, 20.0)])
