@@ -29,6 +29,8 @@ TRUNCATED_SENT: Final = len(_TRUNCATED_BODY) // 2
 """How much of its announced body a ``truncate`` step sends (``MockTransport`` reports the rest)."""
 TRUNCATED_MISSING: Final = len(_TRUNCATED_BODY) - TRUNCATED_SENT
 JSON: Final = ("Content-Type", "application/json")
+TRUNCATED_HEAD: Final = (JSON, ("Content-Length", str(len(_TRUNCATED_BODY))))
+"""The fields of a ``truncate`` step's 200 head (``MockTransport`` reports the same head)."""
 
 ConnState = Literal["idle", "busy", "writing"]
 
@@ -246,7 +248,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
 
     def _truncate(self) -> None:
         self.send_response(200)
-        self.send_header(*JSON)
-        self.send_header("Content-Length", str(len(_TRUNCATED_BODY)))
+        for name, value in TRUNCATED_HEAD:
+            self.send_header(name, value)
         self.end_headers()
         self.wfile.write(_TRUNCATED_BODY[:TRUNCATED_SENT])

@@ -19,7 +19,7 @@ from ._call import hooked
 from ._diagnostics import ResponseHeaders
 from ._errors import IncompleteMessage, InvalidResponse, LimitExceeded, ProtocolError
 from ._failure import failure
-from ._fakehttp import TRUNCATED_MISSING, Headers
+from ._fakehttp import TRUNCATED_HEAD, TRUNCATED_MISSING, Headers
 from ._fakerules import DEFAULT_MODELS, HeaderPairs, RecordedRequest, Step, apply_rules, model_names
 from ._http import wire_fields
 
@@ -43,7 +43,8 @@ def _failure(kind: str) -> Optional[OSError | ProtocolError]:
         return ConnectionResetError(104, "Connection reset by peer")
     if kind == "truncate":
         missing = f"the connection closed with {TRUNCATED_MISSING} bytes of the body missing"
-        return IncompleteMessage(missing, status=200)  # as a FakeService's truncate() reads
+        # The head a FakeService's truncate() sends, which the client keeps (Diagnostics.headers).
+        return IncompleteMessage(missing, status=200, headers=ResponseHeaders(TRUNCATED_HEAD))
     return None
 
 

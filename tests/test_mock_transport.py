@@ -17,6 +17,7 @@ import pytest
 from support import BOUND, SleepRecorder
 
 import qa_min as qa
+from qa_min._fakehttp import TRUNCATED_MISSING, TRUNCATED_SENT
 from qa_min._limiter import Limiter
 from qa_min.testing import (
     FakeService,
@@ -166,6 +167,50 @@ def test_a_broken_connection_reads_the_same_over_a_socket_and_the_mock(step: Ste
         mocked.core(REQUEST, retry=none)
     assert str(over_socket.value).replace(svc.url, URL) == str(in_process.value)
     assert over_socket.value.diagnostics.status == in_process.value.diagnostics.status
+
+
+def _truncated_call(transport: str, flavour: str) -> qa.Diagnostics:
+    """One ``list_models`` answered by ``truncate()``: its Diagnostics, checked on the error too."""
+    diag = qa.Diagnostics()
+    options: dict[str, Any] = {"trust_env": False, "retry": qa.RetryPolicy.none}
+    with FakeService(prefix="/api") as svc:
+        if transport == "socket":
+            svc.script(truncate())
+            options["base_url"] = svc.url
+        else:
+            options.update(base_url=URL, transport=MockTransport(Script(truncate())))
+        if flavour == "sync":
+            with qa.Client(**options) as client, pytest.raises(qa.ConnectionFailed) as caught:
+                client.list_models(diagnostics=diag)
+        else:
+
+            async def main() -> None:
+                async with qa.AsyncClient(**options) as client:
+                    await client.list_models(diagnostics=diag)
+
+            with pytest.raises(qa.ConnectionFailed) as caught:
+                asyncio.run(main())
+    assert f"{TRUNCATED_MISSING} bytes of the body missing" in str(caught.value)
+    assert caught.value.diagnostics.headers == diag.headers
+    return diag
+
+
+@pytest.mark.parametrize("flavour", ["sync", "async"])
+@pytest.mark.parametrize("transport", ["socket", "mock"])
+def test_a_truncated_bodys_head_reads_the_same_over_a_socket_and_the_mock(
+    transport: str, flavour: str
+) -> None:
+    # Under the mock the 200 head came with no header at all: Content-Type and Content-Length
+    # were None where a socket showed the head FakeService's truncate() sends.
+    diag = _truncated_call(transport, flavour)
+    assert diag.status == 200
+    assert [(a.status, a.error) for a in diag.history] == [(200, "ConnectionFailed")]
+    assert diag.headers is not None
+    announced = str(TRUNCATED_SENT + TRUNCATED_MISSING)
+    assert (diag.headers.get("Content-Type"), diag.headers.get("Content-Length")) == (
+        "application/json",
+        announced,
+    )
 
 
 @pytest.mark.parametrize("step", [drop(), reset(), truncate()], ids=["drop", "reset", "truncate"])
