@@ -25,9 +25,9 @@ from typing import Final
 from urllib.parse import quote
 
 from ._config import PATH_SAFE
+from ._fakecheck import HeaderPairs
 from ._fakehttp import ConnState, Server, accept_loop, shutdown
 from ._fakerules import (
-    HeaderPairs,
     RecordedRequest,
     Reply,
     Step,

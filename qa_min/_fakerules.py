@@ -19,10 +19,10 @@ import sys
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final, Literal
+from typing import Any, Final
 
+from ._fakecheck import HeaderPairs, StepKind, delay_seconds, header_pairs, step_body, step_kind, step_status
 from ._typing import not_utf8, short
-from ._wire import TOKEN
 
 # fullmatch, not `$`: `$` would also accept a trailing newline.
 VERSIONED: Final = re.compile(r"([a-z][a-z0-9-]*?)-\d+(?:\.\d+)+")
@@ -35,12 +35,8 @@ DEFAULT_MODELS: Final[tuple[str, ...]] = (
 )
 """Model names the fake service lists on ``GET /v1/models`` unless told otherwise."""
 
-HeaderPairs = tuple[tuple[str, str], ...]
 Reply = tuple[int, object, HeaderPairs]
-StepKind = Literal["reply", "delay", "hang", "drop", "reset", "truncate"]
 _Parsed = tuple[str, str, dict[str, tuple[str, tuple[str, ...]]]]
-# The client's own grammar for a field name (RFC 9110 section 5.1: a token).
-_FIELD_NAME: Final = re.compile(TOKEN)
 
 
 @dataclass(frozen=True)
@@ -69,6 +65,13 @@ class Step:
     """One scripted behaviour of a `FakeService`.
 
     Build steps with `reply`, `delay`, `hang`, `drop`, `reset` or `truncate` rather than directly.
+    One built directly is checked as they check theirs (headers kept as a tuple of pairs).
+
+    Raises:
+        ValueError: ``kind`` is not one of the six, ``status`` outside 200-599, a header is one
+            `reply` refuses, or ``seconds`` is negative, not finite or over ``_thread.TIMEOUT_MAX``.
+        TypeError: ``kind`` is not a str, ``status`` not an int, ``body`` not bytes, ``headers``
+            not a sequence of ``(name, value)`` pairs of str, or ``seconds`` not a number.
     """
 
     kind: StepKind
@@ -76,6 +79,15 @@ class Step:
     body: bytes = b""
     headers: HeaderPairs = ()
     seconds: float = 0.0
+
+    def __post_init__(self) -> None:
+        # A step built directly skipped the builders' checks: FakeService's handler thread then
+        # failed on it (a dropped connection) while MockTransport delivered it as given.
+        step_kind(self.kind)
+        step_status(self.status)
+        step_body(self.body)
+        delay_seconds(self.seconds)
+        object.__setattr__(self, "headers", header_pairs(self.headers))
 
 
 def model_names(models: object) -> tuple[str, ...]:
@@ -91,31 +103,6 @@ def model_names(models: object) -> tuple[str, ...]:
         if not isinstance(name, str):
             raise TypeError(f"models must hold str names, not {name!r}")
     return names
-
-
-def header_pairs(headers: object) -> tuple[tuple[str, str], ...]:
-    """``reply``'s headers checked: a sequence of ``(name, value)`` pairs of str."""
-    pairs: list[tuple[str, str]] = []
-    for pair in (
-        headers if isinstance(headers, Iterable) and not isinstance(headers, (str, bytes)) else [None]
-    ):
-        if not (isinstance(pair, (tuple, list)) and len(pair) == 2 and all(isinstance(x, str) for x in pair)):
-            raise TypeError(f"headers must be a sequence of (name, value) pairs of str, not {headers!r}")
-        if any(ch in text for text in pair for ch in "\r\n\0"):
-            # Written as given, a line break would end the field and start another one.
-            raise ValueError(f"a header name or value must not hold CR, LF or NUL, got {pair!r}")
-        if not all(text.isascii() or max(text) <= "\xff" for text in pair):
-            # The fake's server writes fields as Latin-1: it dropped the connection instead.
-            raise ValueError(f"a header name or value must be Latin-1 text, got {pair!r}")
-        if not _FIELD_NAME.fullmatch(pair[0].encode("latin-1")):
-            # Over a socket the client refuses such a head (MalformedHead), or reads "x:y: v" as
-            # the field "x", while MockTransport handed it on as given: one script, two outcomes.
-            raise ValueError(
-                f"header name {pair[0]!r} is not an RFC 9110 token: one or more letters, digits "
-                "or any of !#$%&'*+-.^_`|~"
-            )
-        pairs.append((pair[0], pair[1]))
-    return tuple(pairs)
 
 
 def rate_bucket(rate_limit: object) -> tuple[float, float]:
@@ -140,22 +127,6 @@ def rate_bucket(rate_limit: object) -> tuple[float, float]:
             f"{MAX_REFILL_SECONDS:g}, not {rate_limit!r}: a longer delay or reset cannot be written"
         )
     return rate, burst
-
-
-def delay_seconds(seconds: object) -> float:
-    """``delay``'s seconds, checked: a number from 0 to ``_thread.TIMEOUT_MAX``."""
-    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
-        raise TypeError(f"seconds must be a number, not {short(seconds)}")
-    if seconds < 0:
-        raise ValueError(f"seconds must not be negative, not {short(seconds)}")
-    if not seconds <= _thread.TIMEOUT_MAX:  # NaN too
-        # NaN and infinity would hold the request for ever, as hang() does; a longer finite
-        # wait raised OverflowError in the thread serving it, which then dropped the request.
-        most = int(_thread.TIMEOUT_MAX)
-        raise ValueError(
-            f"seconds must be finite and at most {most} (hang() never answers), not {short(seconds)}"
-        )
-    return seconds
 
 
 def wait_seconds(timeout: object) -> float:

@@ -19,8 +19,9 @@ from ._call import hooked
 from ._diagnostics import ResponseHeaders
 from ._errors import IncompleteMessage, InvalidResponse, LimitExceeded, ProtocolError
 from ._failure import failure
+from ._fakecheck import HeaderPairs
 from ._fakehttp import TRUNCATED_HEAD, TRUNCATED_MISSING, Headers
-from ._fakerules import DEFAULT_MODELS, HeaderPairs, RecordedRequest, Step, apply_rules, model_names
+from ._fakerules import DEFAULT_MODELS, RecordedRequest, Step, apply_rules, model_names
 from ._http import wire_fields
 
 TYPE_CHECKING = False

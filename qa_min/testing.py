@@ -90,6 +90,7 @@ from collections.abc import Mapping, Sequence
 from typing import Final
 
 from ._fake import ServiceState
+from ._fakecheck import header_pairs, step_status
 from ._fakerules import (
     ANNOUNCE_STYLES,
     DEFAULT_MODELS,
@@ -98,8 +99,6 @@ from ._fakerules import (
     answer,
     check_address,
     classify,
-    delay_seconds,
-    header_pairs,
     model_names,
     rate_bucket,
     wait_seconds,
@@ -146,11 +145,7 @@ def reply(status: int, body: bytes | str | object = None, *, headers: Sequence[t
         TypeError: ``status`` is not an int, ``body`` cannot be encoded as JSON, or ``headers``
             is not a sequence of ``(name, value)`` pairs of str.
     """
-    if isinstance(status, bool) or not isinstance(status, int):
-        raise TypeError(f"status must be an int within 200-599, not {status!r}")
-    if not 200 <= status <= 599:
-        # A 1xx would make http.client wait for a final response that never comes.
-        raise ValueError(f"status must be within 200-599, not {status}")
+    status = step_status(status)  # before the body is encoded: a bad status is the error told
     content_type: str | None = "text/plain; charset=utf-8"
     if body is None:
         data, content_type = b"", None
@@ -178,7 +173,7 @@ def delay(seconds: float) -> Step:
         ValueError: ``seconds`` is negative, not finite, or over ``_thread.TIMEOUT_MAX`` (about
             292 years, the longest wait a lock takes; `hang` never answers).
     """
-    return Step("delay", seconds=delay_seconds(seconds))
+    return Step("delay", seconds=seconds)  # checked by Step, as one built directly is
 
 
 def hang() -> Step:

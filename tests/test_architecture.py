@@ -58,6 +58,7 @@ LAYERS: tuple[str, ...] = (
     "_futures",
     "_lifecycle",
     # the in-process transport, and the fake service's rules and HTTP plumbing it shares
+    "_fakecheck",
     "_fakerules",
     "_fakehttp",
     "_mock",

@@ -769,6 +769,92 @@ def test_delay_refuses_seconds_that_are_not_a_number(seconds: Any) -> None:
         delay(seconds)
 
 
+def _built(field: str, value: Any) -> Step:
+    """The step the builder of ``field`` makes of ``value``."""
+    if field == "seconds":
+        return delay(value)
+    if field == "status":
+        return reply(value)
+    return reply(200, headers=value)
+
+
+MOST = _thread.TIMEOUT_MAX
+
+
+@pytest.mark.parametrize(
+    ("field", "at_limit", "past", "words"),
+    [
+        ("status", 200, 199, "status must be within 200-599, not 199"),
+        ("status", 599, 600, "status must be within 200-599, not 600"),
+        ("status", 599, True, "status must be an int within 200-599"),
+        ("headers", (("x-a", "\xff"),), (("x-a", "\u0100"),), "must be Latin-1 text"),
+        ("headers", ((f"Az09{TOKEN_PUNCTUATION}", "v"),), (("x y", "v"),), "'x y' is not an RFC 9110 token"),
+        ("headers", (("x-a", "b\tc"),), (("x-a", "b\rc"),), "must not hold CR, LF or NUL"),
+        ("headers", (("x-a", "b"),), (("x-a",),), "headers must be a sequence of (name, value) pairs of str"),
+        ("seconds", 0.0, math.nextafter(0.0, -1.0), "seconds must not be negative"),
+        ("seconds", MOST, math.nextafter(MOST, math.inf), f"seconds must be finite and at most {int(MOST)} "),
+        ("seconds", MOST, math.nan, "seconds must be finite"),
+        ("seconds", 0, "0", "seconds must be a number"),
+    ],
+    ids=repr,
+)
+def test_a_step_built_directly_refuses_what_its_builder_refuses(
+    field: str, at_limit: Any, past: Any, words: str
+) -> None:
+    # Step("reply", status=999, headers=(("bad name", "x"),)) was taken as given: FakeService's
+    # thread then failed on it or sent it, while MockTransport delivered it, unchecked.
+    kind = "delay" if field == "seconds" else "reply"
+    assert getattr(Step(kind, **{field: at_limit}), field) == at_limit
+    _built(field, at_limit)  # the builder takes it too
+    with pytest.raises((TypeError, ValueError)) as by_builder:
+        _built(field, past)
+    with pytest.raises((TypeError, ValueError)) as direct:
+        Step(kind, **{field: past})
+    assert words in str(direct.value)
+    assert (type(direct.value), str(direct.value)) == (type(by_builder.value), str(by_builder.value))
+
+
+@pytest.mark.parametrize("kind", ["reply", "delay", "hang", "drop", "reset", "truncate"])
+def test_a_step_of_each_kind_is_taken(kind: Any) -> None:
+    assert Step(kind).kind == kind
+
+
+@pytest.mark.parametrize(
+    ("kind", "error", "words"),
+    [
+        (
+            "truncated",
+            ValueError,
+            "kind must be one of reply, delay, hang, drop, reset, truncate, not 'truncated'",
+        ),
+        ("Reply", ValueError, "kind must be one of reply, delay, hang, drop, reset, truncate, not 'Reply'"),
+        (None, TypeError, "kind must be a str, one of reply, delay, hang, drop, reset, truncate, not None"),
+    ],
+)
+def test_a_step_of_another_kind_is_refused(kind: Any, error: type[Exception], words: str) -> None:
+    # FakeService played an unknown kind as a dropped connection, MockTransport as the normal answer.
+    with pytest.raises(error) as caught:
+        Step(kind)
+    assert str(caught.value) == words
+
+
+def test_a_step_built_directly_needs_a_bytes_body_and_keeps_its_headers_as_pairs() -> None:
+    with pytest.raises(
+        TypeError, match=r"^a Step's body must be bytes \(reply\(\) encodes str and JSON\), not 'x'$"
+    ):
+        Step("reply", body="x")  # type: ignore[arg-type]
+    headers: Any = [["x-a", "1"]]
+    step = Step("reply", body=b"", headers=headers)
+    assert step.headers == (("x-a", "1"),)
+    assert hash(step) == hash(Step("reply", headers=(("x-a", "1"),)))
+
+
+def test_a_step_built_directly_at_its_limits_plays_alike_over_a_socket_and_the_mock(svc: FakeService) -> None:
+    step = Step("reply", status=200, body=b'{"models": []}', headers=((f"Az09{TOKEN_PUNCTUATION}", "\xff"),))
+    seen = headers_over_both(svc, step)
+    assert [headers[f"Az09{TOKEN_PUNCTUATION}"] for headers in seen] == ["\xff"] * 2
+
+
 def test_close_interrupts_a_delay(connect: Connect) -> None:
     svc = FakeService().start()
     svc.script(delay(60))

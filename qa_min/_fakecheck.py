@@ -1,0 +1,92 @@
+"""The checks of a scripted step's fields: its kind, status, headers and seconds.
+
+One implementation, run by ``_fakerules.Step`` itself (a step built directly) and by the
+builders of ``qa_min.testing`` (``reply``, ``delay``, ...), so that both refuse the same values
+with the same messages, in the test that builds the step rather than in the thread serving it.
+"""
+
+from __future__ import annotations
+
+import _thread
+import re
+from collections.abc import Iterable
+from typing import Final, Literal, get_args
+
+from ._typing import short
+from ._wire import TOKEN
+
+HeaderPairs = tuple[tuple[str, str], ...]
+StepKind = Literal["reply", "delay", "hang", "drop", "reset", "truncate"]
+STEP_KINDS: Final[tuple[str, ...]] = get_args(StepKind)
+# The client's own grammar for a field name (RFC 9110 section 5.1: a token).
+_FIELD_NAME: Final = re.compile(TOKEN)
+
+
+def step_kind(kind: object) -> str:
+    """A step's kind, checked: one of ``STEP_KINDS``."""
+    if not isinstance(kind, str):
+        raise TypeError(f"kind must be a str, one of {', '.join(STEP_KINDS)}, not {short(kind)}")
+    if kind not in STEP_KINDS:
+        # An unknown kind was played as a dropped connection by FakeService and as the normal
+        # answer by MockTransport: one script, two outcomes.
+        raise ValueError(f"kind must be one of {', '.join(STEP_KINDS)}, not {kind!r}")
+    return kind
+
+
+def step_status(status: object) -> int:
+    """``reply``'s status, checked: an int within 200-599."""
+    if isinstance(status, bool) or not isinstance(status, int):
+        raise TypeError(f"status must be an int within 200-599, not {status!r}")
+    if not 200 <= status <= 599:
+        # A 1xx would make http.client wait for a final response that never comes.
+        raise ValueError(f"status must be within 200-599, not {status}")
+    return status
+
+
+def step_body(body: object) -> bytes:
+    """A step's body, checked: bytes (``reply`` encodes a str or a JSON value into them)."""
+    if not isinstance(body, bytes):
+        # FakeService's handler thread failed writing a str, while MockTransport delivered it.
+        raise TypeError(f"a Step's body must be bytes (reply() encodes str and JSON), not {short(body)}")
+    return body
+
+
+def header_pairs(headers: object) -> HeaderPairs:
+    """``reply``'s headers checked: a sequence of ``(name, value)`` pairs of str."""
+    pairs: list[tuple[str, str]] = []
+    for pair in (
+        headers if isinstance(headers, Iterable) and not isinstance(headers, (str, bytes)) else [None]
+    ):
+        if not (isinstance(pair, (tuple, list)) and len(pair) == 2 and all(isinstance(x, str) for x in pair)):
+            raise TypeError(f"headers must be a sequence of (name, value) pairs of str, not {headers!r}")
+        if any(ch in text for text in pair for ch in "\r\n\0"):
+            # Written as given, a line break would end the field and start another one.
+            raise ValueError(f"a header name or value must not hold CR, LF or NUL, got {pair!r}")
+        if not all(text.isascii() or max(text) <= "\xff" for text in pair):
+            # The fake's server writes fields as Latin-1: it dropped the connection instead.
+            raise ValueError(f"a header name or value must be Latin-1 text, got {pair!r}")
+        if not _FIELD_NAME.fullmatch(pair[0].encode("latin-1")):
+            # Over a socket the client refuses such a head (MalformedHead), or reads "x:y: v" as
+            # the field "x", while MockTransport handed it on as given: one script, two outcomes.
+            raise ValueError(
+                f"header name {pair[0]!r} is not an RFC 9110 token: one or more letters, digits "
+                "or any of !#$%&'*+-.^_`|~"
+            )
+        pairs.append((pair[0], pair[1]))
+    return tuple(pairs)
+
+
+def delay_seconds(seconds: object) -> float:
+    """``delay``'s seconds, checked: a number from 0 to ``_thread.TIMEOUT_MAX``."""
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
+        raise TypeError(f"seconds must be a number, not {short(seconds)}")
+    if seconds < 0:
+        raise ValueError(f"seconds must not be negative, not {short(seconds)}")
+    if not seconds <= _thread.TIMEOUT_MAX:  # NaN too
+        # NaN and infinity would hold the request for ever, as hang() does; a longer finite
+        # wait raised OverflowError in the thread serving it, which then dropped the request.
+        most = int(_thread.TIMEOUT_MAX)
+        raise ValueError(
+            f"seconds must be finite and at most {most} (hang() never answers), not {short(seconds)}"
+        )
+    return seconds
