@@ -16,9 +16,9 @@ A reset may be seconds, a duration, epoch seconds (or milliseconds) or an RFC 33
 policies in one field: the most restrictive (the lowest refill rate, else the least remaining
 per second); a list field sent as several lines is one list (RFC 9110, section 5.3), a quoted
 name may hold the list's separators (RFC 8941, section 3.3.3), a draft-11 policy whose quota
-unit (``qu``) is not requests is left out, and one with no window (``w``) tells its quota but no
-rate. A malformed field is ignored: ``parse`` never raises; it returns None when nothing usable
-is there.
+unit (``qu``) is not requests (``"request"``, an intermediate draft's spelling, is requests too)
+is left out, and one with no window (``w``) tells its quota but no rate. A malformed field is
+ignored: ``parse`` never raises; it returns None when nothing usable is there.
 """
 
 from __future__ import annotations
@@ -31,6 +31,8 @@ if TYPE_CHECKING:
     from collections.abc import Iterable
     from typing import Optional
 
+# Draft-11's quota unit of calls, and its singular, which servers built on an intermediate draft send.
+_CALLS = ("requests", "request")
 EPOCH = 1e9  # a reset this large is a time (epoch seconds), not a delay...
 EPOCH_MS = 1e12  # ...and this large, epoch milliseconds (as seconds: the year 33658)
 # ASCII digits only: ``\d`` would also match other scripts' digits, which ``float()`` reads.
@@ -240,7 +242,7 @@ def _structured(fields: dict[str, str]) -> Optional[Announcement]:
     policies: dict[str, tuple[float, Optional[float]]] = {}
     other: set[str] = set()  # policies of another unit (``qu``): their ``RateLimit`` items are not calls
     for name, params in _items(fields.get("ratelimit-policy", "")):
-        if params.get("qu", "requests") != "requests":
+        if params.get("qu", "requests") not in _CALLS:
             other.add(name)  # a quota of bytes or of concurrent requests: not a rate of calls
             continue
         quota = _number(params.get("q"))

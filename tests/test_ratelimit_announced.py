@@ -6,6 +6,7 @@ Spec line -> tests (SPEC.md 7a; the rate-limit and fleet issue):
   IETF draft-11 RateLimit/RateLimit-Policy; several policies: the most restrictive
       test_ietf_structured_fields, test_several_policies_take_the_most_restrictive,
       test_a_field_sent_as_several_lines_is_one_list, test_a_quota_of_another_unit_is_not_a_rate_of_calls,
+      test_the_singular_quota_unit_of_an_intermediate_draft_is_requests,
       test_a_quoted_name_may_hold_commas_and_semicolons, test_a_policy_without_a_window_tells_no_rate
   older drafts: RateLimit: limit=, remaining=, reset=; RateLimit-Limit/-Remaining/-Reset
       test_older_draft_forms
@@ -98,6 +99,24 @@ def test_a_quota_of_another_unit_is_not_a_rate_of_calls() -> None:
         parse([("RateLimit-Policy", '"n";q=4;qu="concurrent-requests"'), ("RateLimit", '"n";r=1')], WALL)
         is None
     )
+
+
+@pytest.mark.parametrize(
+    ("unit", "refill"),
+    [("requests", 10.0), ("request", 10.0), ("content-bytes", None), ("Request", None), ("requestss", None)],
+)
+def test_the_singular_quota_unit_of_an_intermediate_draft_is_requests(
+    unit: str, refill: float | None
+) -> None:
+    # qu="request" (as some servers write it) was read as another unit: the policy left out,
+    # its RateLimit item with it, so parse() found nothing at all.
+    found = parse([("RateLimit-Policy", f'"p";q=100;w=10;qu="{unit}"'), ("RateLimit", '"p";r=50;t=5')], WALL)
+    if refill is None:
+        assert found is None
+        return
+    assert found is not None
+    assert (found.style, found.limit, found.remaining, found.reset) == ("ietf", 100, 50, 5)
+    assert found.refill == pytest.approx(refill)
 
 
 def test_a_policy_without_a_window_tells_no_rate() -> None:
