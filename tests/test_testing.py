@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 import qa_min as qa
+from qa_min._fakecheck import StepKind
 from qa_min.testing import (
     DEFAULT_MODELS,
     FakeService,
@@ -803,7 +804,7 @@ def test_a_step_built_directly_refuses_what_its_builder_refuses(
 ) -> None:
     # Step("reply", status=999, headers=(("bad name", "x"),)) was taken as given: FakeService's
     # thread then failed on it or sent it, while MockTransport delivered it, unchecked.
-    kind = "delay" if field == "seconds" else "reply"
+    kind: StepKind = "delay" if field == "seconds" else "reply"
     assert getattr(Step(kind, **{field: at_limit}), field) == at_limit
     _built(field, at_limit)  # the builder takes it too
     with pytest.raises((TypeError, ValueError)) as by_builder:
