@@ -9,7 +9,10 @@ with a time: "go at t", "wait until woken", or "go now". Waiting is not done her
   otherwise), its slots evenly spaced: spread at random around the same mean, they cost a fleet
   more 429s (benchmarks/RESULTS.md, fleets run 8). A ceiling the policy learned binds only
   when more than one attempt is in flight or waiting; an explicit one always. A new call that
-  stops waiting (cancelled, timed out, closed) gives its slot back if it is the schedule's last.
+  stops waiting (cancelled, timed out, closed) gives its slot back: the schedule's last
+  shortens it, an earlier one is the next new call's (kept while no pause, cut or throttled
+  call has moved the schedule since). Kept spent, the slots of calls that timed out waiting
+  pushed every later call as far out, and those timed out too.
 * **Shared pauses** (SPEC.md 7a): a 429/529's delay pauses every attempt of the client, from
   the first one, with no burst at its end. Slots promised for after it stay; a sleeper whose
   slot a newer pause covers moves behind it.
@@ -30,6 +33,7 @@ with a time: "go at t", "wait until woken", or "go now". Waiting is not done her
 
 from __future__ import annotations
 
+import bisect
 import enum
 import math
 
@@ -84,6 +88,7 @@ class Waiter:
     """
 
     __slots__ = (
+        "cell",
         "due",
         "held",
         "look_at",
@@ -100,6 +105,9 @@ class Waiter:
     def __init__(self, priority: int) -> None:
         self.priority = Priority(priority)  # a plain 0, 1 or 2 names its priority too
         self.slot, self.loose = -INF, False
+        # Its place in the schedule, and the schedule's state then (``Pacer._state``); None when
+        # its slot was not taken from the schedule (no ceiling, a lone caller, a throttled call).
+        self.cell: Optional[tuple[float, tuple[int, int, float]]] = None
         self.rate = INF  # the ceiling its slot was taken at
         self.seen = (0, 0)  # (pauses and cuts, throttled jumps) when the slot was last checked
         self.due = False  # its wait lasted until its slot
@@ -136,6 +144,8 @@ class Pacer:
         self._jumped = 0  # throttled calls that took a slot ahead of the schedule...
         self._jumps: list[tuple[int, float]] = []  # ...and, for the latest, (number, slot)
         self.waiters: dict[Waiter, None] = {}  # those waiting to be woken by an answer, in order
+        self._holes: list[float] = []  # cells given back, sorted, valid in state ``_holes_in``
+        self._holes_in = (0, 0, INF)
 
     def spacing(self, rate: float) -> tuple[float, float]:
         """The interval between slots at ``rate``, and the burst tolerance."""
@@ -148,7 +158,7 @@ class Pacer:
         self.inflight += 1
         self.retrying += waiter.priority is not Priority.NEW
         before = self.tat
-        waiter.slot, waiter.loose = self._slot(now, delay, waiter.priority, pace)
+        waiter.slot, waiter.loose = self._slot(now, delay, waiter, pace)
         self._latest = (waiter, before, self.tat)
         waiter.seen, waiter.rate = (self.epoch, self._jumped), pace.rate
         return waiter.slot
@@ -190,7 +200,7 @@ class Pacer:
             now = max(now, waiter.slot)
         hold = self._hold(now, waiter.priority, pace) if waiter.due else waiter.slot - now
         if hold is None and waiter.held:  # let go after a last chance: a fresh slot
-            waiter.slot, waiter.loose = self._slot(now, None, waiter.priority, pace)
+            waiter.slot, waiter.loose = self._slot(now, None, waiter, pace)
             waiter.rate = pace.rate
             waiter.held, waiter.due = False, waiter.slot <= now + EPSILON
             hold = None if waiter.due else waiter.slot - now
@@ -214,11 +224,19 @@ class Pacer:
         self.inflight -= 1
         self.retrying -= waiter.priority is not Priority.NEW
         self._solo -= waiter.queued
-        latest = self._latest
-        if latest is not None and latest[0] is waiter and latest[2] == self.tat and not waiter.priority:
-            # A new call's slot, the schedule's last and untouched since: it goes back (an
-            # earlier one would leave a hole the schedule cannot hold, and stays spent).
+        latest, cell, waiter.cell = self._latest, waiter.cell, None
+        if (
+            latest is not None
+            and latest[0] is waiter
+            and latest[2] == self.tat
+            and latest[1] < self.tat
+            and not waiter.priority
+        ):
+            # A new call's slot, the schedule's last and untouched since: it goes back.
             self.tat, self._latest = latest[1], None
+            self._give_back(None)
+        elif cell is not None and cell[1] == self._state() and cell[0] >= now:
+            self._give_back(cell[0])
         if waiter.priority and self.inflight == 0:
             # Nobody waits for this pause any more; the next call probes afresh.
             self.paused_until = min(self.paused_until, now)
@@ -249,6 +267,32 @@ class Pacer:
             interval, tolerance = self.spacing(pace.rate)
             self.tat = max(self.tat, until + tolerance + interval)
 
+    def _state(self) -> tuple[int, int, float]:
+        """What a cell's place depends on: pauses and cuts, throttled calls' jumps, the ceiling."""
+        return self.epoch, self._jumped, self._rate
+
+    def _give_back(self, cell: Optional[float]) -> None:
+        """A new call's cell, unused: the schedule's end comes back to it if it was the last,
+        and over the holes before it that the end reaches; else it is a hole."""
+        holes = self._holes
+        if self._holes_in != self._state():
+            holes.clear()
+            self._holes_in = self._state()
+        if cell is not None:
+            bisect.insort(holes, cell)
+        interval = 1.0 / self._rate
+        while holes and abs(holes[-1] + interval - self.tat) <= 1e-6 * interval:
+            self.tat = holes.pop()
+
+    def _hole(self, now: float) -> Optional[float]:
+        """The earliest cell given back that is not past, for a new call; None if none."""
+        holes = self._holes
+        if self._holes_in != self._state():
+            holes.clear()
+        while holes and holes[0] < now:
+            del holes[0]  # its time passed unused, as any slot not taken
+        return holes.pop(0) if holes else None
+
     def _hold(self, now: float, priority: Priority, pace: Pace) -> Optional[float]:
         """How long an attempt due now is held back for a last chance; None: it goes; inf:
         until an answer wakes it."""
@@ -264,9 +308,10 @@ class Pacer:
             ready = max(ready, self.last_ok + max(2 * self.token, spacing))
         return ready - now if ready > now + EPSILON else None
 
-    def _slot(self, now: float, delay: Optional[float], priority: Priority, pace: Pace) -> tuple[float, bool]:
+    def _slot(self, now: float, delay: Optional[float], waiter: Waiter, pace: Pace) -> tuple[float, bool]:
         """The time an attempt may go, taken from the schedule, and whether it was taken
-        without a ceiling (so that a first ceiling moves it)."""
+        without a ceiling (so that a first ceiling moves it); a new call's cell noted."""
+        priority, waiter.cell = waiter.priority, None
         # SPEC.md 7a: a server's delay holds every attempt of the client, from the first 429.
         earliest = max(now if delay is None else now + delay, self.paused_until)
         rate = pace.rate
@@ -304,9 +349,7 @@ class Pacer:
             self.tat = min(max(self.tat, earliest) + interval, earliest + tolerance + interval)
             return earliest, False
         if priority is Priority.NEW:
-            slot = max(earliest, self.tat - tolerance)
-            self.tat = max(self.tat, slot) + interval
-            return slot, False
+            return self._new_slot(now, earliest, waiter), False
         # Throttled calls go first, one slot apart, and the slots promised behind them move
         # back one each (``_moved``). While the ceiling is a fresh guess, no faster than the
         # longest short pause asked for (with exact delays, about the time to free a slot),
@@ -324,13 +367,26 @@ class Pacer:
             del self._jumps[: JUMPS // 2]
         return slot, guessing and priority is Priority.LAST
 
+    def _new_slot(self, now: float, earliest: float, waiter: Waiter) -> float:
+        """A new call's slot: a cell given back, else the schedule's next; its cell noted."""
+        interval, tolerance = self.spacing(self._rate)
+        cell = self._hole(now)
+        if cell is None:
+            slot = max(earliest, self.tat - tolerance)
+            self.tat = max(self.tat, slot) + interval
+            cell = self.tat - interval
+        else:
+            slot = max(earliest, cell - tolerance)
+        waiter.cell = cell, self._state()
+        return slot
+
     def _moved(self, now: float, waiter: Waiter, pace: Pace) -> Optional[tuple[float, bool]]:
         """Where a sleeper's slot went while it slept, or None if it still holds."""
         epoch, jumped = waiter.seen
         slot, loose = waiter.slot, waiter.loose
         if self.epoch != epoch and (loose or self.paused_until > slot):
             waiter.rate = pace.rate  # a fresh slot, at today's pace
-            return self._slot(now, None, waiter.priority, pace)  # a pause covers it, or a first ceiling
+            return self._slot(now, None, waiter, pace)  # a pause covers it, or a first ceiling
         rate = pace.rate
         if waiter.priority or loose or rate == INF or self._jumped == jumped:
             return None

@@ -1107,3 +1107,63 @@ def test_closing_the_client_ends_calls_waiting_for_the_limiter(kind: str, waitin
         closing.join(BOUND)
         assert not closing.is_alive()
         assert svc.request_count == count
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_cancelled_wait_in_the_middle_gives_its_slot_back(kind: str) -> None:
+    # 2 calls/s, a burst of 1: the second call's slot at +0.5, the third's at +1.0. The second
+    # cancelled, a fourth should be out by +1.0 (the freed slot used by the third or the fourth);
+    # with the slot kept spent, the fourth goes at +1.5.
+    limit = qa.RateLimit(2, adaptive=False)
+    with FakeService() as svc, Arrivals(svc) as arrivals, running(kind, svc.url, rate_limit=limit) as run:
+        run.ask("first").result(timeout=BOUND)
+        token = qa.CancelToken()
+        second = run.ask("second", cancel=token)
+        assert run.waiting(1)
+        third = run.ask("third")
+        assert run.waiting(2)
+        token.cancel()
+        assert isinstance(ends_within(second, PROMPT), qa.Canceled)
+        fourth = run.ask("fourth")
+        third.result(timeout=BOUND)
+        fourth.result(timeout=BOUND)
+        times = arrivals.wait(3)
+    assert sorted(states(svc)[1:]) == ["fourth", "third"]
+    assert times[2] - times[0] < 1.0 + 0.25, [round(t - times[0], 3) for t in times]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_cancelling_every_waiting_call_gives_their_slots_back(kind: str) -> None:
+    # 10 calls/s, a burst of 1: five calls wait for slots +0.1 ... +0.5 and are all cancelled.
+    # Nobody waits any more, so the next call's slot is the second one's, +0.1 (or now).
+    limit = qa.RateLimit(10, adaptive=False)
+    with FakeService() as svc, Arrivals(svc) as arrivals, running(kind, svc.url, rate_limit=limit) as run:
+        run.ask("first").result(timeout=BOUND)
+        tokens = [qa.CancelToken() for _ in range(5)]
+        waiting = [run.ask(f"waiting {n}", cancel=token) for n, token in enumerate(tokens)]
+        assert run.waiting(5)
+        for token in tokens:
+            token.cancel()
+        for call in waiting:
+            assert isinstance(ends_within(call, PROMPT), qa.Canceled)
+        started = time.monotonic()
+        run.ask("after").result(timeout=BOUND)
+        took = time.monotonic() - started
+        times = arrivals.wait(2)
+    assert states(svc) == ["first", "after"]
+    assert times[1] - times[0] < 0.1 + 0.1, f"the next call went {times[1] - times[0]:.3f} s after the first"
+    assert took < 0.2
+
+
+def test_closing_the_client_names_the_close_in_a_submitted_calls_error() -> None:
+    with FakeService() as svc, running("Client", svc.url) as run:
+        first, _ = _pause(run, svc, 30_000)
+        submitted = run.client.submit(run.client.ask, "submitted", Review)
+        assert run.waiting(2)
+        closing = threading.Thread(target=run.close)
+        closing.start()
+        error = ends_within(submitted, PROMPT)
+        assert isinstance(error, (qa.ClientClosed, qa.Canceled))
+        assert "closed" in str(error), str(error)  # the caller cancelled nothing: close() did
+        assert isinstance(ends_within(first, PROMPT), qa.Canceled)
+        closing.join(BOUND)

@@ -478,7 +478,7 @@ def test_a_stopped_wait_gives_the_slot_back_and_lifts_an_orphan_pause() -> None:
     assert lim.pacer.inflight == 0
 
 
-def test_the_schedules_last_slot_goes_back_when_its_call_stops_waiting() -> None:
+def test_a_slot_goes_back_when_its_call_stops_waiting_the_last_or_an_earlier_one() -> None:
     lim, clock = limiter(1, burst=1)  # one a second, even alone
 
     def stop(seconds: float, held: float, waiter: Optional[Waiter] = None) -> None:
@@ -490,7 +490,7 @@ def test_the_schedules_last_slot_goes_back_when_its_call_stops_waiting() -> None
         with pytest.raises(qa.Canceled):
             lim.acquire(None, Priority.NEW, stop)
     assert lim.acquire(None, Priority.NEW, naps) == pytest.approx(101.0)
-    # An earlier slot, with a later one taken since, stays spent: the schedule holds no hole.
+    # An earlier slot, with a later one taken since, is the next new call's.
     later = Naps(clock, advance=False)
     stopped: list[float] = []
 
@@ -501,6 +501,7 @@ def test_the_schedules_last_slot_goes_back_when_its_call_stops_waiting() -> None
     with pytest.raises(qa.Canceled):
         lim.acquire(None, Priority.NEW, stop_after_another)  # 102
     assert stopped == [pytest.approx(103.0)]
+    assert lim.acquire(None, Priority.NEW, naps) == pytest.approx(102.0)
     assert lim.acquire(None, Priority.NEW, naps) == pytest.approx(104.0)
 
 

@@ -107,6 +107,53 @@ def test_a_throttled_retry_goes_before_new_work() -> None:
     assert [p.name for p in Priority] == ["NEW", "RETRY", "LAST"]
 
 
+def test_a_slot_given_back_is_the_next_new_calls_and_the_schedule_shrinks_over_them() -> None:
+    # A fixed ceiling of 10/s with calls timing out while they wait: kept spent, each slot given
+    # up pushed every later call 100 ms further out, and those timed out too.
+    pacer = Pacer(burst=1, capped=True)
+    pace = Pace(10.0)
+    waiters = [Waiter(Priority.NEW) for _ in range(5)]
+    assert [pacer.reserve(0.0, None, w, pace) for w in waiters] == pytest.approx([0.0, 0.1, 0.2, 0.3, 0.4])
+    pacer.gave_up(0.0, waiters[1])
+    pacer.gave_up(0.0, waiters[2])
+    assert pacer.reserve(0.0, None, Waiter(Priority.NEW), pace) == pytest.approx(0.1)  # the earliest hole
+    pacer.gave_up(0.0, waiters[4])  # the last: the schedule ends at 0.4 again...
+    pacer.gave_up(0.0, waiters[3])  # ...and over the hole at 0.2 before it: at 0.2
+    assert pacer.reserve(0.0, None, Waiter(Priority.NEW), pace) == pytest.approx(0.2)
+    assert pacer.reserve(0.0, None, Waiter(Priority.NEW), pace) == pytest.approx(0.3)
+
+
+def test_a_slot_given_back_goes_only_to_a_new_call_before_its_time_and_the_schedule_moves() -> None:
+    pace = Pace(10.0)
+
+    def holed() -> tuple[Pacer, list[Waiter]]:  # slots 0.0-0.3 taken, 0.1 given back
+        pacer = Pacer(burst=1, capped=True)
+        waiters = [Waiter(Priority.NEW) for _ in range(4)]
+        for waiter in waiters:
+            pacer.reserve(0.0, None, waiter, pace)
+        pacer.gave_up(0.0, waiters[1])
+        return pacer, waiters
+
+    pacer, _ = holed()
+    assert pacer.reserve(0.1, None, Waiter(Priority.NEW), pace) == pytest.approx(0.1)  # at its time
+    pacer, _ = holed()
+    assert pacer.reserve(0.1 + 1e-6, None, Waiter(Priority.NEW), pace) == pytest.approx(0.4)  # past
+    pacer, _ = holed()
+    pacer.pause(0.0, 0.05, pace)  # a pause: no burst after it, and the hole is not kept
+    assert pacer.reserve(0.0, None, Waiter(Priority.NEW), pace) == pytest.approx(0.4)
+    pacer, _ = holed()
+    retry = Waiter(Priority.RETRY)
+    assert pacer.reserve(0.0, 0.0, retry, pace) == pytest.approx(0.0)  # a throttled call jumps ahead
+    assert pacer.reserve(0.0, None, Waiter(Priority.NEW), pace) > 0.4  # the schedule moved
+    pacer, _ = holed()
+    assert pacer.reserve(0.0, None, Waiter(Priority.NEW), Pace(5.0)) > 0.3  # another ceiling
+    pacer, waiters = holed()
+    gone = waiters[2]
+    gone.due = True
+    assert pacer.next(0.2, gone, pace) is None  # it went: nothing to give back
+    assert pacer.reserve(0.2, None, Waiter(Priority.NEW), pace) == pytest.approx(0.4)
+
+
 # -- the policy, pure --------------------------------------------------------------------------
 
 
