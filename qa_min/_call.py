@@ -267,10 +267,11 @@ class CallState:
 
     def stop_reason(self) -> Optional[str]:
         """Why the call must stop now (cancelled, client closed, timeout expired), or None."""
-        if self.token is not None and self.token.cancelled:
-            return "the call was cancelled"
+        # The closing first: close() cancels the calls it ends too, and says why.
         if self.closing is not None and self.closing.cancelled:
             return "the client was closed"
+        if self.token is not None and self.token.cancelled:
+            return "the call was cancelled"
         if self.deadline is not None and time.monotonic() >= self.deadline:
             return f"the call's timeout of {self.timeout:g} s expired"
         return None
