@@ -37,7 +37,10 @@ from qa_min._transport import _Lease
 from qa_min.testing import FakeService, delay, expected_answer, hang, reply
 
 PROMPT = 1.0  # seconds within which a cancelled call must have returned
-TIMEOUT = 0.3  # the timeout= of the rows that cancel by deadline
+TIMEOUT = 0.15  # the timeout= of the rows that cancel by deadline
+# Under TIMEOUT: a deadline applied to each recv() alone, not to the whole call, would never end
+# a response that trickles in a byte at a time.
+TRICKLE = 0.05
 STATE = "You are a fool and your code is worse."
 YES_NO = qa.YesNo("The text insults someone", "The text insults no one")
 CRITERIA = {"true": "The text insults someone", "false": "The text insults no one"}
@@ -102,26 +105,34 @@ def hanging_server() -> Iterator[Scene]:
 @contextmanager
 def trickling_server() -> Iterator[Scene]:
     arrived = threading.Event()
-    with RawServer(respond_sequence(noting(arrived, slow_bytes(interval=0.2)))) as server:
+    with RawServer(respond_sequence(noting(arrived, slow_bytes(interval=TRICKLE)))) as server:
         yield Scene(server.url, lambda: arrived.wait(BOUND), 0, True, 1)
 
 
-@contextmanager
-def never_accepting_server() -> Iterator[Scene]:
+@pytest.fixture(scope="module")
+def full_backlog() -> Iterator[FullBacklogServer]:
+    """The module's one server that never accepts. Filling its queue waits out a connect that
+    hangs (0.2 s): once, not once per test. A test's own connects end with its client, and it
+    counts the hanging ones from what it found, so the tests do not see each other's."""
     with FullBacklogServer() as server:
-        if not server.saturated:
-            pytest.skip("this platform completes connects to a full backlog; connect never hangs")
-        before = syn_sent_to(server.port)
+        yield server
 
-        def wait_blocked() -> bool:
-            if before is None:
-                # No /proc to watch the connect from: a connect this short is well under way.
-                return not threading.Event().wait(0.2)
-            return wait_until(lambda: (syn_sent_to(server.port) or 0) > before)
 
-        # The attempt is counted when it starts, before the connect: attempts is 1 even though
-        # no connection was ever made.
-        yield Scene(server.url, wait_blocked, 0, False, 1)
+@contextmanager
+def never_accepting_server(server: FullBacklogServer) -> Iterator[Scene]:
+    if not server.saturated:
+        pytest.skip("this platform completes connects to a full backlog; connect never hangs")
+    before = syn_sent_to(server.port)
+
+    def wait_blocked() -> bool:
+        if before is None:
+            # No /proc to watch the connect from: a connect this short is well under way.
+            return not threading.Event().wait(0.2)
+        return wait_until(lambda: (syn_sent_to(server.port) or 0) > before)
+
+    # The attempt is counted when it starts, before the connect: attempts is 1 even though
+    # no connection was ever made.
+    yield Scene(server.url, wait_blocked, 0, False, 1)
 
 
 @contextmanager
@@ -144,11 +155,11 @@ def rate_limiting_server() -> Iterator[Scene]:
         yield scene
 
 
-SITUATIONS: dict[str, Callable[[], Any]] = {
-    "no-answer": hanging_server,
-    "slow-bytes": trickling_server,
+SITUATIONS: dict[str, Callable[[FullBacklogServer], Any]] = {
+    "no-answer": lambda _: hanging_server(),
+    "slow-bytes": lambda _: trickling_server(),
     "connect-hangs": never_accepting_server,
-    "429-backoff": rate_limiting_server,
+    "429-backoff": lambda _: rate_limiting_server(),
 }
 
 
@@ -225,8 +236,10 @@ WAYS: dict[str, Callable[[qa.Client, Scene, qa.Diagnostics], tuple[float, bool]]
 
 @pytest.mark.parametrize("way", list(WAYS))
 @pytest.mark.parametrize("situation", list(SITUATIONS))
-def test_blocked_call_is_canceled_promptly_and_client_stays_usable(situation: str, way: str) -> None:
-    with SITUATIONS[situation]() as scene:
+def test_blocked_call_is_canceled_promptly_and_client_stays_usable(
+    situation: str, way: str, full_backlog: FullBacklogServer
+) -> None:
+    with SITUATIONS[situation](full_backlog) as scene:
         client = scene.client = make_client(scene.url)
         try:
             diag = qa.Diagnostics()
@@ -471,8 +484,10 @@ def test_client_timeout_applies_to_every_call(svc: FakeService) -> None:
 def test_per_call_timeout_overrides_the_client_timeout(
     svc: FakeService, client_timeout: Optional[float], call_timeout: Optional[float], answered: bool
 ) -> None:
-    # The answer comes after 0.6 s: twice TIMEOUT, well within the longer limits.
-    svc.script(delay(2 * TIMEOUT))
+    # The answer comes after twice TIMEOUT when a longer limit must let it through, well within
+    # that limit; after 2 s (cut short when the fake closes) when TIMEOUT must end the call
+    # first, by far, however late a loaded machine runs the deadline.
+    svc.script(delay(2 * TIMEOUT if answered else 2.0))
     with make_client(svc.url, timeout=client_timeout) as client:
         started = time.monotonic()
         if answered:
@@ -485,14 +500,15 @@ def test_per_call_timeout_overrides_the_client_timeout(
 
 
 def test_timeout_bounds_retries_and_backoff(svc: FakeService) -> None:
-    busy = reply(503, {"detail": "busy"}, headers=[("retry-after-ms", "400")])
+    # The deadline falls in the second backoff (attempts at 0 and 0.2 s).
+    busy = reply(503, {"detail": "busy"}, headers=[("retry-after-ms", "200")])
     svc.script(*[busy] * 10)
     diag = qa.Diagnostics()
     with make_client(svc.url) as client:
         started = time.monotonic()
         with pytest.raises(qa.Canceled, match="timeout"):
-            client.ask(STATE, Review, timeout=0.5, diagnostics=diag)
-        assert time.monotonic() - started < 0.5 + PROMPT
+            client.ask(STATE, Review, timeout=0.25, diagnostics=diag)
+        assert time.monotonic() - started < 0.25 + PROMPT
     assert diag.attempts >= 1
     assert diag.status == 503
     assert diag.attempts == len(svc.requests)
@@ -538,30 +554,31 @@ def calls_stuck_in_backoff(count: int) -> Iterator[tuple[str, Callable[[qa.Clien
 
 
 @contextmanager
-def calls_stuck_connecting(count: int) -> Iterator[tuple[str, Callable[[qa.Client], bool]]]:
-    with FullBacklogServer() as server:
-        if not server.saturated:
-            pytest.skip("this platform completes connects to a full backlog; connect never hangs")
-        before = syn_sent_to(server.port)
-        if before is None:
-            pytest.skip("no /proc/net/tcp to see the connects in progress")
-        yield (
-            server.url,
-            lambda client: wait_until(lambda: (syn_sent_to(server.port) or 0) >= before + count),
-        )
+def calls_stuck_connecting(
+    count: int, server: FullBacklogServer
+) -> Iterator[tuple[str, Callable[[qa.Client], bool]]]:
+    if not server.saturated:
+        pytest.skip("this platform completes connects to a full backlog; connect never hangs")
+    before = syn_sent_to(server.port)
+    if before is None:
+        pytest.skip("no /proc/net/tcp to see the connects in progress")
+    yield (
+        server.url,
+        lambda client: wait_until(lambda: (syn_sent_to(server.port) or 0) >= before + count),
+    )
 
 
-STUCK: dict[str, Callable[[int], Any]] = {
-    "waiting-for-answer": calls_stuck_waiting_for_answers,
-    "in-backoff": calls_stuck_in_backoff,
+STUCK: dict[str, Callable[[int, FullBacklogServer], Any]] = {
+    "waiting-for-answer": lambda count, _: calls_stuck_waiting_for_answers(count),
+    "in-backoff": lambda count, _: calls_stuck_in_backoff(count),
     "connecting": calls_stuck_connecting,
 }
 
 
 @pytest.mark.parametrize("stuck", list(STUCK))
-def test_close_ends_calls_in_flight_promptly(stuck: str) -> None:
+def test_close_ends_calls_in_flight_promptly(stuck: str, full_backlog: FullBacklogServer) -> None:
     count = 4
-    with STUCK[stuck](count) as (url, all_blocked):
+    with STUCK[stuck](count, full_backlog) as (url, all_blocked):
         client = make_client(url)
         outcomes: list[tuple[BaseException, float]] = []
         lock = threading.Lock()
@@ -671,6 +688,7 @@ def test_cancel_that_loses_the_race_with_the_answer_never_breaks_the_next_call_o
 
     monkeypatch.setattr(_Lease, "abort", slow_abort)
     first_in, answer_first, second_in = threading.Event(), threading.Event(), threading.Event()
+    aborted = threading.Event()  # the held abort has run: the rest of the second answer may go
     # Mid-body, after complete headers: a cut there is unambiguously a dropped connection.
     split = OK_RESPONSE.index(b"\r\n\r\n") + 10
 
@@ -682,7 +700,7 @@ def test_cancel_that_loses_the_race_with_the_answer_never_breaks_the_next_call_o
         if read_request(conn):
             second_in.set()
             conn.sendall(OK_RESPONSE[:split])
-            stop.wait(0.5)
+            aborted.wait(BOUND)
             conn.sendall(OK_RESPONSE[split:])
 
     with RawServer(one_connection) as server, make_client(server.url) as client:
@@ -704,6 +722,7 @@ def test_cancel_that_loses_the_race_with_the_answer_never_breaks_the_next_call_o
         finally:
             proceed.set()
             cancelling.join(BOUND)
+            aborted.set()
         # The second call was never cancelled: it must get its answer.
         assert second.result(timeout=BOUND).answers.toxic is True
         assert server.connections == 1
