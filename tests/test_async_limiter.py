@@ -20,7 +20,7 @@ import pytest
 import qa_min as qa
 from qa_min.testing import MockTransport, RecordedRequest, Step, delay, reply
 
-PAUSE_MS = 400
+PAUSE_MS = 200  # what the first 429 asks for; every test here waits it out
 PROMPT = 2.0
 
 
@@ -140,7 +140,7 @@ def test_a_token_cancelled_from_a_thread_ends_a_wait_for_the_limiter() -> None:
     error, took, lasted = asyncio.run(main())
     assert "cancelled" in str(error)
     assert took < PROMPT
-    # The wait it reports is the one it had, not the pause's whole length (400 ms).
+    # The wait it reports is the one it had, not the pause's whole length (PAUSE_MS).
     assert 0.0 < diagnostics.rate_limit_wait <= lasted
 
 
@@ -204,7 +204,7 @@ def test_a_wait_in_several_naps_is_summed_in_the_attempts_record() -> None:
     announced = [
         ("x-ratelimit-limit-requests", "10"),
         ("x-ratelimit-remaining-requests", "5"),
-        ("x-ratelimit-reset-requests", "500ms"),
+        ("x-ratelimit-reset-requests", "300ms"),
     ]
     script = [reply(200, {"answers": {"toxic": True}}, headers=announced), delay(0.3)]
     transport = MockTransport(lambda request: script.pop(0) if script else None)
@@ -229,17 +229,17 @@ def test_a_wait_in_several_naps_is_summed_in_the_attempts_record() -> None:
 
 
 def test_a_call_in_its_backoff_waits_for_a_pause_another_call_met() -> None:
-    # As on Client: B sleeps its own 200 ms while the limiter is still disengaged, A's 429
-    # then pauses the client for 600 ms; B's retry went out in the middle of the pause.
+    # As on Client: B sleeps its own 100 ms while the limiter is still disengaged, A's 429
+    # then pauses the client for 300 ms; B's retry went out in the middle of the pause.
     seen: list[tuple[str, float]] = []
 
     def handler(request: RecordedRequest) -> Optional[Step]:
         name = request.json()["state"]
         seen.append((name, time.monotonic()))
         if len(seen) == 1:
-            return reply(503, {"detail": "busy"}, headers=[("retry-after-ms", "200")])
+            return reply(503, {"detail": "busy"}, headers=[("retry-after-ms", "100")])
         if name == "A" and len(seen) == 2:
-            return reply(429, {"detail": "slow down"}, headers=[("retry-after-ms", "600")])
+            return reply(429, {"detail": "slow down"}, headers=[("retry-after-ms", "300")])
         return None
 
     async def main() -> qa.Diagnostics:
@@ -260,6 +260,6 @@ def test_a_call_in_its_backoff_waits_for_a_pause_another_call_met() -> None:
 
     diag = asyncio.run(main())
     assert [name for name, _ in seen] == ["B", "A", "A", "B"]  # the throttled call first, then B
-    assert seen[3][1] - seen[1][1] >= 0.6 - 0.02
-    assert diag.history[-1].delay == pytest.approx(0.2, abs=0.05)
-    assert diag.history[-1].rate_limit_wait > 0.3  # the rest of A's pause
+    assert seen[3][1] - seen[1][1] >= 0.3 - 0.02
+    assert diag.history[-1].delay == pytest.approx(0.1, abs=0.05)
+    assert diag.history[-1].rate_limit_wait > 0.15  # the rest of A's pause (0.2 s), three quarters of it

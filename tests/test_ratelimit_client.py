@@ -258,7 +258,7 @@ def test_wait_for_the_limiter_ends_at_once_on_cancel_timeout_and_close(
 ) -> None:
     client, svc, sleep = paused
     token = qa.CancelToken()
-    options: dict[str, Any] = {"cancel": token} if way != "timeout" else {"timeout": 0.3}
+    options: dict[str, Any] = {"cancel": token} if way != "timeout" else {"timeout": 0.15}
     began = time.monotonic()
     thread, errors, diag = blocked_call(client, **options)
     assert sleep.waiting.wait(BOUND)
@@ -267,10 +267,10 @@ def test_wait_for_the_limiter_ends_at_once_on_cancel_timeout_and_close(
     stop()
     thread.join(BOUND)
     assert not thread.is_alive()
-    assert time.monotonic() - fired < PROMPT + (0.3 if way == "timeout" else 0)
+    assert time.monotonic() - fired < PROMPT + (0.15 if way == "timeout" else 0)
     [error] = errors
     assert isinstance(error, qa.Canceled)
-    words = {"cancel": "cancelled", "timeout": "timeout of 0.3 s expired", "close": "client was closed"}
+    words = {"cancel": "cancelled", "timeout": "timeout of 0.15 s expired", "close": "client was closed"}
     assert words[way] in str(error)
     assert diag.attempts == 0  # waiting for the limiter is no attempt
     assert len(svc.requests) == 1
@@ -467,11 +467,11 @@ def test_a_rate_limit_snapshot_survives_pickle_and_copy() -> None:
 
 def test_a_wait_in_several_naps_is_summed_in_the_attempts_record() -> None:
     # An announced pace lets a waiting call sleep at most LOOK (50 ms) before it looks again:
-    # its wait of most of a second is many naps. The attempt's record said only the last one.
+    # its wait of about 0.4 s is many naps. The attempt's record said only the last one.
     announced = [
         ("x-ratelimit-limit-requests", "10"),
         ("x-ratelimit-remaining-requests", "5"),
-        ("x-ratelimit-reset-requests", "500ms"),
+        ("x-ratelimit-reset-requests", "300ms"),
     ]
     script = [reply(200, {"answers": {"toxic": True}}, headers=announced), delay(0.3)]
     transport = MockTransport(lambda request: script.pop(0) if script else None)
@@ -497,9 +497,12 @@ def test_waits_before_one_attempt_add_up() -> None:
     assert (call.delay, call.rate_limit_wait) == (0.0, 0.0)  # the next attempt starts afresh
 
 
+NAP_B, PAUSE_A = 0.1, 0.3  # B's backoff, then the client-wide pause A's 429 asks for
+
+
 class PauseDuringBackoff:
-    """A mock handler: call "B" first gets a 503 asking for 200 ms, call "A" a 429 asking for
-    600 ms; every request's state and arrival time is kept."""
+    """A mock handler: call "B" first gets a 503 asking for NAP_B, call "A" a 429 asking for
+    PAUSE_A; every request's state and arrival time is kept."""
 
     def __init__(self) -> None:
         self.seen: list[tuple[str, float]] = []
@@ -509,21 +512,21 @@ class PauseDuringBackoff:
         name = request.json()["state"]
         self.seen.append((name, time.monotonic()))
         if len(self.seen) == 1:
-            return reply(503, {"detail": "busy"}, headers=[("retry-after-ms", "200")])
+            return reply(503, {"detail": "busy"}, headers=[("retry-after-ms", f"{NAP_B * 1000:.0f}")])
         if name == "A" and len(self.seen) == 2:
             self.throttled.set()
-            return busy(("retry-after-ms", "600"))
+            return busy(("retry-after-ms", f"{PAUSE_A * 1000:.0f}"))
         return None
 
 
 def test_a_call_in_its_backoff_waits_for_a_pause_another_call_met() -> None:
-    # B sleeps its own 200 ms while the limiter is still disengaged; A's 429 then pauses the
-    # client for 600 ms. B's retry went out after its 200 ms, in the middle of the pause.
+    # B sleeps its own 100 ms while the limiter is still disengaged; A's 429 then pauses the
+    # client for 300 ms. B's retry went out after its 100 ms, in the middle of the pause.
     handler = PauseDuringBackoff()
     napping = threading.Event()
 
     def sleep(seconds: float, wake: threading.Event) -> None:
-        # B's 200 ms start once A's 429 is answered, whatever the machine's load: they end
+        # B's 100 ms start once A's 429 is answered, whatever the machine's load: they end
         # inside A's pause, as they would had A's request come at once.
         napping.set()
         assert handler.throttled.wait(BOUND)
@@ -538,6 +541,6 @@ def test_a_call_in_its_backoff_waits_for_a_pause_another_call_met() -> None:
     names = [name for name, _ in handler.seen]
     assert names == ["B", "A", "A", "B"]  # the throttled call first, then B
     paused_at = handler.seen[1][1]
-    assert handler.seen[3][1] - paused_at >= 0.6 - 0.02
-    assert diag.history[-1].delay == pytest.approx(0.2, abs=0.05)
+    assert handler.seen[3][1] - paused_at >= PAUSE_A - 0.02
+    assert diag.history[-1].delay == pytest.approx(NAP_B, abs=0.05)
     assert diag.history[-1].rate_limit_wait > 0.1  # the rest of A's pause (none, unfixed)
