@@ -228,6 +228,10 @@ class _LoopbackServer:
                         return
                     conn, _ = self._listener.accept()
                     conn.settimeout(IO_TIMEOUT)
+                    # http.server writes a response's head and body apart; without NODELAY the
+                    # body waits behind Nagle's algorithm for the client's delayed ACK, 40 ms a
+                    # call over TLS, as a server that set it (most do) would not make it wait.
+                    conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
                     if not self._track(conn):
                         conn.close()
                         return
