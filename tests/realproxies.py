@@ -2,7 +2,8 @@
 
 Both listen on 127.0.0.1 on a free port and require Basic auth (``USER``/``PASSWORD``). A
 missing binary, helper or ``openssl`` (for squid's htpasswd file) raises ``Unavailable`` with
-the reason, for the tests to skip with it. ``stop()`` terminates the process and waits for it.
+the reason, for the tests to skip with it. ``stop()`` terminates the process and waits for it;
+``terminate()`` only asks it to exit, for a ``stop()`` later to wait.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ class RealProxy:
         self.dir = Path(tempfile.mkdtemp(prefix=f"qa-min-{self.name}-"))
         self.port = 0
         self._process: Optional[subprocess.Popen[bytes]] = None
+        self._terminated = False  # SIGTERM sent: squid may take it for a second request to hurry
 
     def url(self, user: Optional[str] = USER, password: str = PASSWORD) -> str:
         auth = "" if user is None else f"{user}:{password}@"
@@ -95,10 +97,16 @@ class RealProxy:
         path = self.dir / "output.txt"
         return path.read_text(errors="replace") if path.exists() else ""
 
+    def terminate(self) -> None:
+        """Ask the process to exit (SIGTERM) and return at once; ``stop()`` waits for it."""
+        if self._process is not None and self._process.poll() is None and not self._terminated:
+            self._process.terminate()
+            self._terminated = True
+
     def stop(self) -> None:
+        self.terminate()
         process, self._process = self._process, None
         if process is not None and process.poll() is None:
-            process.terminate()
             try:
                 process.wait(15)
             except subprocess.TimeoutExpired:

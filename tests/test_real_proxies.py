@@ -39,26 +39,37 @@ def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.delenv(name.lower(), raising=False)
 
 
-def start(kind: type[RealProxy]) -> Iterator[RealProxy]:
+@pytest.fixture(scope="session")
+def stopping() -> Iterator[list[RealProxy]]:
+    """The proxies told to exit, waited for at the end of the session. Squid takes about 2 s to
+    exit once told (its shutdown goes in steps a second apart): the tests after these need not
+    wait for it."""
+    told: list[RealProxy] = []
+    yield told
+    for proxy in told:
+        proxy.stop()
+
+
+def start(kind: type[RealProxy], stopping: list[RealProxy]) -> Iterator[RealProxy]:
     try:
-        proxy = kind()
+        proxy = kind().__enter__()
     except Unavailable as exc:
         pytest.skip(str(exc))
     try:
-        with proxy:
-            yield proxy
-    except Unavailable as exc:
-        pytest.skip(str(exc))
+        yield proxy
+    finally:
+        proxy.terminate()
+        stopping.append(proxy)
 
 
 @pytest.fixture(scope="module")
-def squid() -> Iterator[RealProxy]:
-    yield from start(Squid)
+def squid(stopping: list[RealProxy]) -> Iterator[RealProxy]:
+    yield from start(Squid, stopping)
 
 
 @pytest.fixture(scope="module")
-def tinyproxy() -> Iterator[RealProxy]:
-    yield from start(Tinyproxy)
+def tinyproxy(stopping: list[RealProxy]) -> Iterator[RealProxy]:
+    yield from start(Tinyproxy, stopping)
 
 
 @pytest.fixture(params=["squid", "tinyproxy"])
