@@ -150,7 +150,7 @@ def test_wait_for_timeout_cancels_the_call(svc: FakeService) -> None:
         call = client.submit(client.ask, "Some text", Review)
 
         async def main() -> None:
-            await asyncio.wait_for(asyncio.wrap_future(call), 0.2)
+            await asyncio.wait_for(asyncio.wrap_future(call), 0.1)
 
         with pytest.raises(asyncio.TimeoutError):
             asyncio.run(main())

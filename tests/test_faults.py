@@ -439,7 +439,7 @@ INTERRUPTIONS = [
         "slow-body-timeout",
         _raw(OK_RESPONSE, lambda: slow_bytes(OK_RESPONSE, 0.02)),
         qa.Canceled,
-        (("timeout", 0.3),),
+        (("timeout", 0.15),),
     ),
 ]
 

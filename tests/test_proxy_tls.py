@@ -426,7 +426,7 @@ def test_timeout_ends_a_stalled_tls_setup_with_canceled(
             c = client(tls_service.url, ssl_context=ca_context, proxy=stuck_proxy.url)
         started = time.monotonic()
         with c, pytest.raises(qa.Canceled):
-            c.ask(STATE, Review, timeout=0.3)
+            c.ask(STATE, Review, timeout=0.15)
         assert time.monotonic() - started < 3.0
 
 

@@ -284,7 +284,7 @@ CASES = [
     Case(
         "no retry of connection errors", (drop(),), {"retry": qa.RetryPolicy(retry_connection_errors=False)}
     ),
-    Case("timeout", (hang(),), call={"timeout": 0.3}),
+    Case("timeout", (hang(),), call={"timeout": 0.15}),
     Case("cancel token", (hang(),), during="cancel"),
     Case("close in flight", (hang(),), during="close"),
     Case("oversized body", options={"max_response_bytes": 60}),
@@ -296,7 +296,7 @@ CASES = [
     Case("mock success", mock=True),
     Case("mock statuses", (reply(503), reply(429, None, headers=[("Retry-After", "1")])), mock=True),
     Case("mock drop", (drop(), drop()), mock=True),
-    Case("mock timeout", (hang(),), call={"timeout": 0.2}, mock=True),
+    Case("mock timeout", (hang(),), call={"timeout": 0.1}, mock=True),
     Case("mock cancel", (hang(),), during="cancel", mock=True),
     Case("mock close", (hang(),), during="close", mock=True),
     Case("mock oversized", options={"max_response_bytes": 60}, mock=True),

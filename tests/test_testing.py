@@ -726,11 +726,11 @@ def test_release_does_not_free_later_hangs(svc: FakeService, connect: Connect) -
 
 
 def test_delay_serves_normally_after_the_delay(svc: FakeService, connect: Connect) -> None:
-    svc.script(delay(0.2), delay(0))
+    svc.script(delay(0.1), delay(0))
     conn = connect(svc)
     started = time.monotonic()
     status, body = post(conn, core_body())
-    assert time.monotonic() - started >= 0.2
+    assert time.monotonic() - started >= 0.1
     assert status == 200
     assert body["answers"]["q"] == rule("judge-latest", "one two  three", "q", YESNO)
     assert get(conn)[0] == 200
@@ -760,7 +760,7 @@ def test_delay_of_the_longest_wait_holds_the_request_and_one_past_is_refused(svc
         qa.Client(base_url=svc.url, retry=qa.RetryPolicy.none) as client,
         pytest.raises(qa.Canceled, match="timeout"),
     ):
-        client.list_models(timeout=0.2)
+        client.list_models(timeout=0.1)
     assert svc.request_count == 1
 
 
