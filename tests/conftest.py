@@ -7,12 +7,16 @@ A module that needs a different service or client defines its own fixture under 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import pytest
 from support import Listener, make_client
 
 import qa_min as qa
 from qa_min.testing import FakeService
+
+if TYPE_CHECKING:
+    from tlshelpers import Certs
 
 
 @pytest.fixture
@@ -36,3 +40,15 @@ def listener() -> Iterator[Listener]:
         yield sock
     finally:
         sock.close()
+
+
+@pytest.fixture(scope="session")
+def certs(tmp_path_factory: pytest.TempPathFactory) -> Certs:
+    """A test CA and the server certificates it signed, made once for the session: each set
+    costs three openssl runs, and no test changes them."""
+    from tlshelpers import OpenSSLUnavailable, make_certs  # ssl and http.server: loaded when needed
+
+    try:
+        return make_certs(tmp_path_factory.mktemp("certs"))
+    except OpenSSLUnavailable as exc:
+        pytest.skip(f"cannot make test certificates: {exc}")

@@ -44,8 +44,7 @@ import threading
 import time
 import warnings
 from collections.abc import Coroutine
-from pathlib import Path
-from typing import Any, Optional, TypeVar
+from typing import TYPE_CHECKING, Any, Optional, TypeVar
 
 import pytest
 
@@ -54,6 +53,9 @@ from qa_min._ascope import WrongLoop
 from qa_min._fakehttp import Headers
 from qa_min._fakerules import DEFAULT_MODELS, RecordedRequest, apply_rules
 from qa_min.testing import FakeService, MockTransport, hang, reply
+
+if TYPE_CHECKING:
+    from tlshelpers import Certs
 
 T = TypeVar("T")
 PROMPT = 2.0  # seconds within which a cancelled call must have ended (generous: a shared CI box)
@@ -550,13 +552,9 @@ def test_a_loop_still_running_keeps_its_client_until_it_closes(svc: FakeService)
         run(client.list_models())
 
 
-def test_aclose_after_the_loop_ended_closes_a_tls_connection_too(tmp_path: Path) -> None:
-    from tlshelpers import OpenSSLUnavailable, TLSService, make_certs
+def test_aclose_after_the_loop_ended_closes_a_tls_connection_too(certs: Certs) -> None:
+    from tlshelpers import TLSService
 
-    try:
-        certs = make_certs(tmp_path)
-    except OpenSSLUnavailable as exc:
-        pytest.skip(f"cannot make test certificates: {exc}")
     with TLSService(certs.server_cert, certs.server_key) as service:
         context = ssl.create_default_context(cafile=str(certs.ca))
         client = qa.AsyncClient(base_url=service.url, trust_env=False, ssl_context=context)

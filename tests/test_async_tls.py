@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from tlshelpers import Certs, OpenSSLUnavailable, Proxy, TLSService, make_certs
+from tlshelpers import Certs, Proxy, TLSService
 
 import qa_min as qa
 from qa_min.testing import FakeService
@@ -26,14 +26,6 @@ def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY", "SSL_CERT_FILE", "SSL_CERT_DIR"):
         monkeypatch.delenv(name, raising=False)
         monkeypatch.delenv(name.lower(), raising=False)
-
-
-@pytest.fixture(scope="module")
-def certs(tmp_path_factory: pytest.TempPathFactory) -> Certs:
-    try:
-        return make_certs(tmp_path_factory.mktemp("certs"))
-    except OpenSSLUnavailable as exc:
-        pytest.skip(f"cannot make test certificates: {exc}")
 
 
 @pytest.fixture

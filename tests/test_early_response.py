@@ -18,7 +18,7 @@ import pytest
 from faultservers import OK_RESPONSE, RawServer, answer_early, respond_sequence
 from rawhttp import Toxic, ask, response, serving
 from support import no_sleep
-from tlshelpers import Certs, OpenSSLUnavailable, make_certs
+from tlshelpers import Certs
 
 import qa_min as qa
 
@@ -133,14 +133,6 @@ def test_cancel_while_a_large_body_is_being_sent_is_canceled_not_an_answer() -> 
         finally:
             canceller.join(5)
         assert client._transport.pool.idle_count() == 0
-
-
-@pytest.fixture(scope="module")
-def certs(tmp_path_factory: pytest.TempPathFactory) -> Certs:
-    try:
-        return make_certs(tmp_path_factory.mktemp("certs"))
-    except OpenSSLUnavailable as exc:
-        pytest.skip(f"cannot make test certificates: {exc}")
 
 
 @pytest.mark.parametrize(

@@ -19,7 +19,7 @@ import pytest
 from faultservers import RawServer
 from support import no_sleep
 from support import wait_until as poll_until
-from tlshelpers import Certs, OpenSSLUnavailable, Proxy, TLSService, make_certs
+from tlshelpers import Certs, Proxy, TLSService
 
 import qa_min as qa
 from qa_min.testing import FakeService
@@ -52,14 +52,6 @@ def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
     # The machine's own proxy or trust-store settings must not decide these tests.
     for name in ENV_NAMES:
         monkeypatch.delenv(name, raising=False)
-
-
-@pytest.fixture(scope="module")
-def certs(tmp_path_factory: pytest.TempPathFactory) -> Certs:
-    try:
-        return make_certs(tmp_path_factory.mktemp("certs"))
-    except OpenSSLUnavailable as exc:
-        pytest.skip(f"cannot make test certificates: {exc}")
 
 
 @pytest.fixture

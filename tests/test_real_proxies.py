@@ -15,7 +15,7 @@ from typing import Any, Optional
 import pytest
 from realproxies import PASSWORD, USER, RealProxy, Squid, Tinyproxy, Unavailable
 from support import no_sleep, wait_until
-from tlshelpers import Certs, OpenSSLUnavailable, TLSService, make_certs
+from tlshelpers import Certs, TLSService
 
 import qa_min as qa
 from qa_min.testing import FakeService
@@ -76,14 +76,6 @@ def tinyproxy(stopping: list[RealProxy]) -> Iterator[RealProxy]:
 def proxy(request: pytest.FixtureRequest) -> RealProxy:
     found: RealProxy = request.getfixturevalue(request.param)
     return found
-
-
-@pytest.fixture(scope="module")
-def certs(tmp_path_factory: pytest.TempPathFactory) -> Certs:
-    try:
-        return make_certs(tmp_path_factory.mktemp("certs"))
-    except OpenSSLUnavailable as exc:
-        pytest.skip(f"cannot make test certificates: {exc}")
 
 
 @pytest.fixture(scope="module")
