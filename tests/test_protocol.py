@@ -33,6 +33,7 @@ import copy
 import pickle
 import random
 import time
+from collections import deque
 from pathlib import Path
 from typing import Any, Optional
 
@@ -61,7 +62,11 @@ BIG = 1 << 40
 def feed(pieces: list[bytes], method: str = "GET", limit: int = BIG, eof: bool = True) -> Outcome:
     """Feed ``pieces`` one by one (then the end of the stream): the result or (error type, text)."""
     reader = ResponseReader(method, limit)
-    todo = list(pieces) + ([b""] if eof else [])
+    # A deque: a list's pop(0) made feeding a 64 KiB line byte by byte quadratic in this helper
+    # (85% of that test's time), blurring the reader's own linear cost it measures.
+    todo = deque(pieces)
+    if eof:
+        todo.append(b"")
     head: Optional[Head] = None
     body: list[bytes] = []
     try:
@@ -70,7 +75,7 @@ def feed(pieces: list[bytes], method: str = "GET", limit: int = BIG, eof: bool =
             if event is NEED_DATA:
                 if not todo:
                     return (type(NEED_DATA), "NEED_DATA")
-                reader.receive(todo.pop(0))
+                reader.receive(todo.popleft())
             elif type(event) is Head:
                 head = event
             elif type(event) is Data:
