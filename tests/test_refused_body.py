@@ -42,7 +42,7 @@ RID = "req_X"
 CALL_TIMEOUT = 10.0  # a call that waited for more bytes would fail here, not hang the suite
 # The call's timeout that a body stalled after its head runs into. Its length proves nothing (the
 # server sends no more until it stops), so it is short, yet leaves the head ample time to arrive.
-SHORT_TIMEOUT = 0.3
+SHORT_TIMEOUT = 0.2
 JSON = "Content-Type: application/json"
 EXTRA = ("x-ratelimit-remaining: 7",)
 
