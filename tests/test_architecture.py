@@ -9,6 +9,7 @@ A new module fails these tests until it is given its place here and in ARCHITECT
 from __future__ import annotations
 
 import ast
+import functools
 import re
 import statistics
 from pathlib import Path
@@ -81,6 +82,7 @@ MAX_MEDIAN_MODULE_LINES = 250
 MAX_FUNCTION_LINES = 60
 
 
+@functools.cache  # the package does not change during a session
 def _modules() -> dict[str, Path]:
     found = {}
     for path in sorted(PACKAGE.rglob("*.py")):
@@ -89,11 +91,17 @@ def _modules() -> dict[str, Path]:
     return found
 
 
+@functools.cache
+def _tree(path: Path) -> ast.Module:
+    """``path`` parsed, once a session: several tests walk every module of the package."""
+    return ast.parse(path.read_text(encoding="utf-8"))
+
+
 def _imported(module: str, path: Path) -> list[tuple[int, str]]:
     """(line, qa_min module) for every import of the package in ``path``, at any depth."""
     package_parts = module.split(".")[:-1]
     found = []
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in ast.walk(_tree(path)):
         if isinstance(node, ast.ImportFrom) and node.level:
             base = package_parts[: len(package_parts) - (node.level - 1)]
             target = ".".join([*base, node.module]) if node.module else ".".join(base)
@@ -176,7 +184,7 @@ def test_no_module_is_over_the_size_limit() -> None:
 def test_no_function_is_over_the_length_limit() -> None:
     long = []
     for module, path in _modules().items():
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        for node in ast.walk(_tree(path)):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 length = (node.end_lineno or node.lineno) - node.lineno + 1
                 if length > MAX_FUNCTION_LINES:
@@ -239,7 +247,7 @@ def _benchmark_imports(module: str, path: Path, known: set[str]) -> set[str]:
     """The modules of benchmarks/ that ``module`` imports, relatively or as ``benchmarks.…``, at any depth."""
     package = module.split(".")[:-1]
     targets: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in ast.walk(_tree(path)):
         if isinstance(node, ast.ImportFrom) and node.level:
             base = package[: len(package) - (node.level - 1)]
             stem = [*base, *(node.module.split(".") if node.module else [])]
