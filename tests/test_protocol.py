@@ -251,6 +251,24 @@ def test_chunk_size_is_hex_digits_only(size: bytes) -> None:
 
 
 @pytest.mark.parametrize(
+    ("size", "accepted"),
+    [(b"5;a", True), (b"5;a=b", True), (b'5;a="b;c"', True), (b"5 ;a = b", True), (b"5;a;b=c", True),
+     (b"5;", False), (b"5;=b", False), (b"5;a=", False), (b"5;a=b;", False), (b'5;a="b', False),
+     (b"5\n", False), (b"5;a\n", False), (b"5\r\r", False)],
+    ids=repr,
+)  # fmt: skip
+def test_chunk_extensions_and_the_size_lines_end_follow_rfc_9112(size: bytes, accepted: bool) -> None:
+    # RFC 9112 7.1.1: an extension is ";" name ["=" token / quoted-string], a name a token, and
+    # the line ends in CRLF. h11 and http.client both read "5;" and a bare LF; the reader does not.
+    line = size if size.endswith((b"\n", b"\r\r")) else size + b"\r\n"
+    outcome = read(ok(CHUNKED, line + b"hello\r\n0\r\n\r\n"))
+    if accepted:
+        assert outcome[2] == b"hello", outcome
+    else:
+        refused(outcome, qa.BadFraming, "bad chunk size line")
+
+
+@pytest.mark.parametrize(
     "line",
     [b"HTTP/1.1  200 OK", b"HTTP/1.1\t200 OK", b"HTTP/1.1 200\tOK", b"HTTP/2.0 200 OK", b"http/1.1 200 OK",
      b"HTTP/1.1 099 X", b"HTTP/1.1 2000 X", b"HTTP/1.1 20 X", b"HTTP/1.1 \xb200 X", b" HTTP/1.1 200 OK",
