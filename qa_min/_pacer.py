@@ -33,7 +33,6 @@ with a time: "go at t", "wait until woken", or "go now". Waiting is not done her
 
 from __future__ import annotations
 
-import bisect
 import enum
 import math
 
@@ -278,8 +277,11 @@ class Pacer:
         if self._holes_in != self._state():
             holes.clear()
             self._holes_in = self._state()
-        if cell is not None:
-            bisect.insort(holes, cell)
+        if cell is not None:  # in order (few: the calls that gave up), without ``bisect``'s import
+            at = len(holes)
+            while at and holes[at - 1] > cell:
+                at -= 1
+            holes.insert(at, cell)
         interval = 1.0 / self._rate
         while holes and abs(holes[-1] + interval - self.tat) <= 1e-6 * interval:
             self.tat = holes.pop()
