@@ -277,11 +277,9 @@ class Pacer:
         if self._holes_in != self._state():
             holes.clear()
             self._holes_in = self._state()
-        if cell is not None:  # in order (few: the calls that gave up), without ``bisect``'s import
-            at = len(holes)
-            while at and holes[at - 1] > cell:
-                at -= 1
-            holes.insert(at, cell)
+        if cell is not None:
+            holes.append(cell)
+            holes.sort()  # sorted but for the new one: a linear pass, and no ``bisect`` to import
         interval = 1.0 / self._rate
         while holes and abs(holes[-1] + interval - self.tat) <= 1e-6 * interval:
             self.tat = holes.pop()
