@@ -345,7 +345,10 @@ def test_a_server_delay_pauses_the_whole_client(kind: str, form: str) -> None:
     else:  # e.g. no request within 0.9 s of a Retry-After: 1, the retry within 1.5 s
         assert min(times[1:]) - throttled >= pause - 0.1, [round(t - throttled, 3) for t in times]
         assert times[order.index("first", 1)] - throttled <= pause + 0.5
-    assert order[1] == "first", order  # the throttled call goes first when the pause ends
+    # Not the order of arrival after the pause: with no ceiling learned, the others are sent
+    # 2 ms (``_pacer.AFTER``) after the throttled call, on other connections, and a loaded
+    # machine may deliver them first (seen on 3.13 in CI).
+    assert "first" in order[1:], order
 
 
 @pytest.mark.parametrize("kind", KINDS)
