@@ -270,28 +270,23 @@ class Pacer:
         """What a cell's place depends on: pauses and cuts, throttled calls' jumps, the ceiling."""
         return self.epoch, self._jumped, self._rate
 
+    def _current_holes(self) -> list[float]:
+        """The holes, none if the schedule moved since they were given back."""
+        if self._holes_in != self._state():
+            self._holes.clear()
+            self._holes_in = self._state()
+        return self._holes
+
     def _give_back(self, cell: Optional[float]) -> None:
         """A new call's cell, unused: the schedule's end comes back to it if it was the last,
         and over the holes before it that the end reaches; else it is a hole."""
-        holes = self._holes
-        if self._holes_in != self._state():
-            holes.clear()
-            self._holes_in = self._state()
+        holes = self._current_holes()
         if cell is not None:
             holes.append(cell)
             holes.sort()  # sorted but for the new one: a linear pass, and no ``bisect`` to import
         interval = 1.0 / self._rate
         while holes and abs(holes[-1] + interval - self.tat) <= 1e-6 * interval:
             self.tat = holes.pop()
-
-    def _hole(self, now: float) -> Optional[float]:
-        """The earliest cell given back that is not past, for a new call; None if none."""
-        holes = self._holes
-        if self._holes_in != self._state():
-            holes.clear()
-        while holes and holes[0] < now:
-            del holes[0]  # its time passed unused, as any slot not taken
-        return holes.pop(0) if holes else None
 
     def _hold(self, now: float, priority: Priority, pace: Pace) -> Optional[float]:
         """How long an attempt due now is held back for a last chance; None: it goes; inf:
@@ -349,7 +344,7 @@ class Pacer:
             self.tat = min(max(self.tat, earliest) + interval, earliest + tolerance + interval)
             return earliest, False
         if priority is Priority.NEW:
-            return self._new_slot(now, earliest, waiter), False
+            return self._new_slot(now, earliest, waiter, interval, tolerance), False
         # Throttled calls go first, one slot apart, and the slots promised behind them move
         # back one each (``_moved``). While the ceiling is a fresh guess, no faster than the
         # longest short pause asked for (with exact delays, about the time to free a slot),
@@ -367,16 +362,21 @@ class Pacer:
             del self._jumps[: JUMPS // 2]
         return slot, guessing and priority is Priority.LAST
 
-    def _new_slot(self, now: float, earliest: float, waiter: Waiter) -> float:
-        """A new call's slot: a cell given back, else the schedule's next; its cell noted."""
-        interval, tolerance = self.spacing(self._rate)
-        cell = self._hole(now)
-        if cell is None:
+    def _new_slot(
+        self, now: float, earliest: float, waiter: Waiter, interval: float, tolerance: float
+    ) -> float:
+        """A new call's slot: the earliest cell given back that is not past, else the
+        schedule's next; its cell noted."""
+        holes = self._current_holes()
+        while holes and holes[0] < now:
+            del holes[0]  # its time passed unused, as any slot not taken
+        if holes:
+            cell = holes.pop(0)
+            slot = max(earliest, cell - tolerance)
+        else:
             slot = max(earliest, self.tat - tolerance)
             self.tat = max(self.tat, slot) + interval
             cell = self.tat - interval
-        else:
-            slot = max(earliest, cell - tolerance)
         waiter.cell = cell, self._state()
         return slot
 
