@@ -79,7 +79,7 @@ class Transport:
         self.proxy = proxy
         self.pool = pool
         self.max_body = max_body
-        self._ssl_context = ssl_context
+        self.built_context = ssl_context  # the caller's, or the default once built
         self._key = (
             origin.scheme,
             origin.host,
@@ -270,11 +270,11 @@ class Transport:
 
     def ssl_context(self) -> ssl.SSLContext:
         """The caller's context, or a default one: system trust store, ``SSL_CERT_FILE``/``DIR``."""
-        if self._ssl_context is None:
+        if self.built_context is None:
             import ssl
 
-            self._ssl_context = ssl.create_default_context()
-        return self._ssl_context
+            self.built_context = ssl.create_default_context()
+        return self.built_context
 
 
 class _Lease:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import ssl
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -68,6 +69,31 @@ def test_tls_with_the_ca_trusted(
         [connect] = proxy.seen
         assert (connect.method, connect.target) == ("CONNECT", f"127.0.0.1:{tls_service.port}")
         assert "authorization" not in connect.headers
+
+
+def test_the_default_context_is_built_once_and_off_the_loop(
+    tls_service: TLSService, certs: Certs, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # SPEC 7b: no blocking call on the event loop; loading the trust store takes tens of ms.
+    monkeypatch.setenv("SSL_CERT_FILE", str(certs.ca))
+    built_on: list[int] = []
+    default = ssl.create_default_context
+
+    def recorded(*args: Any, **kwargs: Any) -> ssl.SSLContext:
+        built_on.append(threading.get_ident())
+        return default(*args, **kwargs)
+
+    monkeypatch.setattr(ssl, "create_default_context", recorded)
+
+    async def main() -> list[object]:
+        async with qa.AsyncClient(base_url=tls_service.url, trust_env=False) as client:
+            first = await client.ask("s", Review)
+            tls_service.drop_connections()  # the second call opens a new TLS connection
+            return [first.answers.toxic, (await client.ask("s", Review)).answers.toxic]
+
+    assert asyncio.run(main()) == [True, True]
+    assert len(built_on) == 1, built_on
+    assert built_on[0] != threading.get_ident(), "built on the loop's thread"
 
 
 def test_unknown_ca_is_refused_without_retrying(tls_service: TLSService) -> None:
