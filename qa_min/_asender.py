@@ -22,10 +22,10 @@ if TYPE_CHECKING:
 
     from ._backoff import RetryPolicy
     from ._call import CallState
-    from ._config import Origin
     from ._diagnostics import ResponseHeaders
     from ._http import Outgoing
     from ._limiter import Limiter
+    from ._origin import Origin
     from ._pacer import Priority, Waiter
     from ._retrying import Sender
 

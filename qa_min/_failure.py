@@ -26,8 +26,8 @@ if TYPE_CHECKING:
     from typing import Callable, Optional
 
     from ._call import CallState
-    from ._config import Origin
     from ._errors import QAError
+    from ._origin import Origin
     from ._wire import Head
 
 # OpenSSL's reasons for a first record that is not TLS at all (UNKNOWN_PROTOCOL before 1.0.2q).

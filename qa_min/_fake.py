@@ -24,7 +24,6 @@ from dataclasses import dataclass
 from typing import Final
 from urllib.parse import quote
 
-from ._config import PATH_SAFE
 from ._fakecheck import HeaderPairs
 from ._fakehttp import ConnState, Server, accept_loop, shutdown
 from ._fakerules import (
@@ -36,6 +35,7 @@ from ._fakerules import (
     apply_rules,
     throttle_headers,
 )
+from ._origin import PATH_SAFE
 
 # Bounds every join so that a bug in a handler cannot hang the test run that owns the fake.
 JOIN_TIMEOUT: Final = 10.0

@@ -30,8 +30,8 @@ if TYPE_CHECKING:
     from typing import Callable, Optional
 
     from ._call import CallState
-    from ._config import Origin
     from ._http import Outgoing
+    from ._origin import Origin
 
     Handler = Callable[[RecordedRequest], Optional[Step]]
 

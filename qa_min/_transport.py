@@ -43,8 +43,8 @@ if TYPE_CHECKING:
     from typing import Optional
 
     from ._call import CallState
-    from ._config import Origin
     from ._http import Outgoing
+    from ._origin import Origin
 
 if TYPE_CHECKING:
     from typing import Protocol

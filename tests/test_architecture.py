@@ -46,7 +46,8 @@ LAYERS: tuple[str, ...] = (
     "_retry",
     "_options",
     "_hooks",
-    # configuration, then the wire, bottom up
+    # configuration (a URL parsed, then the rest of it), then the wire, bottom up
+    "_origin",
     "_config",
     # what a call tells (messages, logs, hooks), then its retry decisions: no I/O
     "_messages",

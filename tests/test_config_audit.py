@@ -108,11 +108,19 @@ def status(code: str, headers: Sequence[str] = (), body: bytes = b"busy") -> byt
 
 
 @pytest.mark.parametrize("kind", CLIENTS)
-def test_port_65535_is_accepted_and_65536_refused_naming_the_range(kind: str) -> None:
+def test_ports_1_and_65535_are_accepted_0_and_65536_refused_naming_the_port(kind: str) -> None:
+    # Port 0 names no destination: connect() to it could only fail later, as a ConnectionFailed
+    # that is retried. The same parser reads a proxy URL.
+    make(kind, base_url="http://127.0.0.1:1")
     make(kind, base_url="http://127.0.0.1:65535")
     make(kind, base_url="http://[::1]:65535/prefix/")
-    with pytest.raises(qa.InvalidBaseUrl, match=r"base_url is not a valid URL \(Port out of range 0-65535\)"):
-        make(kind, base_url="http://127.0.0.1:65536")
+    make(kind, base_url="http://127.0.0.1:9", proxy="http://127.0.0.1:65535")
+    for port in ("0", "65536", "00"):
+        why = rf"is not a valid URL \(port {int(port)} is out of range 1-65535\)"
+        with pytest.raises(qa.InvalidBaseUrl, match="base_url " + why):
+            make(kind, base_url=f"http://127.0.0.1:{port}")
+        with pytest.raises(qa.InvalidOption, match="proxy " + why):
+            make(kind, base_url="http://127.0.0.1:9", proxy=f"127.0.0.1:{port}")
 
 
 @pytest.mark.parametrize("kind", CLIENTS)
@@ -141,6 +149,46 @@ def test_malformed_base_urls_are_refused_saying_why(kind: str, url: str, why: st
         make(kind, base_url=url)
     assert why in str(caught.value)
     assert "base_url" in str(caught.value)
+
+
+@pytest.mark.parametrize("kind", CLIENTS)
+@pytest.mark.parametrize(
+    ("url", "why"),
+    [
+        # urlsplit's hostname drops text after the "]": this was http://[::1]:8080
+        ("http://[::1]x:8080", "followed by nothing but :port"),
+        ("http://[::1]junk/", "followed by nothing but :port"),
+        ("http://x[::1]", "brackets must enclose the whole host"),
+        ("http://[::1]]", "brackets must enclose the whole host"),
+        # IPvFuture: this was the DNS name "v1.x"
+        ("http://[v1.x]", "the brackets must hold an IPv6 address"),
+        ("http://[]", "not a valid URL"),
+        ("http://[1.2.3.4]", "not a valid URL"),  # accepted as 1.2.3.4 before Python 3.11
+        # A zone id: RFC 6874's spelling never resolved, a bare "%" reached the Host header.
+        ("http://[fe80::1%25eth0]:8080", "IPv6 zone id (after '%') is not supported"),
+        ("http://[fe80::1%eth0]", "IPv6 zone id (after '%') is not supported"),
+        # int() reads these on Python 3.9 (port 10, port 12, port 80)
+        ("http://h:1_0", "Port could not be cast to integer value as '1_0'"),
+        ("http://h:\u0661\u0662", "Port could not be cast to integer value"),
+        ("http://[::1]:+80", "Port could not be cast to integer value as '+80'"),
+    ],
+)
+def test_hosts_and_ports_urlsplit_reads_loosely_are_refused(kind: str, url: str, why: str) -> None:
+    with pytest.raises(qa.InvalidBaseUrl) as caught:
+        make(kind, base_url=url)
+    assert why in str(caught.value)
+    assert str(caught.value).startswith("base_url ")
+    with pytest.raises(qa.InvalidOption) as refused:
+        make(kind, base_url="http://127.0.0.1:9", proxy=url)
+    assert why in str(refused.value)
+    assert str(refused.value).startswith("proxy ")
+
+
+@pytest.mark.parametrize("kind", CLIENTS)
+def test_ipv6_literals_with_a_port_or_an_empty_one_are_accepted(kind: str) -> None:
+    for url in ("http://[::1]:8080/p", "http://[::ffff:1.2.3.4]:81", "http://[::1]:", "http://h:/p"):
+        make(kind, base_url=url)
+        make(kind, base_url="http://127.0.0.1:9", proxy=url)
 
 
 @pytest.mark.parametrize("kind", CLIENTS)
