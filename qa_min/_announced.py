@@ -49,6 +49,9 @@ _RFC3339 = (
     r"([0-9]{4})-([0-9]{2})-([0-9]{2})[Tt ]([0-9]{2}):([0-9]{2}):([0-9]{2})(\.[0-9]+)?"
     r"(?:([Zz])|([+-])([0-9]{2}):([0-9]{2}))"
 )
+# HTTP's whitespace (RFC 9110 5.6.3): str.strip() would also take NBSP and NEL (obs-text, which a
+# value may hold), so "\xa05" would read as 5.
+_OWS = " \t"
 # A number as the fields write one: no sign, no ``_``, no ``inf``/``nan`` (all of which ``float()`` takes).
 _DECIMAL = r"(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?"
 _OPENAI = ("x-ratelimit-limit-requests", "x-ratelimit-remaining-requests", "x-ratelimit-reset-requests")
@@ -150,7 +153,7 @@ def _number(text: Optional[str]) -> Optional[float]:
     """A finite number >= 0, or None."""
     if text is None:
         return None
-    text = text.strip()
+    text = text.strip(_OWS)
     if re.fullmatch(_DECIMAL, text) is None:
         return None
     value = float(text)
@@ -166,7 +169,7 @@ def _reset(text: Optional[str], wall: float) -> Optional[float]:
     """Seconds from now: seconds, a duration, epoch seconds or an RFC 3339 time."""
     if text is None:
         return None
-    text = text.strip()
+    text = text.strip(_OWS)
     seconds = _number(text)
     if seconds is not None:
         if seconds >= EPOCH_MS:  # some services send milliseconds
@@ -226,14 +229,14 @@ def _items(text: str) -> list[tuple[str, dict[str, str]]]:
         values = {}
         for param in params:
             key, _, value = param.partition("=")
-            values[key.strip().lower()] = _unquoted(value)
+            values[key.strip(_OWS).lower()] = _unquoted(value)
         members.append((_unquoted(item), values))
     return members
 
 
 def _unquoted(text: str) -> str:
     """A quoted string's content (escapes kept: names are only compared with each other)."""
-    text = text.strip()
+    text = text.strip(_OWS)
     return text[1:-1] if len(text) >= 2 and text[0] == text[-1] == '"' else text
 
 
@@ -270,8 +273,8 @@ def _older(text: str, policy: Optional[str], wall: float) -> Optional[Announceme
     """Older drafts: ``RateLimit: limit=100, remaining=50, reset=5``."""
     values = {}
     for part in text.split(","):
-        key, _, value = part.strip().partition("=")
-        values[key.strip().lower()] = value.strip()
+        key, _, value = part.strip(_OWS).partition("=")
+        values[key.strip(_OWS).lower()] = value.strip(_OWS)
     limit, remaining = _leading(values.get("limit")), _number(values.get("remaining"))
     return _made(
         limit, remaining, _reset(values.get("reset"), wall), _policy_rate(policy), "ietf-draft", False

@@ -10,6 +10,7 @@ instance made without ``__init__`` whose attributes fall through to the class de
 from __future__ import annotations
 
 import math
+import re
 import time
 
 from ._errors import InvalidOption
@@ -27,6 +28,9 @@ else:
         # The real decorator is applied by ``_retry`` when ``qa_min.RetryPolicy`` is first used.
         return lambda cls: cls
 
+
+# A server delay as written: ASCII digits (``[0-9]``, not ``\d``, which takes other scripts'), a fraction.
+_DELAY = re.compile(r"[0-9]+(?:\.[0-9]+)?")
 
 MAX_DELAY_MS = 86_400_000.0
 """One day: no delay of the policy, and none a server asks for, is longer."""
@@ -109,11 +113,23 @@ def backoff_ms(policy: RetryPolicy, retry_index: int, uniform: float) -> float:
     return min(base, policy.backoff_max_ms) * (1.0 - policy.backoff_jitter * uniform)
 
 
+def delay_number(text: str) -> Optional[float]:
+    """A ``retry-after-ms`` or ``Retry-After`` number (>= 0, maybe inf), or None if ``text`` is none.
+
+    RFC 9110's delay-seconds is ``1*DIGIT``; a decimal fraction is read too, as the docs promise
+    ("float seconds", "float milliseconds"). Not ``float()``'s grammar: it takes ``1_0`` (10),
+    ``nan``, ``inf``, a sign, an exponent and other scripts' digits (U+0661), none of which a
+    server means as a delay. Only HTTP's whitespace (SP, HTAB) may surround it.
+    """
+    text = text.strip(" \t")
+    return float(text) if _DELAY.fullmatch(text) else None
+
+
 def _positive_finite(text: str, scale: float) -> Optional[float]:
-    try:
-        value = float(text) * scale
-    except (ValueError, OverflowError):
+    number = delay_number(text)
+    if number is None:
         return None
+    value = number * scale  # a few hundred digits make inf: over any cap
     return value if math.isfinite(value) and value > 0 else None
 
 
@@ -138,9 +154,9 @@ def server_delay_ms(
 ) -> Optional[float]:
     """The delay the server asked for, in ms, or None to fall back to the backoff.
 
-    ``retry-after-ms`` (float milliseconds) wins over ``Retry-After`` (float seconds or an
-    HTTP-date). A header that is unparseable, not finite, zero or negative, or above
-    ``max_ms`` is ignored as if absent.
+    ``retry-after-ms`` (decimal milliseconds) wins over ``Retry-After`` (decimal seconds or an
+    HTTP-date), numbers as ``delay_number`` reads them. A header that is unparseable, not
+    finite, zero or negative, or above ``max_ms`` is ignored as if absent.
     """
     candidates = []
     if retry_after_ms is not None:

@@ -16,7 +16,7 @@ announced limit), ``_absorbs`` says whether it absorbs a 429 beyond ``max_retrie
 
 from __future__ import annotations
 
-from ._backoff import backoff_ms, server_delay_ms, should_retry
+from ._backoff import backoff_ms, delay_number, server_delay_ms, should_retry
 from ._errors import ConnectionFailed, ProxyError, QAError
 from ._http import Resend
 from ._limiter import ABSORBED
@@ -322,10 +322,7 @@ def _pause_seconds(headers: ResponseHeaders, delay_ms: Optional[float]) -> Optio
 
 
 def _is_zero(text: str) -> bool:
-    try:
-        return float(text) == 0.0
-    except ValueError:
-        return False
+    return delay_number(text) == 0.0  # "0_0" or "-0" is malformed, so ignored: no zero
 
 
 def _retry_failure(policy: RetryPolicy, failure: ConnectionFailed) -> bool:

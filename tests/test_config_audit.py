@@ -351,6 +351,30 @@ def test_server_requested_delays_through_both_clients(
 
 
 @pytest.mark.parametrize("kind", CLIENTS)
+@pytest.mark.parametrize(
+    "headers",
+    [
+        ("Retry-After: 1_0",),  # float() reads 10
+        ("retry-after-ms: 1_000",),  # 1000
+        ("Retry-After: 3\xa0",),  # float() strips NBSP; HTTP's whitespace is SP and HTAB
+        ("Retry-After: +3",),
+        ("retry-after-ms: 2e3",),
+        ("retry-after-ms: infinity", "Retry-After: Nan"),
+    ],
+)
+def test_a_delay_that_is_not_decimal_digits_falls_back_to_the_backoff(
+    kind: str, headers: tuple[str, ...]
+) -> None:
+    # RFC 9110: delay-seconds = 1*DIGIT (docs/retries.md: a decimal fraction is read too).
+    busy = status("503 Service Unavailable", headers)
+    ok = response("200 OK", ("Content-Type: application/json",))
+    done = call(kind, [busy, ok], retry=qa.RetryPolicy(max_retries=1))
+    assert done.error is None
+    assert done.sleeps == [pytest.approx(0.5)]  # the backoff, not a server delay
+    assert done.diagnostics.history[1].delay == pytest.approx(0.5)
+
+
+@pytest.mark.parametrize("kind", CLIENTS)
 def test_respect_retry_after_false_uses_the_backoff(kind: str) -> None:
     busy = status("429 Too Many Requests", ("Retry-After: 7",))
     done = call(kind, [busy] * 3, retry=qa.RetryPolicy(respect_retry_after=False), rate_limit=None)

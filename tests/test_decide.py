@@ -322,6 +322,17 @@ def test_a_disengaged_limiter_is_asked_for_no_slot_and_learns_the_successes() ->
     assert limiter.reports == [(None, 429, 1.5)]  # a throttle engages it
 
 
+@pytest.mark.parametrize("zero", ["0_0", "-0", "0e0", "\xa00"])
+def test_a_retry_after_ms_that_only_float_reads_as_zero_pauses_by_retry_after(zero: str) -> None:
+    # Malformed, it is ignored as if absent (docs/retries.md): Retry-After pauses the client.
+    limiter = Limiter(engaged=True)
+    state = attempts(qa.RetryPolicy(max_retries=2), limiter=limiter)
+    state.slot()
+    state.ticket = 1.0
+    respond(state, 429, retry_after_ms=zero, retry_after="1")
+    assert limiter.reports == [(1.0, 429, 1.0)]
+
+
 def test_a_throttled_call_asks_for_a_slot_ahead_and_its_last_retry_further_ahead() -> None:
     limiter = Limiter(engaged=True)
     state = attempts(qa.RetryPolicy(max_retries=2), limiter=limiter)

@@ -343,6 +343,11 @@ def test_each_family_as_servers_write_it(
         [("x-ratelimit-remaining-requests", "\u0661\u0662")],  # Arabic-Indic 12
         [("x-ratelimit-remaining-requests", "+5")],
         [("x-ratelimit-remaining-requests", "infinity")],
+        # str.strip() takes NBSP and NEL (obs-text a value may hold); HTTP's whitespace is SP, HTAB
+        [("x-ratelimit-remaining-requests", "5\xa0")],
+        [("x-ratelimit-remaining-requests", "\x855")],
+        [("RateLimit", "limit=100, remaining=\xa05, reset=5")],
+        [("RateLimit-Policy", '"p";q=100;w=10'), ("RateLimit", '"p";r=5\xa0;t=1')],
     ],
 )
 def test_malformed_fields_are_ignored(fields: list[tuple[str, str]]) -> None:
@@ -386,6 +391,16 @@ def test_a_duration_is_never_a_time() -> None:
     # One too long for a float tells nothing: no reset, no refill.
     endless = one(*fields, ("x-ratelimit-reset-requests", "9" * 310 + "h"))
     assert (endless.reset, endless.refill) == (0.0, 0.0)
+
+
+def test_spaces_and_tabs_around_a_number_are_http_whitespace() -> None:
+    found = one(("x-ratelimit-remaining-requests", " \t5\t "), ("x-ratelimit-reset-requests", "\t2s "))
+    assert (found.remaining, found.reset) == (5, 2.0)
+    padded = one(("RateLimit", "limit= 100 , remaining=\t5, reset= 3"))
+    assert (padded.limit, padded.remaining, padded.reset) == (100, 5, 3.0)
+    # A reset with NBSP is malformed: no reset, the rest stands.
+    nbsp = one(("x-ratelimit-remaining-requests", "5"), ("x-ratelimit-reset-requests", "2s\xa0"))
+    assert (nbsp.remaining, nbsp.reset) == (5, 0.0)
 
 
 def test_a_malformed_reset_is_no_reset() -> None:
