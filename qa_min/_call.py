@@ -14,7 +14,7 @@ from __future__ import annotations
 import _thread
 import time
 
-from ._diagnostics import Attempt, Diagnostics, ResponseHeaders
+from ._diagnostics import Attempt, Diagnostics
 from ._errors import Canceled, InvalidOption
 from ._typing import short
 
@@ -320,10 +320,8 @@ class CallState:
         diag.attempts = self.attempts
         diag.transport_error = self.transport_error
         diag.request_id = self.request_id
-        headers = self.headers
-        if headers is not None:
-            redact = self.redact
-            diag.headers = ResponseHeaders((name, redact(value)) for name, value in headers.items())
+        if self.headers is not None:
+            diag.headers = self.headers.redacted(self.redact)
         diag.elapsed = time.monotonic() - self.started
         diag.history = tuple(self.history)
         diag.rate_limit_wait = self.rate_limit_total

@@ -10,7 +10,7 @@ from __future__ import annotations
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator
-    from typing import Optional
+    from typing import Callable, Optional
 
 
 class Diagnostics:
@@ -223,6 +223,11 @@ class ResponseHeaders:
 
     def keys(self) -> list[str]:
         return [key for key, _ in self._items]
+
+    def redacted(self, hide: Callable[[str], str]) -> ResponseHeaders:
+        """A copy with ``hide`` (the client's redactor) run over every name and value: a server
+        may echo the key in either (``X-Echo-<key>: 1``)."""
+        return ResponseHeaders((hide(name), hide(value)) for name, value in self._items)
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.keys())

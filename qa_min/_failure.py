@@ -93,7 +93,7 @@ def heard_head(
         return None
     heard = Diagnostics()
     heard.status = status
-    heard.headers = ResponseHeaders((name, redact(value)) for name, value in (headers or {}).items())
+    heard.headers = (headers or ResponseHeaders(())).redacted(redact)
     return heard
 
 

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import Any, Optional
 
 import pytest
-from faultservers import RawServer, respond_sequence
+from faultservers import Handler, RawServer, read_request, respond_sequence
 from rawhttp import Toxic, response
 
 import qa_min as qa
@@ -298,6 +298,37 @@ def test_a_key_echoed_in_a_redirect_location_is_hidden(kind: str) -> None:
     assert diag.attempts == 1  # not followed, not retried
     assert diag.headers is not None
     assert diag.headers["location"] == "https://elsewhere.test/login?key=[redacted]"
+    assert not holds_key(pickle.dumps((exc, diag)))
+
+
+def cut_short(page: bytes) -> Handler:
+    """Read one request, send ``page`` (a head and less body than it announces), close."""
+
+    def handler(conn: Any, stop: threading.Event) -> None:
+        read_request(conn)
+        conn.sendall(page)
+
+    return handler
+
+
+@pytest.mark.parametrize("kind", CLIENTS)
+@pytest.mark.parametrize("whole", [True, False], ids=["error-page", "body-cut-short"])
+def test_a_key_echoed_in_a_response_header_name_is_hidden(kind: str, whole: bool) -> None:
+    # Names are redacted as values are: CallState.fill (a status error) and heard_head (a head
+    # whose body failed) both go through ResponseHeaders.redacted with the client's redactor.
+    fields = ("Content-Type: application/json", f"X-Echo-{KEY}: 1", "X-Trace: t1")
+    if whole:
+        page: Any = status("500 Internal Server Error", fields[1:], b"oops")
+    else:
+        page = cut_short(response("200 OK", fields, b'{"ans', length="100"))
+    done = call(kind, [page], retry=qa.RetryPolicy.none)
+    exc, diag = done.error, done.diagnostics
+    assert isinstance(exc, qa.ServerError if whole else (qa.ConnectionFailed, qa.InvalidResponse))
+    assert diag.status == (500 if whole else 200)
+    assert diag.headers is not None
+    assert ("X-Echo-[redacted]", "1") in diag.headers.items()
+    assert diag.headers["x-trace"] == "t1"
+    assert not holds_key(repr(diag.headers.items())), diag.headers.items()
     assert not holds_key(pickle.dumps((exc, diag)))
 
 
