@@ -98,7 +98,7 @@ class Client:
         ssl_context: TLS settings; default: the system trust store, ``SSL_CERT_FILE`` and
             ``SSL_CERT_DIR`` honoured.
         proxy: An ``http://[user:pass@]host:port`` proxy for every request; https goes
-            through a CONNECT tunnel.
+            through a CONNECT tunnel. ``""``: no proxy, the environment's proxy variables unread.
         trust_env: Read the environment (True): ``SERVICE_API_KEY``, ``SERVICE_BASE_URL``,
             ``SERVICE_DEFAULT_MODEL``, and ``HTTPS_PROXY``/``HTTP_PROXY``/``ALL_PROXY``/``NO_PROXY``.
             False suits a library that must not be steered by its host's environment.

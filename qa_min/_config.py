@@ -61,7 +61,8 @@ def resolve(
             "no API key: pass api_key= or set SERVICE_API_KEY (required for the public service)"
         )
     proxy_url, via = (proxy, None) if proxy is not None else env_proxy(origin, env)
-    proxy_origin = None if proxy_url is None else parse_proxy(proxy_url, via)
+    # proxy="" is no proxy, whatever the environment says: as in requests, httpx and curl.
+    proxy_origin = None if proxy_url is None or proxy_url == "" else parse_proxy(proxy_url, via)
     return key, origin, proxy_origin, resolve_model(model, env)
 
 

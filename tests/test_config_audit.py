@@ -516,6 +516,35 @@ def test_bad_options_raise_invalid_option_naming_the_option(
 
 
 @pytest.mark.parametrize("kind", CLIENTS)
+def test_an_empty_proxy_is_no_proxy_whatever_the_environment_names(
+    kind: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # SPEC says nothing of proxy=""; requests, httpx and curl read it as no proxy (before, it
+    # was refused quoting 'http://', a URL the caller never wrote).
+    for name in ("http_proxy", "all_proxy", "no_proxy"):
+        monkeypatch.delenv(name, raising=False)
+        monkeypatch.delenv(name.upper(), raising=False)
+    ok = response("200 OK", ("Content-Type: application/json",))
+
+    async def aask(**options: Any) -> bool:
+        async with qa.AsyncClient(**options) as client:
+            return (await client.ask("t", Toxic)).answers.toxic
+
+    def ask(**options: Any) -> bool:
+        if kind == "async":
+            return asyncio.run(aask(**options))
+        with qa.Client(**options) as client:
+            return client.ask("t", Toxic).answers.toxic
+
+    with RawServer(respond_sequence(ok)) as server, RawServer(respond_sequence(ok)) as proxy:
+        monkeypatch.setenv("HTTP_PROXY", proxy.url)
+        assert ask(base_url=server.url, api_key=KEY, proxy="") is True
+        assert (server.connections, proxy.connections) == (1, 0)
+        assert ask(base_url=server.url, api_key=KEY) is True  # without proxy="", the variable's
+        assert (server.connections, proxy.connections) == (1, 1)
+
+
+@pytest.mark.parametrize("kind", CLIENTS)
 def test_a_model_from_the_environment_is_refused_under_its_name(
     kind: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
