@@ -3,7 +3,8 @@
 The threaded client blocks a thread in ``recv``; here the event loop calls ``data_received``
 and the bytes go to a response reader that does no I/O. A call awaits one future per exchange,
 which the protocol resolves with the response or fails with what broke. No task is created per
-call and no thread is started: name resolution is the loop's (``loop.create_connection``), TLS
+call and no thread is started: name resolution is the loop's (``loop.getaddrinfo``, on its
+executor), each address is tried in turn as the threaded client tries them (``connect``), TLS
 and CONNECT tunnels go through ``loop.start_tls``.
 
 States of an ``AioConnection`` (as ``_connection``'s)::
@@ -29,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 
 from ._connection import PoolClosed, Stopped, _wait, idle_clock
 from ._errors import MalformedHead, ProtocolError
@@ -225,14 +227,74 @@ class AioConnection(asyncio.Protocol):
                 tls.abort()  # last: its socket closed, it now marks itself closed on any Python
 
 
+async def connect(conn: AioConnection, host: str, port: int) -> None:
+    """Connect ``conn`` to the first of ``host``'s addresses that accepts, in the resolver's
+    order; if none does, raise the last one's ``OSError``: ``_connection.connect_tcp``'s rule."""
+    # Not loop.create_connection(host, port): given several addresses that all fail, it raises
+    # one OSError worded "Multiple exceptions: ..." with no errno (3.12's all_errors= aside),
+    # where the threaded client reports the last address's "Connection refused".
+    loop = asyncio.get_running_loop()
+    if _numeric(host):  # no resolver to ask, so no executor thread (as create_connection)
+        found = socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM, 0, socket.AI_NUMERICHOST)
+    else:
+        found = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    last: Optional[OSError] = None
+    for family, kind, proto, _, address in found:
+        sock = socket.socket(family, kind, proto)
+        try:
+            sock.setblocking(False)
+            await loop.sock_connect(sock, address)
+            await loop.create_connection(conn.itself, sock=sock)
+            return
+        except OSError as exc:
+            sock.close()
+            last = exc
+        except BaseException:
+            sock.close()
+            raise
+    raise last if last is not None else OSError(f"no address found for {host}")
+
+
+def _numeric(host: str) -> bool:
+    """True for an IPv4 or IPv6 address (a zone after "%" aside)."""
+    for family in (socket.AF_INET, socket.AF_INET6):
+        try:
+            socket.inet_pton(family, host.partition("%")[0])
+        except OSError:
+            continue
+        return True
+    return False
+
+
 async def start_tls(conn: AioConnection, context: ssl.SSLContext, host: str) -> None:
     """TLS over ``conn``, the certificate checked against ``host``."""
     assert conn.transport is not None
     loop = asyncio.get_running_loop()
-    secured = await loop.start_tls(conn.transport, conn, context, server_hostname=host)
+    try:
+        secured = await loop.start_tls(conn.transport, conn, context, server_hostname=host)
+    except ConnectionResetError as exc:
+        if exc.args:  # a reset, worded by the socket as the threaded client's
+            raise
+        # The peer closed during the handshake: asyncio's TLS layer says so with the bare class.
+        raise _closed_in_handshake(context, host) from None
     if secured is None:  # pragma: no cover - the loop closed the connection under us
         raise ConnectionResetError("the connection closed during the TLS handshake")
     conn.transport = secured
+
+
+def _closed_in_handshake(context: ssl.SSLContext, host: str) -> Exception:
+    """What OpenSSL says of a peer that closed during the handshake, which the threaded client
+    reports (``SSLEOFError: [SSL: UNEXPECTED_EOF_WHILE_READING] EOF occurred ...`` on OpenSSL 3):
+    the same handshake, started on a memory BIO that holds only the end of the stream."""
+    import ssl  # loaded already: ``context`` is one of its objects
+
+    incoming = ssl.MemoryBIO()
+    incoming.write_eof()
+    try:
+        context.wrap_bio(incoming, ssl.MemoryBIO(), server_hostname=host).do_handshake()
+    except ssl.SSLError as exc:
+        return exc
+    return ConnectionResetError("the connection closed during the TLS handshake")  # pragma: no cover
 
 
 async def open_tunnel(conn: AioConnection, target: str, headers: bytes, max_body: int) -> None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import os
 
-from ._aio import AioConnection, AioPool, open_tunnel, start_tls
+from ._aio import AioConnection, AioPool, connect, open_tunnel, start_tls
 from ._connection import PoolClosed, Stopped, _tune
 from ._errors import Canceled, InvalidResponse, ProtocolError
 from ._failure import failure, heard_head
@@ -86,7 +86,7 @@ class AioTransport:
                 # The loop resolves the name (loop.getaddrinfo) unless it is an IP address. Until
                 # it is connected, conn stays None: Transport.failed then names the peer unreached.
                 try:
-                    await asyncio.get_running_loop().create_connection(fresh.itself, peer.host, peer.port)
+                    await connect(fresh, peer.host, peer.port)
                 except OSError as exc:
                     raise _worded_as_socket(exc) from None
                 conn = fresh

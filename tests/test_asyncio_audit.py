@@ -9,9 +9,11 @@ asyncio tests leave out.
   faults only raw sockets make (garbage, a close before the status, a cut body, an early 401):
   the same error and Diagnostics as Client's
       test_raw_faults_are_the_same_in_both_clients
-  a name that does not resolve, and a server resetting the TLS handshake: as Client words them
+  a name that does not resolve, one whose every address refuses, and a server resetting or
+  closing the TLS handshake: as Client words them
       test_a_name_that_does_not_resolve_is_worded_the_same_by_both,
-      test_a_server_resetting_the_tls_handshake_is_the_same_in_both
+      test_a_dual_stack_name_refused_on_every_address_is_worded_the_same_by_both,
+      test_a_server_ending_the_tls_handshake_is_the_same_in_both
   name resolution on the loop's executor: a slow resolver blocks no other task, and a call
   stuck in it is cancelled at once
       test_a_slow_resolver_blocks_no_other_task, test_a_call_stuck_resolving_is_cancelled_at_once
@@ -646,12 +648,36 @@ def _hello_then(reset: bool) -> Handler:
     return handler
 
 
-def test_a_server_resetting_the_tls_handshake_is_the_same_in_both() -> None:
+@pytest.mark.parametrize("reset", [True, False], ids=["reset", "closed"])
+def test_a_server_ending_the_tls_handshake_is_the_same_in_both(reset: bool) -> None:
     outcomes = []
     for run in (sync_outcome, async_outcome):
-        with RawServer(_hello_then(reset=True)) as server:
+        with RawServer(_hello_then(reset=reset)) as server:
             outcomes.append(run(server.url.replace("http://", "https://")))
     threaded, on_asyncio = outcomes
     assert on_asyncio == threaded
     assert threaded[0] == "ConnectionFailed"
-    assert "reset" in threaded[1].lower()
+    # What happened, in OpenSSL's words for a close ("SSLEOFError: ... EOF occurred in violation
+    # of protocol" on OpenSSL 3; "TLS/SSL connection has been closed (EOF)" on Python 3.9).
+    assert ("reset" if reset else "EOF") in threaded[1], threaded[1]
+
+
+def test_a_dual_stack_name_refused_on_every_address_is_worded_the_same_by_both(
+    resolver: SlowResolver,
+) -> None:
+    # A name resolving to ::1 and 127.0.0.1 (localhost, often) with nothing listening: Client
+    # reports the last address's refusal; asyncio's create_connection joined both into one
+    # "Multiple exceptions" OSError with no errno.
+    closed = socket.socket()  # bound, never listening: a connect to it is refused
+    closed.bind(("127.0.0.1", 0))
+    try:
+        url = f"http://dual.example:{closed.getsockname()[1]}"
+        threaded, on_asyncio = sync_outcome(url), async_outcome(url)
+    finally:
+        closed.close()
+    assert on_asyncio == threaded
+    assert threaded[0] == "ConnectionFailed"
+    assert threaded[1].startswith("URL: ConnectionRefusedError: ")
+    assert "Connection refused" in threaded[1]
+    assert threaded[5] == "ConnectionRefusedError"  # diagnostics.transport_error
+
