@@ -256,9 +256,16 @@ class AsyncClient:
         elif loop is not self._loop:
             if self._core._closing.cancelled and self._loop.is_closed():
                 raise ClientClosed("the client is closed")  # whichever loop runs now
-            state = "closed" if self._loop.is_closed() else "still running"
             raise WrongLoop(
-                f"this AsyncClient belongs to the event loop it first ran on ({state}), not the one "
-                "running now; create one client per event loop"
+                f"this AsyncClient belongs to the event loop it first ran on ({_state(self._loop)}), "
+                "not the one running now; create one client per event loop"
             )
         return loop
+
+
+def _state(loop: asyncio.AbstractEventLoop) -> str:
+    """What the loop a client belongs to is doing, as ``WrongLoop`` words it."""
+    if loop.is_closed():
+        return "closed"
+    # A loop that ran run_until_complete() and returned is stopped but open: it can run again.
+    return "still running" if loop.is_running() else "stopped, not closed"

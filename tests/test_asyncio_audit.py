@@ -26,8 +26,10 @@ asyncio tests leave out.
   a hook or a MockTransport handler that raises: as in Client
       test_a_hook_that_raises_is_logged_and_the_call_goes_on_in_both,
       test_a_mock_handler_that_raises_is_the_same_in_both_clients
-  a used client pickles as its configuration and the copy runs on another loop
-      test_a_used_client_pickles_and_its_copy_runs_on_another_loop
+  a used client pickles as its configuration and the copy runs on another loop; a call from
+  another loop while the client's own is stopped but open names it so
+      test_a_used_client_pickles_and_its_copy_runs_on_another_loop,
+      test_wrong_loop_error_tells_a_stopped_loop_from_a_running_one
   1,000 concurrent calls against FakeService, and keep-alive connections the server closes
   between rounds of concurrent calls
       test_a_thousand_concurrent_calls_are_all_answered,
@@ -681,3 +683,24 @@ def test_a_dual_stack_name_refused_on_every_address_is_worded_the_same_by_both(
     assert "Connection refused" in threaded[1]
     assert threaded[5] == "ConnectionRefusedError"  # diagnostics.transport_error
 
+
+def test_wrong_loop_error_tells_a_stopped_loop_from_a_running_one() -> None:
+    with FakeService() as svc:
+        client = qa.AsyncClient(base_url=svc.url, trust_env=False)
+        first = asyncio.new_event_loop()
+        try:
+            first.run_until_complete(client.ask("s", Toxic))  # the loop stops; it stays open
+
+            async def elsewhere() -> None:
+                await client.ask("s", Toxic)
+
+            with pytest.raises(qa.QAError) as caught:
+                asyncio.run(elsewhere())
+            assert isinstance(caught.value, RuntimeError)
+            message = str(caught.value)
+            assert "(stopped, not closed)" in message
+            assert "still running" not in message
+            assert "create one client per event loop" in message
+        finally:
+            first.run_until_complete(client.aclose())
+            first.close()
