@@ -12,6 +12,7 @@ import re
 from collections.abc import Iterable
 from typing import Final, Literal, get_args
 
+from ._errors import ConfigurationError
 from ._typing import short
 from ._wire import TOKEN
 
@@ -90,3 +91,14 @@ def delay_seconds(seconds: object) -> float:
             f"seconds must be finite and at most {most} (hang() never answers), not {short(seconds)}"
         )
     return seconds
+
+
+def not_a_step(returned: object) -> ConfigurationError:
+    """The error of a call whose ``MockTransport`` handler returned ``returned``, which is
+    neither a ``Step`` nor None: what it returned, and what it must return."""
+    # A TypeError from inside the client said neither, and was no QAError the caller catches.
+    return ConfigurationError(
+        f"the MockTransport handler returned {short(returned)} (a {type(returned).__name__}); it must "
+        "return a Step, built by reply(), delay(), hang(), drop(), reset() or truncate(), or None "
+        "for the service's normal answer"
+    )

@@ -19,7 +19,7 @@ from ._call import hooked
 from ._diagnostics import ResponseHeaders
 from ._errors import IncompleteMessage, InvalidResponse, LimitExceeded, ProtocolError
 from ._failure import failure
-from ._fakecheck import HeaderPairs
+from ._fakecheck import HeaderPairs, not_a_step
 from ._fakehttp import TRUNCATED_HEAD, TRUNCATED_MISSING, Headers
 from ._fakerules import DEFAULT_MODELS, RecordedRequest, Step, apply_rules, model_names
 from ._http import wire_fields
@@ -58,6 +58,8 @@ class MockTransport:
     call is cancelled, times out or the client closes), or None for the normal answer: the
     fake service's rules (see ``qa_min.testing``). It may also raise an ``OSError``, which the
     client sees as a dropped connection. With no handler every request gets the normal answer.
+    A handler that returns anything else fails the call with ``qa.ConfigurationError``, naming
+    what it returned.
 
     Args:
         handler: The function that answers; None serves the normal answers.
@@ -115,7 +117,7 @@ class MockTransport:
             self._requests.append(recorded)
         step = None if self._handler is None else self._handler(recorded)
         if step is not None and not isinstance(step, Step):
-            raise TypeError(f"a MockTransport handler returns a Step (reply(...)) or None, got {step!r}")
+            raise not_a_step(step)
         failure = None if step is None else _failure(step.kind)
         if failure is not None:
             raise failure

@@ -276,12 +276,36 @@ def test_a_handler_bug_reaches_the_test_unchanged() -> None:
         client.list_models()
 
 
-def test_a_handler_returning_something_else_is_told_so() -> None:
-    with (
-        mock_client(lambda request: {"status": 200}) as client,
-        pytest.raises(TypeError, match="returns a Step"),
-    ):
-        client.list_models()
+@pytest.mark.parametrize(
+    "returned", [{"status": 200}, "ok", 200, reply], ids=["dict", "str", "int", "the builder, not called"]
+)
+@pytest.mark.parametrize("kind", ["threaded", "asyncio"])
+def test_a_handler_returning_something_else_is_told_so_by_both_clients(returned: object, kind: str) -> None:
+    diagnostics = qa.Diagnostics()
+
+    def handler(request: RecordedRequest) -> Any:  # Any: it breaks the handler's type on purpose
+        return returned
+
+    options: dict[str, Any] = {"base_url": URL, "trust_env": False, "transport": MockTransport(handler)}
+
+    def threaded() -> None:
+        with qa.Client(**options) as client:
+            client.list_models(diagnostics=diagnostics)
+
+    async def on_asyncio() -> None:
+        async with qa.AsyncClient(**options) as client:
+            await client.list_models(diagnostics=diagnostics)
+
+    with pytest.raises(qa.ConfigurationError) as caught:
+        threaded() if kind == "threaded" else asyncio.run(on_asyncio())
+    message = str(caught.value)
+    # What the handler returned, and what it must return instead.
+    assert f"returned {returned!r} (a {type(returned).__name__})" in message
+    assert "must return a Step" in message
+    assert "reply()" in message
+    assert "or None" in message
+    assert diagnostics.attempts == 1  # not retried: the next call would return the same
+    assert [a.error for a in diagnostics.history] == ["ConfigurationError"]
 
 
 def test_an_answer_that_does_not_fit_is_invalid_response(no_sockets: None) -> None:
