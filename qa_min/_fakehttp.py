@@ -118,8 +118,10 @@ class Server(socketserver.TCPServer):
     """Accepts connections for a ``Host``; one tracked daemon thread per connection."""
 
     allow_reuse_address = True
-    # Tests open many connections at once; the default backlog of 5 would refuse some.
-    request_queue_size = 128
+    # Tests open many connections at once (1,000 concurrent calls): a connect past the accept
+    # queue waits for the kernel's SYN retransmits (1 s, then 3 s, ...). socketserver's 5, or the
+    # 128 this was, made such a burst take seconds; the kernel caps it at net.core.somaxconn.
+    request_queue_size = socket.SOMAXCONN
 
     def __init__(self, host: Host, address: tuple[str, int]) -> None:
         self.host = host

@@ -586,12 +586,7 @@ def test_a_thousand_concurrent_calls_are_all_answered() -> None:
     texts = [f"text {i}" for i in range(1000)]
     yes_no = {"true": "The text insults someone", "false": "The text insults no one"}
     expected = [expected_answer(qa.DEFAULT_MODEL, t, "toxic", yes_no) for t in texts]
-    with FakeService() as svc:
-        # Its accept queue holds 128: a burst of 1,000 connects past it pays the kernel's SYN
-        # retransmits (1 s, then 3 s, ...), which would time this test, not the client.
-        running = svc._state._running
-        assert running is not None
-        running.server.socket.listen(1024)
+    with FakeService() as svc:  # its accept queue takes the burst (test_testing checks it)
 
         async def main() -> tuple[list[bool], tuple[int, int]]:
             async with qa.AsyncClient(base_url=svc.url, trust_env=False, rate_limit=None) as client:

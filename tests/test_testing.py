@@ -7,7 +7,9 @@ import hashlib
 import http.client
 import json
 import math
+import os
 import pickle
+import select
 import socket
 import struct
 import sys
@@ -988,6 +990,62 @@ def test_concurrent_connections(svc: FakeService, connect: Connect) -> None:
         conn.request("POST", "/v1/core", json.dumps(core_body()))
     assert all(read(conn)[0] == 200 for conn in conns)
     assert svc.connections == 20
+
+
+def _somaxconn() -> int:
+    """The kernel's cap on a listen backlog (Linux), 0 where it cannot be read."""
+    try:
+        with open("/proc/sys/net/core/somaxconn") as f:
+            return int(f.read())
+    except OSError:
+        return 0
+
+
+def test_the_accept_queue_holds_a_burst_of_a_thousand_connects() -> None:
+    # A connect past the accept queue is dropped and waits for SYN retransmits (1 s, 3 s, ...):
+    # 1,000 concurrent calls against a backlog of 128 took 8 s instead of 1.
+    burst = 1000
+    if _somaxconn() < burst:
+        pytest.skip("the kernel caps a listen backlog below the burst (or is not Linux)")
+    with FakeService() as svc:
+        running = svc._state._running
+        assert running is not None
+        server = running.server
+        holding, go = threading.Event(), threading.Event()
+        serve = server.process_request
+
+        def held(request: Any, client_address: Any) -> None:
+            holding.set()  # the accept thread waits here: nothing leaves the queue meanwhile
+            go.wait(10)
+            serve(request, client_address)
+
+        server.process_request = held  # type: ignore[method-assign]
+        first = socket.create_connection(address(svc), timeout=10)
+        socks: list[socket.socket] = []
+        try:
+            assert holding.wait(10)
+            for _ in range(burst):
+                sock = socket.socket()
+                socks.append(sock)
+                sock.setblocking(False)
+                sock.connect_ex(address(svc))
+            # Connected = writable with no error; the queue takes each at once, or drops it.
+            pending = {sock.fileno(): sock for sock in socks}
+            poller = select.poll()  # not select(): these descriptors may be over FD_SETSIZE
+            for fd in pending:
+                poller.register(fd, select.POLLOUT)
+            deadline = time.monotonic() + 2.0
+            while pending and time.monotonic() < deadline:
+                for fd, _ in poller.poll(50):
+                    poller.unregister(fd)
+                    error = pending.pop(fd).getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+                    assert error == 0, f"a connect to the fake failed: {os.strerror(error)}"
+        finally:
+            for sock in socks:
+                sock.close()
+            first.close()
+            go.set()
+    assert len(pending) == 0, f"{burst - len(pending)} of {burst} connects got into the accept queue"
 
 
 # --- lifecycle ----------------------------------------------------------------------------------
