@@ -104,12 +104,13 @@ async def settled(count: Callable[[], int], target: int) -> int:
 class Silent:
     """A handler that accepts, reads whatever comes (a request, a TLS hello) and never answers,
     or sends ``head`` first; ``accepted`` once the connection is in (after ``head`` is sent),
-    ``gone`` once the client closed it."""
+    ``heard`` once bytes came after that, ``gone`` once the client closed it."""
 
     def __init__(self, head: bytes = b"", after_request: bool = False) -> None:
         self.head = head
         self.after_request = after_request
         self.accepted = threading.Event()
+        self.heard = threading.Event()  # bytes came after the request, if any was awaited
         self.gone = threading.Event()
 
     def __call__(self, conn: socket.socket, stop: threading.Event) -> None:
@@ -123,6 +124,7 @@ class Silent:
             try:
                 if not conn.recv(4096):
                     break
+                self.heard.set()
             except socket.timeout:
                 continue
             except OSError:
@@ -132,10 +134,21 @@ class Silent:
 
 async def until(event: threading.Event) -> bool:
     """Wait for a thread's event without blocking the loop (bounded polling)."""
+    return await until_true(event.is_set)
+
+
+async def until_true(check: Callable[[], bool]) -> bool:
+    """Wait until ``check()`` is true without blocking the loop (bounded polling)."""
     deadline = time.monotonic() + BOUND
-    while not event.is_set() and time.monotonic() < deadline:
+    while not check() and time.monotonic() < deadline:
         await asyncio.sleep(0.005)
-    return event.is_set()
+    return check()
+
+
+def has_head(client: qa.AsyncClient) -> bool:
+    """One of the client's busy connections has read its response's head."""
+    pool = client._pool
+    return pool is not None and any(conn.head is not None for conn in pool._busy)
 
 
 def pool_counts(client: qa.AsyncClient) -> tuple[int, int]:
@@ -217,10 +230,14 @@ def test_cancelling_the_task_at_each_stage_closes_the_socket(stage: str) -> None
             task = asyncio.ensure_future(client.ask("s", Toxic, diagnostics=diagnostics))
             if silent is not None:
                 assert await until(silent.accepted)
-                await asyncio.sleep(0.05)  # the client's side reads the bytes sent, if any
+                # The call is in its stage: its TLS hello sent, or the head it reads received.
+                if stage == "tls handshake":
+                    assert await until(silent.heard)
+                elif stage == "reading the body":
+                    assert await until_true(lambda: has_head(client))
             else:
-                for _ in range(20):  # the connect is under way, stuck in SYN retransmission
-                    await asyncio.sleep(0.005)
+                # Its socket is open: the connect is under way, stuck in SYN retransmission.
+                assert await until_true(lambda: open_fds() > baseline)
             assert not task.done()
             fired = time.monotonic()
             task.cancel()
@@ -251,7 +268,7 @@ def test_a_timeout_at_each_stage_is_the_same_in_both_clients(stage: str) -> None
         with server:
             if stage == "connecting" and not server.saturated:
                 pytest.skip("this platform completes every connect")
-            outcomes.append(run(url_of(server, stage), timeout=0.15))
+            outcomes.append(run(url_of(server, stage), timeout=0.1))
     threaded, on_asyncio = outcomes
     assert on_asyncio == threaded
     assert threaded[0] == "Canceled"
