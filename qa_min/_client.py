@@ -380,6 +380,6 @@ class Client:
     def _invalid(self, message: str, call: CallState) -> InvalidResponse:
         # Bad data is quoted in the message; the body was redacted before it was decoded, and
         # this redacts what decoding may have spelled out (a key the body held escaped).
-        error = InvalidResponse(message, call.fill())
-        self._sender.scrub(error)
+        error = InvalidResponse(message)
+        self._sender.finish(error, call)
         return error

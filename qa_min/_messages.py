@@ -94,7 +94,7 @@ class Messages:
         try:
             text, shown = str(exc), repr(exc)
         except Exception:
-            return _StandIn(type(exc).__name__, "(an exception whose text cannot be shown)")
+            return _StandIn(type(exc).__name__, _UNSHOWN)
         # Pickle keeps an exception's args and attributes, where a server's bytes may be.
         held = (exc.args, getattr(exc, "__dict__", None))
         if self.redact.hides(text) or self.redact.hides(shown) or self.redact.holds(held):
@@ -167,9 +167,19 @@ class Messages:
             except Exception as exc:
                 log = get_logger()
                 if log is not None:
-                    log.warning(
-                        "the %s hook %r raised %s: %s", stage, hook, type(exc).__name__, self.redact(str(exc))
-                    )
+                    text = self.redact(_text(exc))
+                    log.warning("the %s hook %r raised %s: %s", stage, hook, type(exc).__name__, text)
+
+
+_UNSHOWN = "(an exception whose text cannot be shown)"
+
+
+def _text(exc: BaseException) -> str:
+    """``str(exc)``, or a stand-in when its ``__str__`` raises: a hook's error never ends the call."""
+    try:
+        return str(exc)
+    except Exception:
+        return _UNSHOWN
 
 
 def noting(base_url: str) -> Callable[[str], None]:

@@ -72,6 +72,9 @@ class MockTransport:
 
     Attributes:
         requests: Every request received, in order (a snapshot list).
+
+    A client with a ``MockTransport`` pickles (and deep-copies) with a fresh one: the same
+    handler and options, its own ``requests``.
     """
 
     def __init__(
@@ -90,6 +93,11 @@ class MockTransport:
         self._models = model_names(models)
         self._lock = threading.Lock()
         self._requests: list[RecordedRequest] = []
+
+    def __reduce__(self) -> tuple[object, ...]:
+        """Pickled and copied as its handler and options (a client's pickle carries it): the copy
+        records its own requests. A handler pickle cannot carry (a lambda) fails pickle's way."""
+        return (_rebuilt, (self._handler, self._api_key, self._models))
 
     @property
     def requests(self) -> list[RecordedRequest]:
@@ -133,6 +141,10 @@ class MockTransport:
             recorded, {}, api_key=self._api_key, prefix=prefix, models=self._models
         )
         return status, json.dumps(payload).encode(), (*headers, ("Content-Type", "application/json"))
+
+
+def _rebuilt(handler: Optional[Handler], api_key: Optional[str], models: Sequence[str]) -> MockTransport:
+    return MockTransport(handler, api_key=api_key, models=models)
 
 
 def _wait_for_stop(call: CallState, seconds: Optional[float]) -> None:

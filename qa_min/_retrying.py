@@ -115,9 +115,9 @@ class Sender:
             )
         return decision
 
-    def scrub(self, exc: QAError) -> None:
-        """Hide the key in ``exc``'s message and in every exception chained to it."""
-        self.messages.scrub(exc)
+    def finish(self, exc: QAError, call: CallState) -> None:
+        """``exc`` ready to leave the call: Diagnostics filled, request id and attempts named, key hidden."""
+        self.messages.finish(exc, call)
 
     def _nap(
         self, seconds: float, call: CallState, held: float = 0.0, waiter: Optional[Waiter] = None

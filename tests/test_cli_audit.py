@@ -30,6 +30,7 @@ test_cli_options.py, test_debugging.py, test_scenarios.py and test_pickle_client
 from __future__ import annotations
 
 import asyncio
+import copy
 import json
 import logging
 import os
@@ -64,7 +65,7 @@ from faultservers import RawServer, read_request
 from support import wait_until
 
 import qa_min as qa
-from qa_min.testing import FakeService, Step, delay, drop, hang, reply
+from qa_min.testing import FakeService, MockTransport, Step, delay, drop, hang, reply
 
 BOUND = 10.0  # seconds: a bound on anything awaited here, so that a bug fails instead of hanging
 ROOT = Path(__file__).resolve().parent.parent
@@ -763,3 +764,113 @@ def test_a_pickled_client_keeps_its_configuration_and_no_state(
                 client.close()
             elif client is not None:
                 asyncio.run(client.aclose())
+
+
+# ---------------------------------------------------------------------------------------------
+# What the audit found broken, each fixed with the test that found it.
+
+
+def _outcome(kind: str, url: str, op: str, **options: Any) -> object:
+    """The call's result, or the ``QAError`` it raised."""
+
+    async def on_loop() -> object:
+        async with qa.AsyncClient(base_url=url, trust_env=False, **options) as client:
+            try:
+                return await (client.core(REQUEST) if op == "core" else client.list_models())
+            except qa.QAError as exc:
+                return exc
+
+    if kind == "AsyncClient":
+        return asyncio.run(on_loop())
+    with qa.Client(base_url=url, trust_env=False, **options) as client:
+        try:
+            return client.core(REQUEST) if op == "core" else client.list_models()
+        except qa.QAError as exc:
+            return exc
+
+
+@pytest.mark.parametrize(
+    ("op", "body"),
+    [("core", "not json"), ("core", {"answers": {"toxic": "maybe"}}), ("list_models", {"models": "none"})],
+    ids=["core-not-json", "core-wrong-answer", "models-wrong-shape"],
+)
+@pytest.mark.parametrize("kind", ["Client", "AsyncClient"])
+def test_an_invalid_response_names_its_request_id_and_attempts(kind: str, op: str, body: object) -> None:
+    # docs/errors.md: messages end with "(request id ...)" when the server sent one.
+    with FakeService() as svc:
+        svc.script(drop(), reply(200, body, headers=[("request-id", "req_audit_7")]))
+        error = _outcome(kind, svc.url, op)
+    assert isinstance(error, qa.InvalidResponse), error
+    assert error.diagnostics.request_id == "req_audit_7"
+    assert error.diagnostics.attempts == 2
+    assert str(error).endswith("(request id req_audit_7) (after 2 attempts)"), str(error)
+
+
+class _Unprintable(Exception):
+    def __str__(self) -> str:
+        raise ValueError("this exception has no text")
+
+
+def _unprintable_hook(event: qa.HookEvent) -> None:
+    raise _Unprintable()
+
+
+@pytest.mark.parametrize("kind", ["Client", "AsyncClient"])
+def test_a_hook_whose_exception_cannot_be_printed_is_logged_and_the_call_goes_on(
+    kind: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    with FakeService() as svc, caplog.at_level(logging.WARNING, logger="qa_min"):
+        outcome = _outcome(kind, svc.url, "core", hooks={"before_attempt": [_unprintable_hook]})
+    assert isinstance(outcome, qa.CoreResponse), outcome
+    logged = [r.getMessage() for r in caplog.records]
+    assert any("raised _Unprintable: (an exception whose text cannot be shown)" in m for m in logged), logged
+
+
+def _mock_handler(request: object) -> Step:
+    return reply(200, {"answers": {"toxic": True}, "model": "judge-mock"})
+
+
+@pytest.mark.parametrize("how", ["pickle", "deepcopy"])
+def test_a_client_with_a_mock_transport_travels_with_a_fresh_mock(how: str) -> None:
+    mock = MockTransport(_mock_handler)
+    with qa.Client(base_url="http://mock.invalid", transport=mock, api_key="sk-mock") as client:
+        copied = pickle.loads(pickle.dumps(client)) if how == "pickle" else copy.deepcopy(client)
+        with copied:
+            answer = copied.core(REQUEST)
+    assert answer.answers == {"toxic": True}
+    assert mock.requests == []  # the copy's requests went to its own mock
+
+
+@posix
+@pytest.mark.parametrize("command", ["fake", "ask"])
+def test_sigterm_ends_any_command_with_exit_143(command: str) -> None:
+    # docs/command-line.md: 143 terminated (SIGTERM); before, only batch handled it and the
+    # others died by the signal (returncode -15), the fake service left unclosed.
+    with FakeService() as svc:
+        svc.script(hang())
+        argv = (
+            ["fake", "--port", "0"]
+            if command == "fake"
+            else ["--base-url", svc.url, "ask", "x", "--yes-no", "t", "a", "b"]
+        )
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "qa_min", *argv],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=ROOT,
+            env=child_env(),
+        )
+        try:
+            if command == "fake":
+                assert proc.stdout is not None
+                assert "listening" in proc.stdout.readline()
+            else:
+                assert svc.wait_for_requests(1, BOUND)
+            proc.send_signal(signal.SIGTERM)
+            _, err = finish(proc)
+        finally:
+            svc.release()
+    assert proc.returncode == 143, err
+    assert "terminated" in err
+    assert "Traceback" not in err

@@ -470,7 +470,7 @@ def test_a_chained_exception_whose_text_cannot_be_read_is_replaced() -> None:
     with qa.Client(base_url="http://127.0.0.1:1", api_key=KEY, trust_env=False) as client:
         error = qa.InvalidResponse("bad")
         error.__context__ = Unprintable(KEY)
-        client._sender.scrub(error)
+        client._sender.messages.scrub(error)
     assert repr(error.__context__) == "Unprintable('(an exception whose text cannot be shown)')"
 
 

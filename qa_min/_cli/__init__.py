@@ -19,10 +19,12 @@ This package is imported only when the command line runs, never by ``import qa_m
 from __future__ import annotations
 
 import os
+import signal
 import sys
+import threading
 
 from .. import QAError
-from ._output import Output
+from ._output import Output, Terminated, on_sigterm
 from ._parser import build_parser
 
 TYPE_CHECKING = False
@@ -44,13 +46,17 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return exc.code if isinstance(exc.code, int) else 2
     args.argv = given  # batch prints the command that resumes it
     out = Output(args.json, [args.api_key, os.environ.get("SERVICE_API_KEY", "").strip()])
+    # Only the main thread may set a handler; a caller's own handler comes back after the run.
+    main_thread = threading.current_thread() is threading.main_thread()
+    saved = signal.signal(signal.SIGTERM, on_sigterm) if main_thread else None
     try:
         return int(args.run(args, out))
     except QAError as exc:
         return out.error(exc)
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:
+        terminated = isinstance(exc, Terminated)
+        print("terminated" if terminated else "interrupted", file=sys.stderr)
+        return 143 if terminated else 130
     except BrokenPipeError:
         # The reader went away (`| head`): stop quietly. Pointing stdout at devnull keeps the
         # interpreter's final flush from failing again, as the signal module's docs advise.
@@ -62,3 +68,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         except (OSError, ValueError):
             pass
         return 1
+    finally:
+        if main_thread:  # None: a handler not set from Python, for which the default stands in
+            signal.signal(signal.SIGTERM, signal.SIG_DFL if saved is None else saved)

@@ -11,7 +11,7 @@ import sys
 import time
 
 from .. import Client, InvalidState, Request
-from ._output import FileError, answer_text, client_options
+from ._output import FileError, Terminated, answer_text, client_options
 from ._questions import collect_questions
 
 TYPE_CHECKING = False
@@ -120,6 +120,8 @@ def fake(args: argparse.Namespace, out: Output) -> int:
             out.line(f"fake service listening on {service.url} (Ctrl-C stops it)")
             out.line(f"  try: SERVICE_BASE_URL={service.url} {PROG} models")
         _serve_forever()
+    except Terminated:
+        raise  # closed below, then exit code 143
     except KeyboardInterrupt:
         pass
     finally:

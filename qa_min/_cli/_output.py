@@ -56,6 +56,15 @@ EXIT_CODES: tuple[tuple[int, str, tuple[type[QAError], ...]], ...] = (
 )
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised in the main thread as Ctrl-C raises ``KeyboardInterrupt``: a command ends
+    the same way (a call cancelled, a service closed), with exit code 143."""
+
+
+def on_sigterm(signum: int, frame: object) -> None:
+    raise Terminated
+
+
 def exit_code(exc: BaseException) -> int:
     """The process exit code for an error, from `EXIT_CODES` (the first row that matches)."""
     for code, _, classes in EXIT_CODES:
