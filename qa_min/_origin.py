@@ -65,7 +65,7 @@ def ascii_host(host: str) -> str:
     return host.encode("idna").decode("ascii")
 
 
-def _check_netloc(netloc: str) -> None:
+def _check_netloc(netloc: str, url: str) -> None:
     """Raises ``ValueError`` for the host and port urlsplit reads loosely (module docstring)."""
     hostport = netloc.rpartition("@")[2]  # urlsplit's own split of the user info
     port: Optional[str]
@@ -84,10 +84,12 @@ def _check_netloc(netloc: str) -> None:
         _, colon, port = hostport.partition(":")
         port = port if colon else None
     if port:  # "h:" is the default port (RFC 3986 section 3.2.3)
-        if not (port.isascii() and port.isdigit()):
-            raise ValueError(f"Port could not be cast to integer value as {port!r}")  # urlsplit's words
+        # With an "@" in the URL, the "port" may be a password whose "/" ended the authority.
+        hidden = "@" in url
+        if not (port.isascii() and port.isdigit()):  # urlsplit's words
+            raise ValueError("Port could not be cast to integer value" + ("" if hidden else f" as {port!r}"))
         if not 1 <= int(port) <= 65535:
-            raise ValueError(f"port {int(port)} is out of range 1-65535")
+            raise ValueError(("the port" if hidden else f"port {int(port)}") + " is out of range 1-65535")
 
 
 def _is_ipv6(address: str) -> bool:
@@ -104,7 +106,7 @@ def _split(url: str) -> tuple[Optional[SplitResult], str]:
     """``url`` split, or None and why not (any password masked)."""
     try:
         parts = urlsplit(url)
-        _check_netloc(parts.netloc)
+        _check_netloc(parts.netloc, url)
     except ValueError as exc:
         password = _password(url)
         return None, str(exc).replace(password, "***") if password else str(exc)

@@ -108,6 +108,27 @@ def status(code: str, headers: Sequence[str] = (), body: bytes = b"busy") -> byt
 
 
 @pytest.mark.parametrize("kind", CLIENTS)
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://user:s3cr3tpw/x@host:80",  # a "/" ends the authority: urlsplit's "port" is the password
+        "http://user:s3:cr3tpw/x@host",
+        "http://user:s3cr3tpw#x@host",
+        "http://user:s3cr3tpw?x@host",
+        "http://user:99999123/x@host",  # digits, out of range
+    ],
+)
+def test_a_password_that_urlsplit_reads_as_a_port_is_not_quoted(kind: str, url: str) -> None:
+    password = url.split("user:")[1].partition("@")[0]
+    for option, error in (("base_url", qa.InvalidBaseUrl), ("proxy", qa.InvalidOption)):
+        options = {"base_url": url} if option == "base_url" else {"base_url": "http://h", "proxy": url}
+        with pytest.raises(error, match="(?i)port") as caught:
+            make(kind, **options)
+        for piece in {password, *password.replace("#", "/").replace("?", "/").split("/")}:
+            assert len(piece) < 4 or piece not in str(caught.value), (piece, str(caught.value))
+
+
+@pytest.mark.parametrize("kind", CLIENTS)
 def test_ports_1_and_65535_are_accepted_0_and_65536_refused_naming_the_port(kind: str) -> None:
     # Port 0 names no destination: connect() to it could only fail later, as a ConnectionFailed
     # that is retried. The same parser reads a proxy URL.
