@@ -212,9 +212,8 @@ def env_proxy(origin: Origin, env: Mapping[str, str]) -> tuple[Optional[str], Op
 
 def parse_proxy(url: str, via: Optional[str] = None) -> Origin:
     """The proxy's origin; ``via`` names the environment variable ``url`` came from, if any."""
-    if isinstance(url, str) and "://" not in url:
-        url = "http://" + url
-    proxy = Origin(url, "proxy", via)
+    full = "http://" + url if isinstance(url, str) and "://" not in url else url
+    proxy = Origin(full, "proxy", via, given=url)
     if proxy.scheme != "http":
         name = "proxy" if via is None else f"proxy from {via}"
         raise InvalidOption(f"only http:// proxies are supported ({name}), got {shown_url(url)}")

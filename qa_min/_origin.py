@@ -126,12 +126,16 @@ class Origin:
 
     __slots__ = ("_auth", "host", "path", "port", "scheme", "source")
 
-    def __init__(self, url: object, what: str = "base_url", via: Optional[str] = None) -> None:
-        """``what`` names the option in messages, ``via`` the environment variable it came from."""
+    def __init__(
+        self, url: object, what: str = "base_url", via: Optional[str] = None, given: object = None
+    ) -> None:
+        """``what`` names the option in messages, ``via`` the environment variable it came from,
+        ``given`` what the caller wrote when ``url`` was completed from it (messages quote it)."""
+        given = url if given is None else given
         error = InvalidBaseUrl if what == "base_url" else InvalidOption
         name = what if via is None else f"{what} from {via}"
         if not isinstance(url, str) or any(ch.isspace() or ord(ch) < 32 for ch in url):
-            raise error(f"{name} must be an http(s) URL without spaces, got {shown_url(url)}")
+            raise error(f"{name} must be an http(s) URL without spaces, got {shown_url(given)}")
         if (problem := not_utf8(url)) is not None:
             # Bytes os.environ or sys.argv could not decode; neither a path nor a password could
             # be encoded. Not quoted: the URL may hold a password.
@@ -140,15 +144,15 @@ class Origin:
         # no __context__ carries the URL (and its password) along.
         parts, problem = _split(url)
         if parts is None:
-            raise error(f"{name} is not a valid URL ({problem}): {shown_url(url)}")
+            raise error(f"{name} is not a valid URL ({problem}): {shown_url(given)}")
         scheme = parts.scheme.lower()
         if scheme not in _DEFAULT_PORTS or not parts.hostname:
-            raise error(f"{name} must be an http or https URL with a host, got {shown_url(url)}")
+            raise error(f"{name} must be an http or https URL with a host, got {shown_url(given)}")
         if parts.query or parts.fragment:
-            raise error(f"{name} must not have a query or fragment, got {shown_url(url)}")
+            raise error(f"{name} must not have a query or fragment, got {shown_url(given)}")
         host, problem = _encoded_host(parts.hostname)
         if problem:
-            raise error(f"{name} has a host name IDNA cannot encode ({problem}): {shown_url(url)}")
+            raise error(f"{name} has a host name IDNA cannot encode ({problem}): {shown_url(given)}")
         self.scheme = scheme
         self.host = host
         self.port = parts.port if parts.port is not None else _DEFAULT_PORTS[scheme]

@@ -122,7 +122,7 @@ def test_a_password_that_urlsplit_reads_as_a_port_is_not_quoted(kind: str, url: 
     password = url.split("user:")[1].partition("@")[0]
     for option, error in (("base_url", qa.InvalidBaseUrl), ("proxy", qa.InvalidOption)):
         options = {"base_url": url} if option == "base_url" else {"base_url": "http://h", "proxy": url}
-        with pytest.raises(error, match="(?i)port") as caught:
+        with pytest.raises(error, match=r"(?i)port") as caught:
             make(kind, **options)
         for piece in {password, *password.replace("#", "/").replace("?", "/").split("/")}:
             assert len(piece) < 4 or piece not in str(caught.value), (piece, str(caught.value))
@@ -534,6 +534,14 @@ def test_bad_options_raise_invalid_option_naming_the_option(
         make(kind, **options)
     assert isinstance(caught.value, qa.InvalidOption)
     assert words in str(caught.value)
+
+
+@pytest.mark.parametrize("kind", CLIENTS)
+@pytest.mark.parametrize("proxy", ["proxy.example:0", "proxy.example:80?x=1", "pr oxy:80"])
+def test_a_proxy_without_a_scheme_is_quoted_as_given_when_refused(kind: str, proxy: str) -> None:
+    with pytest.raises(qa.InvalidOption, match="proxy") as caught:
+        make(kind, base_url="http://127.0.0.1:9", proxy=proxy)
+    assert str(caught.value).endswith(repr(proxy)), str(caught.value)
 
 
 @pytest.mark.parametrize("kind", CLIENTS)
