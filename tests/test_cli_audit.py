@@ -853,14 +853,7 @@ def test_sigterm_ends_any_command_with_exit_143(command: str) -> None:
             if command == "fake"
             else ["--base-url", svc.url, "ask", "x", "--yes-no", "t", "a", "b"]
         )
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "qa_min", *argv],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            cwd=ROOT,
-            env=child_env(),
-        )
+        proc = start_batch(*argv)  # any command: python -m qa_min, output on pipes
         try:
             if command == "fake":
                 assert proc.stdout is not None
