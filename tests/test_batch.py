@@ -94,8 +94,9 @@ def test_a_line_whose_json_escapes_a_surrogate_is_a_bad_line(run: Any, svc: Fake
     rows = [json.loads(line) for line in result.out.splitlines()]
     assert [row.get("answers") for row in rows] == [answer("before"), None, None, answer("after")]
     assert rows[1]["error"]["type"] == rows[2]["error"]["type"] == "InvalidState"
-    assert rows[1]["error"]["message"] == "state is not UTF-8: it holds the surrogate '\\udce9' at index 3"
-    assert rows[2]["error"]["message"] == "state is not UTF-8: it holds the surrogate '\\ud800' at index 0"
+    surrogate = "state is not UTF-8: it holds the surrogate"
+    assert rows[1]["error"]["message"] == f"line 2: {surrogate} '\\udce9' at index 3"
+    assert rows[2]["error"]["message"] == f"line 3: {surrogate} '\\ud800' at index 0"
     assert rows[2]["id"] == "x"
     assert [r.json()["state"] for r in svc.requests] == ["before", "after"]
 

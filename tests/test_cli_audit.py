@@ -428,6 +428,10 @@ def test_malformed_lines_are_answered_by_their_error_once(
             "request_id": None,
             "body": None,
         }
+    # Every message names its line, the library's own validation errors (a blank state) too.
+    assert [row["error"]["message"].split(":")[0].split(" is ")[0] for row in rows[:-1]] == [
+        f"line {number}" for number in range(1, len(bad) + 1)
+    ]
     # A valid id is kept on its line's error; an id that is not one is not copied.
     assert [row.get("id") for row in rows[:-1]] == [None] * 6 + ["k1", "k2", "k3", None]
     assert [r.json()["state"] for r in svc.requests] == ["fine"]

@@ -160,6 +160,8 @@ def parse_line(
     try:
         return key, Request(doc, questions)
     except ValidationError as exc:
+        exc.message = f"line {number}: {exc.message}"  # as the line's other errors name it
+        exc.args = (exc.message,)
         return key, exc
 
 
