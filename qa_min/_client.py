@@ -86,7 +86,8 @@ class Client:
             ``PUBLIC_BASE_URL``.
         model: The default model; default ``SERVICE_DEFAULT_MODEL``, then ``DEFAULT_MODEL``.
         retry: The default ``RetryPolicy`` (``RetryPolicy()`` when None).
-        extra_headers: (name, value) pairs sent with every request, after the standard ones.
+        extra_headers: (name, value) pairs sent with every request, after the standard ones; one
+            named as a standard one (Accept, User-Agent, Authorization) replaces it.
         timeout: Seconds for every call, retries included, unless a call passes its own;
             None means no limit.
         max_idle_per_host: Idle keep-alive connections kept per host (10).

@@ -26,7 +26,8 @@ if TYPE_CHECKING:
     from ._http import Fields
 
 USER_AGENT = f"qa_min/{__version__}"
-_FRAMING_HEADERS = {"host", "content-length", "transfer-encoding", "connection"}
+# Set by qa_min per request: extra_headers cannot (Content-Type: the body is JSON).
+_FRAMING_HEADERS = {"host", "content-length", "transfer-encoding", "connection", "content-type"}
 # RFC 9110 section 5.6.2: a field name is a token.
 _TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 # A field value: no control character (C0, DEL, C1) but HTAB.
@@ -144,14 +145,18 @@ def header_fields(api_key: Optional[str], extra: Sequence[tuple[str, str]]) -> F
         lines.append(_check_header("Authorization", f"Bearer {api_key}"))
     if isinstance(extra, (str, bytes)) or not hasattr(extra, "__iter__"):
         raise InvalidOption(f"extra_headers must be a sequence of (name, value) pairs, got {_shape(extra)}")
+    extras: list[tuple[str, str]] = []
     for pair in extra:
         if not isinstance(pair, (tuple, list)) or len(pair) != 2:
             raise InvalidOption(f"extra_headers items are (name, value) pairs, got {_shape(pair)}")
         name, value = _check_header(*pair)
         if name.lower() in _FRAMING_HEADERS:
             raise InvalidOption(f"extra_headers must not set {name!r}: qa_min sets it")
-        lines.append((name, value))
-    return tuple(lines)
+        extras.append((name, value))
+    # A standard field the caller names is replaced, as httpx and requests merge headers: two
+    # Authorization fields would leave servers and proxies to pick one each.
+    named = {name.lower() for name, _ in extras}
+    return tuple([field for field in lines if field[0].lower() not in named] + extras)
 
 
 class Endpoints:

@@ -210,7 +210,8 @@ def _detail(body: bytes, text: str, headers: ResponseHeaders, redact: Redactor) 
             found = obj["detail"]
             if isinstance(found, list):  # FastAPI-style [{"loc": ..., "msg": ...}]
                 found = "; ".join(str(d.get("msg", d)) if isinstance(d, dict) else str(d) for d in found)
-            detail = redact(str(found))
+            said = "" if found is None else redact(str(found))
+            detail = said if said.strip() else None  # null or blank says nothing: the body shows
     if detail is None:
         lower = text.lower()
         start, end = lower.find("<title>"), lower.find("</title>")

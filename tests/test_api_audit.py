@@ -507,3 +507,37 @@ def test_a_bad_request_is_refused_where_it_is_built(
         make()
     assert type(caught.value) is cls
     assert words in str(caught.value)
+
+
+# -- what the audit found, fixed ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("name", ["Authorization", "authorization", "Accept", "User-Agent"])
+def test_an_extra_header_naming_a_standard_one_replaces_it(kind: str, name: str) -> None:
+    # Before, both went out: two Authorization fields leave servers and proxies to pick one.
+    result, requests = outcome(kind, ok({"answers": GOOD}), ask, extra_headers=[(name, "x")], api_key=KEY)
+    assert not isinstance(result, Exception), result
+    head = requests[0].split(b"\r\n\r\n")[0].decode().split("\r\n")
+    named = [line for line in head if line.lower().startswith(name.lower() + ":")]
+    assert named == [f"{name}: x"], head
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("name", ["Content-Type", "content-type"])
+def test_an_extra_content_type_is_refused_as_qa_min_sets_it(kind: str, name: str) -> None:
+    result, requests = outcome(kind, ok({"answers": GOOD}), ask, extra_headers=[(name, "text/plain")])
+    assert isinstance(result, qa.InvalidOption), result
+    assert f"extra_headers must not set {name!r}: qa_min sets it" in str(result)
+    assert requests == []
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize(
+    "body", [b'{"detail": null}', b'{"detail": ""}', b'{"detail": " "}', b'{"detail": []}']
+)
+def test_a_detail_that_says_nothing_gives_way_to_the_body(kind: str, body: bytes) -> None:
+    # Before: "HTTP 400 ...: None", or "(empty body)" for a body that was not empty.
+    result, _ = outcome(kind, http("400 Bad Request", body), ask)
+    assert type(result) is qa.BadRequest
+    assert str(result).endswith(": " + body.decode()), str(result)
