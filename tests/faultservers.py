@@ -138,6 +138,24 @@ def read_request(conn: socket.socket) -> bytes:
     return head + body
 
 
+class Recorder:
+    """A raw handler that records each request's exact bytes and answers with ``response``."""
+
+    def __init__(self, response: bytes) -> None:
+        self.response = response
+        self.requests: list[bytes] = []
+        self._lock = threading.Lock()
+
+    def __call__(self, conn: socket.socket, stop: threading.Event) -> None:
+        while True:
+            request = read_request(conn)
+            if not request:
+                return
+            with self._lock:
+                self.requests.append(request)
+            conn.sendall(self.response)
+
+
 class RawServer:
     """Accepts connections in a thread; runs ``handler(conn, stop_event)`` for
     each in its own thread."""

@@ -18,14 +18,12 @@ from __future__ import annotations
 import asyncio
 import enum
 import json
-import socket
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, Callable, Optional
 
 import pytest
-from faultservers import RawServer, read_request
+from faultservers import RawServer, Recorder
 
 import qa_min as qa
 
@@ -54,24 +52,6 @@ def http(status: str, body: bytes, headers: bytes = b"Content-Type: application/
 
 def ok(body: object) -> bytes:
     return http("200 OK", json.dumps(body).encode())
-
-
-class Recorder:
-    """A raw handler that keeps every request's bytes and answers each with ``response``."""
-
-    def __init__(self, response: bytes) -> None:
-        self.response = response
-        self.requests: list[bytes] = []
-        self._lock = threading.Lock()
-
-    def __call__(self, conn: socket.socket, stop: threading.Event) -> None:
-        while True:
-            request = read_request(conn)
-            if not request:
-                return
-            with self._lock:
-                self.requests.append(request)
-            conn.sendall(self.response)
 
 
 @contextmanager

@@ -47,12 +47,10 @@ Spec line -> tests:
 from __future__ import annotations
 
 import json
-import socket
-import threading
 from typing import Any
 
 import pytest
-from faultservers import RawServer, ok_response, read_request
+from faultservers import RawServer, Recorder, ok_response
 from support import no_sleep
 
 import qa_min as qa
@@ -67,24 +65,6 @@ class Review(qa.Questions):
 
 
 GOOD_BODY = {"answers": {"toxic": True, "quality": 2}, "usage": {"input_tokens": 3}}
-
-
-class Recorder:
-    """A raw handler that records each request's exact bytes and answers with ``response``."""
-
-    def __init__(self, response: bytes) -> None:
-        self.response = response
-        self.requests: list[bytes] = []
-        self._lock = threading.Lock()
-
-    def __call__(self, conn: socket.socket, stop: threading.Event) -> None:
-        while True:
-            request = read_request(conn)
-            if not request:
-                return
-            with self._lock:
-                self.requests.append(request)
-            conn.sendall(self.response)
 
 
 def split_request(raw: bytes) -> tuple[str, list[tuple[str, str]], bytes]:
