@@ -226,7 +226,14 @@ class ResponseHeaders:
 
     def redacted(self, hide: Callable[[str], str]) -> ResponseHeaders:
         """A copy with ``hide`` (the client's redactor) run over every name and value: a server
-        may echo the key in either (``X-Echo-<key>: 1``)."""
+        may echo the key in either (``X-Echo-<key>: 1``); ``self`` when there is nothing to hide.
+
+        Every response's headers pass here, and they almost never hold the key: one scan of the
+        names and values joined tells, since a piece of the key in any of them is in the joined
+        text too (``benchmarks/redaction.py``: about half the time of a scan per field)."""
+        joined = "\n".join([text for pair in self._items for text in pair])
+        if hide(joined) == joined:
+            return self
         return ResponseHeaders((hide(name), hide(value)) for name, value in self._items)
 
     def __iter__(self) -> Iterator[str]:

@@ -291,4 +291,4 @@ def test_any_response_gives_the_right_answer_or_a_qa_error(example: Example) -> 
 @given(example=examples())
 def test_any_response_gives_the_right_answer_or_a_qa_error_on_500_more_examples(example: Example) -> None:
     # The same property, undecorated (Hypothesis keeps it as inner_test, untyped).
-    test_any_response_gives_the_right_answer_or_a_qa_error.hypothesis.inner_test(example)  # type: ignore[attr-defined]
+    test_any_response_gives_the_right_answer_or_a_qa_error.hypothesis.inner_test(example)

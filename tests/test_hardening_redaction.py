@@ -537,3 +537,23 @@ def test_password_in_a_bad_proxy_from_the_environment_is_masked(monkeypatch: pyt
         qa.Client(base_url="http://example.com")
     assert "SECRET" not in " ".join(texts_of(caught.value))
     assert "user:***@proxy:notaport" in str(caught.value)
+
+
+@pytest.mark.parametrize("where", range(6))
+def test_headers_hide_a_piece_in_any_one_name_or_value_and_are_kept_when_none_holds_one(where: int) -> None:
+    # The headers are scanned joined first: a piece in any single field must still be found,
+    # and pieces that only meet across two fields are no piece of the key.
+    hide = Redactor(KEY)
+    texts = ["Content-Type", "application/json", "request-id", "req_1", "X-Other", "ok"]
+    clean = qa.ResponseHeaders(zip(texts[::2], texts[1::2]))
+    assert clean.redacted(hide) is clean
+    split = qa.ResponseHeaders([("X-" + KEY[: PIECE - 1], KEY[PIECE - 1 : 2 * PIECE - 2])])
+    assert split.redacted(hide) is split
+    texts[where] += KEY[3 : 3 + PIECE]
+    echoed = qa.ResponseHeaders(zip(texts[::2], texts[1::2]))
+    shown = echoed.redacted(hide).items()
+    assert KEY[3 : 3 + PIECE] not in repr(shown)
+    assert "[redacted]" in shown[where // 2][where % 2]
+    assert [pair for i, pair in enumerate(shown) if i != where // 2] == [
+        pair for i, pair in enumerate(echoed.items()) if i != where // 2
+    ]
