@@ -627,3 +627,30 @@ def test_without_a_budget_an_outage_triples_the_load(kind: str) -> None:
     with FakeService() as service:
         [attempts] = session(kind, service, [([reply(503)] * 150, calls)], workers, retry_budget=None)
         assert service.request_count == sum(attempts) == workers * calls * 3
+
+
+# A failure here is a hang: the event loop spins in the limiter, so the suite's timer ends it.
+@pytest.mark.timeout(5)
+def test_an_async_sleep_seam_that_returns_at_once_lets_concurrent_throttled_calls_finish() -> None:
+    # docs/testing.md: a sleep that returns at once makes retry tests instant. Two calls
+    # throttled together: one is held for the other's answer, which only a turn of the loop
+    # can bring; a seam that never awaits anything gave it none, and the loop spun.
+    slept: list[float] = []
+
+    async def at_once(seconds: float) -> None:
+        slept.append(seconds)
+
+    async def main(url: str) -> list[BaseException]:
+        async with qa.AsyncClient(base_url=url, trust_env=False, sleep=at_once) as client:
+            calls = [client.ask("text", Review) for _ in range(2)]
+            ended = await asyncio.gather(*calls, return_exceptions=True)
+        return [error for error in ended if isinstance(error, BaseException)]
+
+    with FakeService() as service:
+        service.script(*[reply(429, headers=[("retry-after-ms", "1")])] * 60)
+        errors = asyncio.run(main(service.url))
+        counted = service.request_count
+    assert len(errors) == 2
+    assert all(isinstance(error, qa.RateLimited) for error in errors), errors
+    assert counted >= 2 * 3, counted  # each made its retries at least
+    assert slept
