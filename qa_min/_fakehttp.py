@@ -196,7 +196,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self.send_error(400, "invalid Content-Length")
             return
         body = self.rfile.read(length)
-        headers = Headers((name, str(value)) for name, value in self.headers.items())
+        # Without the SP and HTAB around a value, as a server reads it (RFC 9110 5.5) and as
+        # MockTransport hands it over; http.server keeps the trailing ones.
+        headers = Headers((name, str(value).strip(" \t")) for name, value in self.headers.items())
         recorded, step, generation = self._host.record(self.command, self.path, headers, body)
         if step is None:
             self._serve(recorded)

@@ -142,10 +142,17 @@ def wait_seconds(timeout: object) -> float:
     return max(0.0, timeout)
 
 
-def check_address(api_key: object, prefix: object, host: object, port: object) -> None:
-    """The types of ``FakeService``'s key, prefix and address, and its port's range."""
+def check_api_key(api_key: object) -> None:
+    """The key a fake expects: None for any, else what a client can send (it refuses "")."""
     if api_key is not None and not isinstance(api_key, str):
         raise TypeError(f"api_key must be a str or None, not {api_key!r}")
+    if api_key == "":
+        raise ValueError("api_key must be a non-empty string or None: a client cannot send an empty key")
+
+
+def check_address(api_key: object, prefix: object, host: object, port: object) -> None:
+    """The types of ``FakeService``'s key, prefix and address, and its port's range."""
+    check_api_key(api_key)
     for name, value in (("prefix", prefix), ("host", host)):
         if not isinstance(value, str):
             raise TypeError(f"{name} must be a str, not {value!r}")

@@ -21,7 +21,7 @@ from ._errors import IncompleteMessage, InvalidResponse, LimitExceeded, Protocol
 from ._failure import failure
 from ._fakecheck import HeaderPairs, not_a_step
 from ._fakehttp import TRUNCATED_HEAD, TRUNCATED_MISSING, Headers
-from ._fakerules import DEFAULT_MODELS, RecordedRequest, Step, apply_rules, model_names
+from ._fakerules import DEFAULT_MODELS, RecordedRequest, Step, apply_rules, check_api_key, model_names
 from ._http import wire_fields
 
 TYPE_CHECKING = False
@@ -69,6 +69,7 @@ class MockTransport:
     Raises:
         TypeError: ``handler`` is not callable, ``api_key`` is not a str or None, or ``models``
             is a str or holds something other than str names.
+        ValueError: ``api_key`` is empty (a client cannot send it).
 
     Attributes:
         requests: Every request received, in order (a snapshot list).
@@ -86,8 +87,7 @@ class MockTransport:
     ) -> None:
         if handler is not None and not callable(handler):
             raise TypeError(f"handler must be a function of a RecordedRequest, got {handler!r}")
-        if api_key is not None and not isinstance(api_key, str):
-            raise TypeError(f"api_key must be a str or None, not {api_key!r}")
+        check_api_key(api_key)
         self._handler = handler
         self._api_key = api_key
         self._models = model_names(models)

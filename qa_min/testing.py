@@ -243,8 +243,9 @@ class FakeService:
         TypeError: ``models`` is a str or holds something other than str names, ``api_key`` is
             not a str or None, ``prefix`` or ``host`` not a str, ``port`` not an int, or
             ``rate_limit`` is not a pair of numbers.
-        ValueError: ``port`` is outside 0-65535, ``rate_limit`` holds a rate that is not > 0,
-            a burst below 1, a number larger than the largest float, or a bucket that takes
+        ValueError: ``api_key`` is empty (a client cannot send it), ``port`` is outside
+            0-65535, ``rate_limit`` holds a rate that is not > 0, a burst below 1, a number
+            larger than the largest float, or a bucket that takes
             more than ``1e10`` seconds to fill (``burst / rate``: its delays and resets could
             not be written), ``prefix`` or ``host`` is not UTF-8 (holds a surrogate),
             ``retry_after`` is not one of the four styles, ``announce`` not one of its five,

@@ -804,6 +804,20 @@ def test_fake_refuses_a_rate_limit_it_cannot_play(run: Any, rate: str, burst: st
     assert "--rate-limit" in result.err
 
 
+@pytest.mark.parametrize("where", ["after", "before"])
+def test_fake_with_an_empty_api_key_is_a_usage_error(run: Any, where: str) -> None:
+    # No client can send an empty key: the fake would answer every call 401.
+    args = (
+        ["fake", "--port", "0", "--api-key", ""]
+        if where == "after"
+        else ["--api-key", "", "fake", "--port", "0"]
+    )
+    result = run(*args)
+    assert result.code == 2
+    assert "qa-min fake: error: argument --api-key: a key cannot be empty" in result.err
+    assert "Traceback" not in result.err
+
+
 def test_fake_announce_without_a_rate_limit_is_a_usage_error_naming_the_option(run: Any) -> None:
     # It once read "error: UsageError: --announce: announce='openai' needs a rate_limit".
     result = run("fake", "--port", "0", "--announce", "openai")

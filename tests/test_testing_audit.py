@@ -570,3 +570,33 @@ def test_python_m_qa_min_fake_serves_its_rate_limit_at_the_printed_url_and_ends_
             proc.communicate()
     assert statuses == [(200, False), (200, False), (429, True)]
     assert (proc.returncode, out, err) == (0, "", "")
+
+
+@pytest.mark.parametrize("value", ["a ", "a\t", "a \t"])
+def test_the_fake_and_the_mock_record_a_header_value_alike(value: str) -> None:
+    # MockTransport hands a value over without the SP/HTAB around it (RFC 9110 section 5.5, as a
+    # server reads it); FakeService's record kept the trailing whitespace the client sent.
+    with FakeService() as svc:
+        with qa.Client(base_url=svc.url, trust_env=False, extra_headers=[("X-Team", value)]) as client:
+            client.list_models()
+        over_socket = svc.requests[0].headers["x-team"]
+    mock = MockTransport()
+    with qa.Client(
+        base_url=MOCK_URL, trust_env=False, transport=mock, extra_headers=[("X-Team", value)]
+    ) as c:
+        c.list_models()
+    assert mock.requests[0].headers["x-team"] == "a"
+    assert over_socket == "a"
+
+
+def test_an_empty_api_key_is_refused_as_the_client_refuses_it() -> None:
+    # FakeService(api_key="") started a service no qa_min client could authenticate to: the
+    # client refuses api_key="" and sends no key, which gets 401 "missing or invalid API key".
+    with pytest.raises(qa.InvalidOption, match="api_key must be a non-empty string"):
+        qa.Client(base_url="http://x.test", api_key="")
+    with pytest.raises(ValueError, match="api_key must be a non-empty string or None"):
+        FakeService(api_key="")
+    with pytest.raises(ValueError, match="api_key must be a non-empty string or None"):
+        MockTransport(api_key="")
+    FakeService(api_key="k").close()
+    MockTransport(api_key="k")

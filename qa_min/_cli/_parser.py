@@ -275,9 +275,12 @@ def _no_checks(args: argparse.Namespace) -> None:
 
 
 def _fake_checks(sub: argparse.ArgumentParser) -> Callable[[argparse.Namespace], None]:
-    """What argparse cannot check option by option: ``--announce`` needs ``--rate-limit``."""
+    """What argparse cannot check option by option: ``--announce`` needs ``--rate-limit``; a key
+    the fake requires is not empty (no client can send that)."""
 
     def check(args: argparse.Namespace) -> None:
+        if getattr(args, "api_key", None) == "":
+            sub.error("argument --api-key: a key cannot be empty (leave the option out to accept any key)")
         if args.announce != "none" and args.rate_limit is None:
             sub.error(
                 f"argument --announce: {args.announce} needs --rate-limit RATE BURST, the limit to announce"
