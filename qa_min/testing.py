@@ -37,7 +37,8 @@ Scripting:
     `FakeService.release` or `FakeService.close`), `drop` (close without a response), `reset`
     (close with a TCP reset) and `truncate` (a 200 whose body stops short of its
     ``Content-Length``). Every request, scripted or not, is recorded first, in
-    `FakeService.requests`.
+    `FakeService.requests`; only a request whose body cannot be read (sent chunked: 501, or
+    with a bad ``Content-Length``: 400, answered at once; no qa_min client sends one) is not.
 
 Rate limiting:
     ``FakeService(rate_limit=(rate, burst), retry_after=...)`` plays a rate-limited service: a
