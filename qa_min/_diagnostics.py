@@ -230,7 +230,7 @@ class ResponseHeaders:
 
         Every response's headers pass here, and they almost never hold the key: one scan of the
         names and values joined tells, since a piece of the key in any of them is in the joined
-        text too (``benchmarks/redaction.py``: about half the time of a scan per field)."""
+        text too (``benchmarks/redaction.py``: about a third of the time of a scan per field)."""
         joined = "\n".join([text for pair in self._items for text in pair])
         if hide(joined) == joined:
             return self
