@@ -41,6 +41,16 @@ class HookEvent:
 
     __slots__ = ("_body", "attempt", "duration", "error", "method", "request_id", "stage", "status", "url")
 
+    stage: str
+    method: str
+    url: str
+    attempt: int
+    status: Optional[int]
+    error: Optional[BaseException]
+    duration: Optional[float]
+    request_id: Optional[str]
+    _body: bytes
+
     def __init__(
         self,
         stage: str,
@@ -53,17 +63,24 @@ class HookEvent:
         duration: Optional[float] = None,
         request_id: Optional[str] = None,
     ) -> None:
-        self.stage = stage
-        self.method = method
-        self.url = url
-        self.attempt = attempt
-        self.status = status
-        self.error = error
-        self.duration = duration
-        self.request_id = request_id
         # The body only: the request's fields hold the key, and a hook may log, pickle or
         # walk its event.
-        self._body = body
+        for name, value in (
+            ("stage", stage),
+            ("method", method),
+            ("url", url),
+            ("attempt", attempt),
+            ("status", status),
+            ("error", error),
+            ("duration", duration),
+            ("request_id", request_id),
+            ("_body", body),
+        ):
+            object.__setattr__(self, name, value)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        # Every hook of the attempt sees the same event: one must not change what the next sees.
+        raise AttributeError(f"HookEvent is read-only; cannot set {name!r}")
 
     def request_body(self) -> bytes:
         """The request body (the JSON with the state and questions); empty for ``GET``."""

@@ -167,8 +167,9 @@ class Messages:
             except Exception as exc:
                 log = get_logger()
                 if log is not None:
-                    text = self.redact(_text(exc))
-                    log.warning("the %s hook %r raised %s: %s", stage, hook, type(exc).__name__, text)
+                    # Both as text, redacted: a hook may hold the key (a partial bound to it).
+                    named, text = self.redact(_shown(hook)), self.redact(_text(exc))
+                    log.warning("the %s hook %s raised %s: %s", stage, named, type(exc).__name__, text)
 
 
 _UNSHOWN = "(an exception whose text cannot be shown)"
@@ -180,6 +181,14 @@ def _text(exc: BaseException) -> str:
         return str(exc)
     except Exception:
         return _UNSHOWN
+
+
+def _shown(hook: object) -> str:
+    """``repr(hook)``, or its type's name when that raises."""
+    try:
+        return repr(hook)
+    except Exception:
+        return f"<{type(hook).__name__} whose repr() raised>"
 
 
 def noting(base_url: str) -> Callable[[str], None]:

@@ -11,6 +11,7 @@ through ``AsyncClient`` too.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import socket
 import threading
@@ -563,3 +564,49 @@ def test_failures_log_each_attempt_at_debug_and_each_retry_at_info_never_the_key
     assert all(m.startswith("retrying") for m in info), info
     assert [r for r in caplog.records if r.levelno >= logging.WARNING] == []
     assert_no_key(caplog.records)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_hook_event_is_read_only_as_its_docstring_says(svc: FakeService, kind: str) -> None:
+    # Every hook of an attempt gets the same event: one must not change what the next sees.
+    seen: list[Optional[int]] = []
+
+    def meddle(event: qa.HookEvent) -> None:
+        for name in ("status", "attempt", "url", "error", "new_name"):
+            with pytest.raises(AttributeError, match=f"HookEvent is read-only; cannot set '{name}'"):
+                setattr(event, name, 500)
+        seen.append(event.status)
+
+    error, _ = ask(kind, svc.url, hooks={"after_attempt": [meddle, lambda event: seen.append(event.status)]})
+    assert error is None
+    assert seen == [200, 200]
+
+
+def _metrics(event: qa.HookEvent, token: str) -> None:
+    raise RuntimeError("metrics backend down")
+
+
+class _Unnameable:
+    def __call__(self, event: qa.HookEvent) -> None:
+        raise RuntimeError("down")
+
+    def __repr__(self) -> str:
+        raise ValueError("no name")
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_raising_hook_is_named_in_the_log_without_the_key_it_holds(
+    svc: FakeService, caplog: pytest.LogCaptureFixture, kind: str
+) -> None:
+    # A hook bound to the key (a partial) put it in the warning's message and args.
+    hooks = {"after_attempt": [functools.partial(_metrics, token=KEY), _Unnameable()]}
+    with caplog.at_level(logging.DEBUG, logger="qa_min"):
+        error, _ = ask(kind, svc.url, api_key=KEY, hooks=hooks)
+    assert error is None
+    assert_no_key(caplog.records)
+    warned = [record.getMessage() for record in qa_records(caplog, logging.WARNING)]
+    assert len(warned) == 2, warned
+    assert "functools.partial(<function _metrics" in warned[0], warned
+    assert "[redacted]" in warned[0], warned
+    assert "raised RuntimeError: metrics backend down" in warned[0], warned
+    assert "the after_attempt hook <_Unnameable whose repr() raised> raised RuntimeError: down" in warned[1]
