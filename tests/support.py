@@ -6,6 +6,7 @@ built on these live in ``conftest.py``.
 
 from __future__ import annotations
 
+import os
 import re
 import socket
 import threading
@@ -161,3 +162,18 @@ class Listener:
 
     def close(self) -> None:
         self.sock.close()
+
+
+def open_sockets() -> int:
+    """Sockets this process holds open, or -1 where /proc cannot tell (not Linux)."""
+    try:
+        fds = os.listdir("/proc/self/fd")
+    except OSError:
+        return -1
+    count = 0
+    for fd in fds:
+        try:
+            count += os.readlink(f"/proc/self/fd/{fd}").startswith("socket:")
+        except OSError:
+            pass  # closed while listed (a server thread's selector may come and go)
+    return count

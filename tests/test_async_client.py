@@ -47,6 +47,7 @@ from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any, Optional, TypeVar
 
 import pytest
+from support import open_sockets
 
 import qa_min as qa
 from qa_min._ascope import WrongLoop
@@ -396,17 +397,6 @@ def test_aclose_ends_calls_in_flight_and_leaks_no_socket() -> None:
     assert took < PROMPT
     assert still_open == 0
     assert leaked <= 0
-
-
-def open_sockets() -> int:
-    """Sockets this process holds open (a listener that never accepts adds none per connection)."""
-    count = 0
-    for fd in os.listdir("/proc/self/fd"):
-        try:
-            count += os.readlink(f"/proc/self/fd/{fd}").startswith("socket:")
-        except OSError:
-            pass  # closed meanwhile
-    return count
 
 
 @pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="counts sockets in /proc/self/fd")

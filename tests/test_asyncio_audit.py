@@ -64,6 +64,7 @@ from faultservers import (
     respond_sequence,
     truncated_body,
 )
+from support import open_sockets
 
 import qa_min as qa
 from qa_min.testing import FakeService, MockTransport, RecordedRequest, Step, expected_answer
@@ -74,17 +75,6 @@ PROMPT = 1.0  # seconds within which a cancelled call must have ended
 
 class Toxic(qa.Questions):
     toxic = qa.YesNo("The text insults someone", "The text insults no one")
-
-
-def open_fds() -> int:
-    """The process's open sockets (a server thread's selector may come and go meanwhile)."""
-    count = 0
-    for fd in os.listdir("/proc/self/fd"):
-        try:
-            count += os.readlink(f"/proc/self/fd/{fd}").startswith("socket:")
-        except OSError:
-            pass  # closed while listed
-    return count
 
 
 needs_proc = pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="counts fds in /proc")
@@ -226,7 +216,7 @@ def test_cancelling_the_task_at_each_stage_closes_the_socket(stage: str) -> None
         async def main() -> tuple[float, qa.Diagnostics, tuple[int, int], int, int]:
             client = qa.AsyncClient(base_url=url, trust_env=False, retry=qa.RetryPolicy.none)
             diagnostics = qa.Diagnostics()
-            baseline = open_fds()
+            baseline = open_sockets()
             task = asyncio.ensure_future(client.ask("s", Toxic, diagnostics=diagnostics))
             if silent is not None:
                 assert await until(silent.accepted)
@@ -237,7 +227,7 @@ def test_cancelling_the_task_at_each_stage_closes_the_socket(stage: str) -> None
                     assert await until_true(lambda: has_head(client))
             else:
                 # Its socket is open: the connect is under way, stuck in SYN retransmission.
-                assert await until_true(lambda: open_fds() > baseline)
+                assert await until_true(lambda: open_sockets() > baseline)
             assert not task.done()
             fired = time.monotonic()
             task.cancel()
@@ -247,7 +237,7 @@ def test_cancelling_the_task_at_each_stage_closes_the_socket(stage: str) -> None
             counts = pool_counts(client)
             if silent is not None:
                 assert await until(silent.gone), "the client never closed its socket"
-            fds = await settled(open_fds, baseline)
+            fds = await settled(open_sockets, baseline)
             await client.aclose()
             return took, diagnostics, counts, fds, baseline
 
@@ -394,14 +384,14 @@ def test_asyncio_timeout_around_a_call_closes_its_connection() -> None:
         async def main() -> tuple[tuple[int, int], bool, int, int, bool]:
             async with qa.AsyncClient(base_url=server.url, trust_env=False) as client:
                 await client.ask("s", Toxic)  # a connection in the pool, reused by the next call
-                baseline = open_fds()
+                baseline = open_sockets()
                 with pytest.raises(TimeoutError):
                     async with asyncio_timeout(0.15):
                         await client.ask("s", Toxic)
                 counts = pool_counts(client)
                 gone = await until(silent.gone)
                 # The pooled socket the call took is closed, and the server's end of it.
-                fds = await settled(open_fds, baseline - 2)
+                fds = await settled(open_sockets, baseline - 2)
                 after = (await client.ask("s", Toxic)).answers.toxic
                 return counts, gone, fds, baseline - 2, after
 
@@ -443,7 +433,7 @@ def test_aclose_ends_calls_in_every_stage_and_leaks_nothing() -> None:
         svc.script(qa.testing.reply(503))
 
         async def main() -> tuple[list[str], float, int, int]:
-            baseline = open_fds()
+            baseline = open_sockets()
             urls = [w.url, r.url, svc.url] + ([stuck.url] if stuck.saturated else [])
             clients = [qa.AsyncClient(base_url=u, trust_env=False) for u in urls]
             # One client per server, each closed from its own aclose(); the 503's backoff is long.
@@ -460,7 +450,7 @@ def test_aclose_ends_calls_in_every_stage_and_leaks_nothing() -> None:
             assert all(pool_counts(c) == (0, 0) for c in clients)
             assert await until(waiting.gone)
             assert await until(reading.gone)
-            fds = await settled(open_fds, baseline)
+            fds = await settled(open_sockets, baseline)
             return kinds, took, fds, baseline
 
         kinds, took, fds, baseline = asyncio.run(main())

@@ -17,7 +17,6 @@ reproduces.
 from __future__ import annotations
 
 import json
-import os
 import threading
 import time
 from dataclasses import dataclass
@@ -28,7 +27,7 @@ from faultservers import RawServer, answer_once
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from rawhttp import Toxic
-from support import no_sleep
+from support import no_sleep, open_sockets
 
 import qa_min as qa
 
@@ -222,21 +221,6 @@ def examples(draw: st.DrawFn) -> Example:
     valid = head_ok and framing_ok and 200 <= status < 300 and status != 204 and not (stall and until_close)
     answer = expected_answer(body) if valid and len(body) <= CAP else None
     return Example(raw, answer, status if head_ok else None, stall)
-
-
-def open_sockets() -> int:
-    """Sockets this process holds open, or -1 where /proc cannot tell."""
-    try:
-        fds = os.listdir("/proc/self/fd")
-    except OSError:
-        return -1
-    count = 0
-    for fd in fds:
-        try:
-            count += os.readlink(f"/proc/self/fd/{fd}").startswith("socket:")
-        except OSError:
-            pass
-    return count
 
 
 # 250 examples over real sockets take about 3 s alone and over 15 s on a loaded 2-core machine

@@ -41,6 +41,7 @@ from typing import Any, Optional, TypeVar
 import pytest
 from faultservers import FullBacklogServer, RawServer, never_accept, ok_response, read_request
 from rawhttp import Toxic, interim, response
+from support import open_sockets
 
 import qa_min as qa
 from qa_min.testing import FakeService, reply
@@ -146,16 +147,6 @@ def driving(kind: str, url: str, **options: Any) -> Iterator[Driver]:
         yield driver
     finally:
         driver.close()
-
-
-def open_sockets() -> int:
-    count = 0
-    for fd in os.listdir("/proc/self/fd"):
-        try:
-            count += os.readlink(f"/proc/self/fd/{fd}").startswith("socket:")
-        except OSError:
-            pass  # closed while listed
-    return count
 
 
 def settles(count: Callable[[], int], target: int) -> int:
