@@ -322,6 +322,23 @@ def answer_once(response: bytes, stall: float = 0.0) -> Handler:
     return handler
 
 
+def close_unanswered(nth: int, served: list[bytes]) -> Handler:
+    """Answer every request OK but the ``nth`` of all connections: read it, then close its
+    connection without an answer (a kept-alive one whose idle timer fired just then). Every
+    request read is appended to ``served``."""
+    lock = threading.Lock()
+
+    def handler(conn: socket.socket, stop: threading.Event) -> None:
+        while request := read_request(conn):
+            with lock:
+                served.append(request)
+                if len(served) == nth:
+                    return
+            conn.sendall(OK_RESPONSE)
+
+    return handler
+
+
 def answer_then_reset(response: bytes) -> Handler:
     """Read one request, send ``response`` (a head and part of its body, say), then reset the
     connection: the client reads what was sent, then gets ECONNRESET."""

@@ -7,12 +7,10 @@ connection may have been read by the server, and then the server counted two.
 
 from __future__ import annotations
 
-import socket
-import threading
 from typing import Any, Callable
 
 import pytest
-from faultservers import OK_RESPONSE, RawServer, read_request
+from faultservers import RawServer, close_unanswered
 from rawhttp import ask
 from support import SleepRecorder, make_recording_client
 
@@ -75,17 +73,8 @@ def test_exhausted_retries_report_every_request_written() -> None:
 
 def test_raw_server_closing_a_reused_connection_after_reading_counts_both_requests() -> None:
     counted: list[bytes] = []
-    lock = threading.Lock()
-
-    def handler(conn: socket.socket, stop: threading.Event) -> None:
-        while request := read_request(conn):
-            with lock:
-                counted.append(request)
-                if len(counted) == 2:
-                    return  # read, then closed without an answer
-            conn.sendall(OK_RESPONSE)
-
-    with RawServer(handler) as server, make_recording_client(server.url) as client:
+    # The second read, then closed without an answer.
+    with RawServer(close_unanswered(2, counted)) as server, make_recording_client(server.url) as client:
         assert call_attempts(client) == (True, 1)
         assert call_attempts(client) == (True, 2)
         assert server.connections == 2
@@ -97,16 +86,7 @@ def test_one_count_for_diagnostics_history_and_hooks_over_a_resend() -> None:
     # an answer (as one whose idle timer fired just then): the client writes it again on a
     # fresh connection. Two writes: two attempts for Diagnostics, the history and the hooks.
     served: list[bytes] = []
-    lock = threading.Lock()
-
-    def handler(conn: socket.socket, stop: threading.Event) -> None:
-        while request := read_request(conn):
-            with lock:
-                served.append(request)
-                if len(served) == 2:
-                    return
-            conn.sendall(OK_RESPONSE)
-
+    handler = close_unanswered(2, served)
     seen: list[tuple[str, int, object]] = []
     hooks = {
         "before_attempt": [lambda event: seen.append((event.stage, event.attempt, None))],

@@ -16,10 +16,10 @@ import logging
 import socket
 import threading
 from collections.abc import Iterator
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 import pytest
-from faultservers import OK_RESPONSE, RawServer, read_request, reset_after_request
+from faultservers import RawServer, close_unanswered, read_request, reset_after_request
 from rawhttp import response
 from support import BOUND
 
@@ -298,21 +298,6 @@ def test_proxy_refusal_records_the_proxys_status_and_no_request_id(kind: str) ->
     assert_timings_sane(diag)
 
 
-def _close_the_second_request_unanswered() -> Callable[[socket.socket, threading.Event], None]:
-    served: list[bytes] = []
-    lock = threading.Lock()
-
-    def handler(conn: socket.socket, stop: threading.Event) -> None:
-        while request := read_request(conn):
-            with lock:
-                served.append(request)
-                if len(served) == 2:
-                    return  # read on the kept-alive connection, then closed without an answer
-            conn.sendall(OK_RESPONSE)
-
-    return handler
-
-
 @pytest.mark.parametrize("kind", KINDS)
 def test_resend_on_a_dead_pooled_connection_is_an_attempt_with_no_delay(kind: str) -> None:
     seen: list[tuple[str, int, Optional[int], Optional[str]]] = []
@@ -328,7 +313,7 @@ def test_resend_on_a_dead_pooled_connection_is_an_attempt_with_no_delay(kind: st
         )
 
     hooks = {"before_attempt": [hook], "after_attempt": [hook]}
-    with RawServer(_close_the_second_request_unanswered()) as server:
+    with RawServer(close_unanswered(2, [])) as server:
         error, diag = ask(kind, server.url, calls=2, hooks=hooks)
         assert server.connections == 2
     assert error is None
