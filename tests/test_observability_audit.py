@@ -218,7 +218,7 @@ def test_connection_failed_has_no_response_fields_and_its_transport_error(kind: 
         None,
         2,
     )
-    assert isinstance(diag.transport_error, OSError | qa.ProtocolError)
+    assert isinstance(diag.transport_error, (OSError, qa.ProtocolError))
     assert records(diag) == [(1, None, "ConnectionFailed", None), (2, None, "ConnectionFailed", None)]
     assert_timings_sane(diag)
 
