@@ -62,7 +62,9 @@ def resolve(
         )
     proxy_url, via = (proxy, None) if proxy is not None else env_proxy(origin, env)
     # proxy="" is no proxy, whatever the environment says: as in requests, httpx and curl.
-    proxy_origin = None if proxy_url is None or proxy_url == "" else parse_proxy(proxy_url, via)
+    # (A str compared only: an object's own __eq__ may raise, and parse_proxy names its type.)
+    empty = isinstance(proxy_url, str) and proxy_url == ""
+    proxy_origin = None if proxy_url is None or empty else parse_proxy(proxy_url, via)
     return key, origin, proxy_origin, resolve_model(model, env)
 
 

@@ -17,10 +17,11 @@ announced limit), ``_absorbs`` says whether it absorbs a 429 beyond ``max_retrie
 from __future__ import annotations
 
 from ._backoff import backoff_ms, delay_number, server_delay_ms, should_retry
-from ._errors import ConnectionFailed, ProxyError, QAError
+from ._errors import ConnectionFailed, InvalidOption, ProxyError, QAError
 from ._http import Resend
 from ._limiter import ABSORBED
 from ._pacer import Priority
+from ._typing import short
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -228,7 +229,7 @@ class Attempts:
         if not absorb and self.retries >= policy.max_retries:
             return None
         if delay is None:  # drawn before the budget is charged: the caller's random may raise
-            delay = backoff_ms(policy, self.retries, self.rules.random())
+            delay = backoff_ms(policy, self.retries, _uniform(self.rules.random()))
         if not (absorb or exempt or budget is None or budget.try_spend()):
             return None
         self.wait = delay / 1000.0
@@ -330,3 +331,11 @@ def _retry_failure(policy: RetryPolicy, failure: ConnectionFailed) -> bool:
     if isinstance(failure, ProxyError):
         return bool(policy.retry_status(failure.status))
     return policy.retry_connection_errors
+
+
+def _uniform(drawn: object) -> float:
+    """The ``random=`` seam's draw, if it is the number in [0, 1) the docs ask for: else a
+    negative, NaN or endless delay would reach ``sleep``, or a raw ``TypeError`` the caller."""
+    if isinstance(drawn, (int, float)) and not isinstance(drawn, bool) and 0.0 <= drawn < 1.0:
+        return float(drawn)
+    raise InvalidOption(f"random must return a number in [0, 1), returned {short(drawn)}")

@@ -57,6 +57,8 @@ def short(value: object) -> str:
         if isinstance(value, int):
             return f"an int of {value.bit_length()} bits, too long to print"
         return f"a {type(value).__name__} too long to print"
+    except Exception:  # the caller's own __repr__ raised: the message still names the option
+        return f"a {type(value).__name__} whose repr() raised"
     return text if len(text) <= 60 else text[:57] + "..."
 
 

@@ -251,6 +251,8 @@ class FakeService:
             not be written), ``prefix`` or ``host`` is not UTF-8 (holds a surrogate),
             ``retry_after`` is not one of the four styles, ``announce`` not one of its five,
             or ``announce`` is given without ``rate_limit``.
+        OSError: ``host``:``port`` cannot be listened on, when the service starts (the port
+            is taken, or the host does not resolve to an address of this machine).
     """
 
     def __init__(

@@ -38,7 +38,7 @@ from typing import Any, Callable, Optional
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from support import BOUND, no_sleep, open_sockets, wait_until
+from support import BOUND, SleepRecorder, no_sleep, open_sockets, wait_until
 
 import qa_min as qa
 from qa_min import testing
@@ -458,6 +458,10 @@ def operation(name: str, keyword: str, value: object) -> Callable[[Any], Any]:
 
 def per_call_outcome(kind: str, keyword: str, op: str, value: object, options: dict[str, Any]) -> None:
     result, exc = attempt(lambda: run(kind, options, operation(op, keyword, value)))
+    if exc is not None and keyword == "timeout" and isinstance(exc, qa.Canceled):
+        # A valid timeout too short for the call (5e-54 s): it expires, as it should.
+        assert "the call's timeout of" in str(exc), str(exc)
+        return
     if exc is not None:
         assert isinstance(exc, qa.ValidationError), repr(exc)
         assert names(exc, keyword), (keyword, str(exc))
@@ -608,3 +612,74 @@ def test_a_cancel_token_of_any_state_gives_canceled_or_a_result() -> None:
         assert result.answers.toxic in (True, False)
 
     check()
+
+
+# -- defects the fuzzing found, each test failing without its fix ------------------------------
+
+
+class Boom(Exception):
+    pass
+
+
+class BadRepr:
+    def __repr__(self) -> str:
+        raise Boom("repr")
+
+
+class BadEq:
+    def __repr__(self) -> str:
+        return "<BadEq>"
+
+    def __eq__(self, other: object) -> bool:
+        raise Boom("eq")
+
+    __hash__ = object.__hash__
+
+
+def retried_once(drawn: object, kind: str, sleep: Any = None) -> Any:
+    """One call answered 503 then 200, the backoff's jitter drawn by ``random=lambda: drawn``."""
+    script = [testing.reply(503), None]
+    transport = MockTransport(lambda request: script.pop(0))
+    extra = {} if sleep is None else {"sleep": sleep}
+    return run(kind, mock_options(kind, transport=transport, random=lambda: drawn, **extra), ask)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("drawn", ["x", None, [0.5], True, 1, 1.0, -0.001, 5.0, math.nan, math.inf])
+def test_a_random_seam_returning_anything_but_a_number_in_0_1_is_refused_naming_random(
+    kind: str, drawn: object
+) -> None:
+    # docs/configuration.md: random= returns a float in [0, 1). A str gave a raw TypeError from
+    # the backoff's arithmetic; 5.0 asked sleep for -0.125 s, nan for nan, inf for -inf.
+    with pytest.raises(qa.InvalidOption, match=r"random must return a number in \[0, 1\), returned "):
+        retried_once(drawn, kind)
+
+
+@pytest.mark.parametrize("drawn", [0, 0.0, 0.5, math.nextafter(1.0, 0.0)])
+def test_a_random_seam_returning_the_ends_of_0_1_is_used(drawn: float) -> None:
+    slept = SleepRecorder()
+    assert retried_once(drawn, "sync", sleep=slept).answers.toxic in (True, False)
+    default = qa.RetryPolicy()
+    full = default.backoff_initial_ms / 1000
+    assert len(slept.seconds) == 1
+    assert full * (1 - default.backoff_jitter) <= slept.seconds[0] <= full
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("option", ["timeout", "max_workers", "api_key", "retry", "hooks"])
+def test_an_option_whose_repr_raises_is_refused_naming_the_option(kind: str, option: str) -> None:
+    # _typing.short() caught only the ValueError of a too-long int: the object's own exception
+    # replaced the InvalidOption.
+    if kind == "async" and option == "max_workers":
+        pytest.skip("AsyncClient has no max_workers")
+    with pytest.raises(qa.InvalidOption, match=option) as caught:
+        run(kind, mock_options(kind, **{option: BadRepr()}), lambda client: None)
+    if option != "api_key":  # a key is never quoted
+        assert "whose repr() raised" in str(caught.value)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_proxy_whose_eq_raises_is_refused_naming_proxy(kind: str) -> None:
+    # It was compared with "" before its type was checked.
+    with pytest.raises(qa.InvalidOption, match="proxy"):
+        run(kind, mock_options(kind, proxy=BadEq()), lambda client: None)
