@@ -37,10 +37,10 @@ def step_kind(kind: object) -> str:
 def step_status(status: object) -> int:
     """``reply``'s status, checked: an int within 200-599."""
     if isinstance(status, bool) or not isinstance(status, int):
-        raise TypeError(f"status must be an int within 200-599, not {status!r}")
+        raise TypeError(f"status must be an int within 200-599, not {short(status)}")
     if not 200 <= status <= 599:
         # A 1xx would make http.client wait for a final response that never comes.
-        raise ValueError(f"status must be within 200-599, not {status}")
+        raise ValueError(f"status must be within 200-599, not {short(status)}")
     return status
 
 
@@ -59,7 +59,7 @@ def header_pairs(headers: object) -> HeaderPairs:
         headers if isinstance(headers, Iterable) and not isinstance(headers, (str, bytes)) else [None]
     ):
         if not (isinstance(pair, (tuple, list)) and len(pair) == 2 and all(isinstance(x, str) for x in pair)):
-            raise TypeError(f"headers must be a sequence of (name, value) pairs of str, not {headers!r}")
+            raise TypeError(f"headers must be a sequence of (name, value) pairs of str, not {short(headers)}")
         if any(ch in text for text in pair for ch in "\r\n\0"):
             # Written as given, a line break would end the field and start another one.
             raise ValueError(f"a header name or value must not hold CR, LF or NUL, got {pair!r}")

@@ -683,3 +683,14 @@ def test_a_proxy_whose_eq_raises_is_refused_naming_proxy(kind: str) -> None:
     # It was compared with "" before its type was checked.
     with pytest.raises(qa.InvalidOption, match="proxy"):
         run(kind, mock_options(kind, proxy=BadEq()), lambda client: None)
+
+
+def test_reply_names_the_argument_holding_an_int_too_long_to_print() -> None:
+    # The message quoted it with repr/str, which raises past 4,300 digits: a ValueError that
+    # named nothing (3.10's property run drew such a header value).
+    huge = 10**5000
+    with pytest.raises(ValueError, match="status must be within 200-599, not an int of 16610 bits"):
+        testing.reply(huge)
+    headers: Any = [("X-Big", huge)]
+    with pytest.raises(TypeError, match=r"headers must be a sequence of .* not a list too long to print"):
+        testing.reply(200, headers=headers)
