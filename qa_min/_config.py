@@ -84,14 +84,18 @@ def _check_key(key: str, what: str) -> str:
     gives the one character's code point and index, never the key."""
     if key.isascii() and key.isprintable():
         return key
-    # Not a pattern: one whose class spans every code point past latin-1 took milliseconds to
-    # compile, on every cold start.
-    index, char = next(
-        ((i, c) for i, c in enumerate(key) if c > "\xff" or "\x7f" <= c <= "\x9f" or (c < " " and c != "\t")),
-        (-1, ""),
-    )
-    if index < 0:
+    # The first control character (as ``_check_header`` finds them) or the first past latin-1.
+    # Not one pattern for both: a class spanning every code point past latin-1 took
+    # milliseconds to compile, on every cold start.
+    control = _CONTROL.search(key)
+    index = len(key) if control is None else control.start()
+    try:
+        key.encode("latin-1")
+    except UnicodeEncodeError as exc:
+        index = min(index, exc.start)
+    if index == len(key):
         return key
+    char = key[index]
     if char <= "\x9f":
         kind, why = "a control character", "a header value may hold none but HTAB"
     elif "\ud800" <= char <= "\udfff":  # what os.environ and surrogateescape make of undecodable bytes
