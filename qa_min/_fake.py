@@ -169,6 +169,17 @@ class ServiceState:
             self._release_generation += 1
             self._cond.notify_all()
 
+    def clear(self) -> None:
+        with self._cond:
+            self._requests = []
+            self._steps.clear()
+            self._overrides = {}
+            self._connections = self._throttled = 0
+            if self._bucket is not None and self._rate_limit is not None:
+                self._bucket = TokenBucket(*self._rate_limit, time.monotonic())
+            self._release_generation += 1  # a hang left by the last test must not hold a thread
+            self._cond.notify_all()
+
     def close_idle_connections(self) -> None:
         with self._cond:
             # A client may already hold a response whose handler has not yet turned idle.

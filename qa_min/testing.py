@@ -178,10 +178,8 @@ def delay(seconds: float) -> Step:
 
 
 def hang() -> Step:
-    """Read the request and never answer it.
-
-    After `FakeService.release` or `FakeService.close` the connection is closed without a response.
-    """
+    """Read the request and never answer it; `FakeService.release`, `FakeService.clear` or
+    `FakeService.close` closes the connection without a response."""
     return Step("hang")
 
 
@@ -246,11 +244,10 @@ class FakeService:
             ``rate_limit`` is not a pair of numbers.
         ValueError: ``api_key`` is empty (a client cannot send it), ``port`` is outside
             0-65535, ``rate_limit`` holds a rate that is not > 0, a burst below 1, a number
-            larger than the largest float, or a bucket that takes
-            more than ``1e10`` seconds to fill (``burst / rate``: its delays and resets could
-            not be written), ``prefix`` or ``host`` is not UTF-8 (holds a surrogate),
-            ``retry_after`` is not one of the four styles, ``announce`` not one of its five,
-            or ``announce`` is given without ``rate_limit``.
+            larger than the largest float, or a bucket that takes more than ``1e10`` seconds
+            to fill (``burst / rate``: its delays and resets could not be written), ``prefix``
+            or ``host`` is not UTF-8 (holds a surrogate), ``retry_after`` is not one of the
+            four styles, ``announce`` not one of its five, or is given without ``rate_limit``.
         OSError: ``host``:``port`` cannot be listened on, when the service starts (the port
             is taken, or the host does not resolve to an address of this machine).
     """
@@ -385,6 +382,14 @@ class FakeService:
         ``wait_for_requests(n)`` followed by ``release()`` cannot miss it.
         """
         self._state.release()
+
+    def clear(self) -> None:
+        """Forget what the service was told and saw, so that one service serves many tests.
+
+        Drops the script's steps left, the `set_answers` overrides and the recorded requests;
+        the counters start again from zero, the rate limit's bucket is full, and every request
+        held by a `hang` step is released. The port, settings and open connections stay."""
+        self._state.clear()
 
     def close_idle_connections(self) -> None:
         """Close, server side, every keep-alive connection waiting for its next request.

@@ -727,6 +727,54 @@ def test_release_does_not_free_later_hangs(svc: FakeService, connect: Connect) -
     svc.close()
 
 
+def test_clear_forgets_the_script_the_answers_the_requests_and_the_counts(
+    svc: FakeService, connect: Connect
+) -> None:
+    svc.script(reply(503, {"detail": "busy"}), reply(503, {"detail": "busy"}))
+    svc.set_answers({"q": "overridden"})
+    conn = connect(svc)
+    assert post(conn, core_body())[0] == 503  # one step taken, one left
+    assert (svc.request_count, svc.connections) == (1, 1)
+    svc.clear()
+    assert (svc.requests, svc.request_count, svc.connections, svc.rate_limited_count) == ([], 0, 0, 0)
+    # The open connection stays, and the next request gets the rule's answer: no step, no override.
+    status, body = post(conn, core_body())
+    assert status == 200
+    assert body["answers"]["q"] == rule("judge-latest", "one two  three", "q", YESNO)
+    assert [r.path for r in svc.requests] == ["/v1/core"]
+    assert (svc.request_count, svc.connections) == (1, 0)
+    assert not svc.wait_for_requests(2, timeout=0)  # counted from the clear
+
+
+def test_clear_releases_a_held_request_and_later_hangs_still_hold(svc: FakeService, connect: Connect) -> None:
+    svc.script(hang())
+    held = connect(svc)
+    held.request("GET", "/v1/models")
+    assert svc.wait_for_requests(1)
+    svc.clear()
+    with pytest.raises(http.client.RemoteDisconnected):
+        held.getresponse()
+    svc.script(hang())
+    later = connect(svc)
+    later.request("GET", "/v1/models")
+    assert svc.wait_for_requests(1)
+    later.sock.settimeout(0.2)
+    with pytest.raises(socket.timeout):
+        later.getresponse()
+    svc.close()
+
+
+def test_clear_refills_the_rate_limits_bucket_and_restarts_its_count(connect: Connect) -> None:
+    with FakeService(rate_limit=(0.01, 2), retry_after="ms") as svc:  # no refill within the test
+        conn = connect(svc)
+        assert [get(conn)[0] for _ in range(3)] == [200, 200, 429]
+        assert svc.rate_limited_count == 1
+        svc.clear()
+        assert svc.rate_limited_count == 0
+        assert [get(conn)[0] for _ in range(3)] == [200, 200, 429]
+        assert (svc.request_count, svc.rate_limited_count) == (3, 1)
+
+
 def test_delay_serves_normally_after_the_delay(svc: FakeService, connect: Connect) -> None:
     svc.script(delay(0.1), delay(0))
     conn = connect(svc)
