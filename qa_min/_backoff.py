@@ -14,7 +14,7 @@ import re
 import time
 
 from ._errors import InvalidOption
-from ._typing import short
+from ._typing import plain, short
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -75,6 +75,10 @@ class RetryPolicy:
     retry_status: Callable[[int], bool] = default_retry_status
 
     def __post_init__(self) -> None:
+        for name in _NUMBERS:
+            # A subclass's value, read as int or float: its own __le__ or __float__ may raise,
+            # and the backoff's arithmetic would call them on every retry.
+            object.__setattr__(self, name, plain(getattr(self, name)))
         retries = self.max_retries
         if isinstance(retries, bool) or not isinstance(retries, int) or not 0 <= retries <= 1000:
             raise InvalidOption(f"max_retries must be an int from 0 to 1000, got {short(retries)}")
@@ -94,6 +98,8 @@ class RetryPolicy:
                 f"retry_status must be a function int -> bool, got {short(self.retry_status)}"
             )
 
+
+_NUMBERS = ("max_retries", "backoff_initial_ms", "backoff_max_ms", "backoff_jitter", "max_retry_after_ms")
 
 # Pickles and reprs as the public name, which loads ``_retry`` (and so the dataclass) first.
 RetryPolicy.__module__ = __name__.rpartition(".")[0]

@@ -16,7 +16,7 @@ import time
 
 from ._diagnostics import Attempt, Diagnostics
 from ._errors import Canceled, InvalidOption
-from ._typing import short
+from ._typing import plain, short
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -149,6 +149,7 @@ class RetryBudget:
     __slots__ = ("_lock", "_tokens", "capacity", "retry_cost", "success_refund")
 
     def __init__(self, capacity: float = 500, retry_cost: float = 5, success_refund: float = 1) -> None:
+        capacity, retry_cost, success_refund = plain(capacity), plain(retry_cost), plain(success_refund)
         for name, value in (
             ("capacity", capacity),
             ("retry_cost", retry_cost),

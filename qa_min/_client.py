@@ -30,7 +30,7 @@ from ._options import COUNTS, check_options, check_rate_limit, check_retry, coun
 from ._questions import Questions, _Mismatch, _Spec, check_model
 from ._request import Request
 from ._responses import AskResponse, BadShape, CoreResponse, ModelList, models_of, parse_object, usage_of
-from ._typing import UNSET, Unset, cast, readonly, short
+from ._typing import UNSET, Unset, cast, plain, readonly, short
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -160,9 +160,9 @@ class Client:
         self._timeout = number("timeout", timeout, 0, allow_none=True)
         budget = check_options(retry_budget, ssl_context, sleep, random, max_idle_per_host, max_workers)
         self._endpoints = endpoints(origin, proxy_origin, header_fields(self._key, extra_headers))
-        self._life = Lifecycle(int(max_workers))  # owns "closed": everything below reads its token
+        self._life = Lifecycle(plain(max_workers))  # owns "closed": everything below reads its token
         self._closing = self._life.closing
-        pool = Pool(int(max_idle_per_host), float(number("idle_timeout", idle_timeout, 0)), self._closing)
+        pool = Pool(plain(max_idle_per_host), float(number("idle_timeout", idle_timeout, 0)), self._closing)
         max_body = count("max_response_bytes", max_response_bytes, COUNTS["max_response_bytes"])
         if transport is None:
             self._transport = Transport(origin, proxy_origin, pool, ssl_context, max_body)

@@ -15,7 +15,8 @@ from ._errors import InvalidOption, MissingApiKey
 from ._http import Outgoing
 from ._origin import Origin, shown_url
 from ._questions import check_model
-from ._typing import short
+from ._redact import redact
+from ._typing import plain, read, short
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -32,6 +33,7 @@ _FRAMING_HEADERS = {"host", "content-length", "transfer-encoding", "connection",
 _TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 # A field value: no control character (C0, DEL, C1) but HTAB.
 _CONTROL = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f]")
+_PLAIN_SEQUENCES = (tuple, list)
 
 
 def from_env(name: str, env: Mapping[str, str]) -> Optional[str]:
@@ -72,6 +74,7 @@ def resolve_api_key(api_key: Optional[str], env: Mapping[str, str]) -> Optional[
     if api_key is None:
         found = from_env("SERVICE_API_KEY", env)
         return None if found is None else _check_key(found, "SERVICE_API_KEY")
+    api_key = plain(api_key)  # a str subclass's own strip() or encode() is never called
     if not isinstance(api_key, str) or not api_key.strip():
         raise InvalidOption("api_key must be a non-empty string (or None to read SERVICE_API_KEY)")
     return _check_key(api_key, "api_key")
@@ -131,9 +134,10 @@ def resolve_model(model: Optional[str], env: Mapping[str, str]) -> str:
 
 def _check_header(name: object, value: object) -> tuple[str, str]:
     # Messages never quote the value: it may be the key, or another secret.
+    name, value = plain(name), plain(value)  # sent as str's own bytes, whatever a subclass says
     if not isinstance(name, str) or not isinstance(value, str):
         kinds = f"({type(name).__name__}, {type(value).__name__})"
-        raise InvalidOption(f"a header is a (name, value) pair of strings, got {kinds}")
+        raise InvalidOption(f"extra_headers: each item is a (name, value) pair of strings, got {kinds}")
     if not _TOKEN.fullmatch(name):
         raise InvalidOption(f"header name {short(name)} is not an RFC 9110 token")
     if _CONTROL.search(value):
@@ -156,9 +160,25 @@ def header_fields(api_key: Optional[str], extra: Sequence[tuple[str, str]]) -> F
         lines.append(_check_header("Authorization", f"Bearer {api_key}"))
     if isinstance(extra, (str, bytes)) or not hasattr(extra, "__iter__"):
         raise InvalidOption(f"extra_headers must be a sequence of (name, value) pairs, got {_shape(extra)}")
+    # Anything but a plain tuple or list is the caller's own object: reading it runs its code.
+    # Built only if called (the error path): the key, never shown, in what the object raised.
+    hide = None if api_key is None else lambda text: redact(text, api_key)
+    pairs = (
+        extra
+        if type(extra) in _PLAIN_SEQUENCES
+        else read(list, extra, "extra_headers", "iterating it", InvalidOption, hide)
+    )
     extras: list[tuple[str, str]] = []
-    for pair in extra:
-        if not isinstance(pair, (tuple, list)) or len(pair) != 2:
+    for item in pairs:
+        if not isinstance(item, (tuple, list)):
+            raise InvalidOption(f"extra_headers items are (name, value) pairs, got {_shape(item)}")
+        plain_item = type(item) in _PLAIN_SEQUENCES
+        pair = (
+            item
+            if plain_item
+            else read(tuple, item, "extra_headers", "iterating an item", InvalidOption, hide)
+        )
+        if len(pair) != 2:
             raise InvalidOption(f"extra_headers items are (name, value) pairs, got {_shape(pair)}")
         name, value = _check_header(*pair)
         if name.lower() in _FRAMING_HEADERS:

@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from typing import Final, Literal, get_args
 
 from ._errors import ConfigurationError
-from ._typing import short
+from ._typing import plain, read, short
 from ._wire import TOKEN
 
 HeaderPairs = tuple[tuple[str, str], ...]
@@ -36,6 +36,7 @@ def step_kind(kind: object) -> str:
 
 def step_status(status: object) -> int:
     """``reply``'s status, checked: an int within 200-599."""
+    status = plain(status)  # an int subclass's own __le__ is never called
     if isinstance(status, bool) or not isinstance(status, int):
         raise TypeError(f"status must be an int within 200-599, not {short(status)}")
     if not 200 <= status <= 599:
@@ -55,10 +56,17 @@ def step_body(body: object) -> bytes:
 def header_pairs(headers: object) -> HeaderPairs:
     """``reply``'s headers checked: a sequence of ``(name, value)`` pairs of str."""
     pairs: list[tuple[str, str]] = []
-    for pair in (
-        headers if isinstance(headers, Iterable) and not isinstance(headers, (str, bytes)) else [None]
-    ):
-        if not (isinstance(pair, (tuple, list)) and len(pair) == 2 and all(isinstance(x, str) for x in pair)):
+    if not isinstance(headers, Iterable) or isinstance(headers, (str, bytes)):
+        headers = [None]
+    elif type(headers) not in (tuple, list):  # the caller's own object: reading it runs its code
+        headers = read(list, headers, "headers", "iterating it", TypeError)
+    for given in headers:
+        item = given
+        if type(given) not in (tuple, list) and isinstance(given, (tuple, list)):
+            item = read(tuple, given, "headers", "iterating an item", TypeError)
+        # Each text as str's own: a subclass's encode(), __iter__ or __contains__ never runs.
+        pair = tuple(map(plain, item)) if isinstance(item, (tuple, list)) else None
+        if not (pair is not None and len(pair) == 2 and all(isinstance(x, str) for x in pair)):
             raise TypeError(f"headers must be a sequence of (name, value) pairs of str, not {short(headers)}")
         if any(ch in text for text in pair for ch in "\r\n\0"):
             # Written as given, a line break would end the field and start another one.
@@ -79,6 +87,7 @@ def header_pairs(headers: object) -> HeaderPairs:
 
 def delay_seconds(seconds: object) -> float:
     """``delay``'s seconds, checked: a number from 0 to ``_thread.TIMEOUT_MAX``."""
+    seconds = plain(seconds)  # a subclass's own __lt__ or __le__ never runs
     if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
         raise TypeError(f"seconds must be a number, not {short(seconds)}")
     if seconds < 0:

@@ -19,10 +19,10 @@ import sys
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, cast
 
 from ._fakecheck import HeaderPairs, StepKind, delay_seconds, header_pairs, step_body, step_kind, step_status
-from ._typing import not_utf8, short
+from ._typing import not_utf8, plain, read, short
 
 # fullmatch, not `$`: `$` would also accept a trailing newline.
 VERSIONED: Final = re.compile(r"([a-z][a-z0-9-]*?)-\d+(?:\.\d+)+")
@@ -97,8 +97,9 @@ def model_names(models: object) -> tuple[str, ...]:
         TypeError: ``models`` is a str, not iterable, or holds something other than a str.
     """
     if isinstance(models, (str, bytes)) or not isinstance(models, Iterable):
-        raise TypeError(f"models must be a sequence of names, not {models!r}")
-    names = tuple(models)
+        raise TypeError(f"models must be a sequence of names, not {short(models)}")
+    # Each name as str's own text: the fake hashes and compares them.
+    names = tuple(map(plain, read(tuple, models, "models", "iterating it", TypeError)))
     for name in names:
         if not isinstance(name, str):
             raise TypeError(f"models must hold str names, not {name!r}")
@@ -108,7 +109,12 @@ def model_names(models: object) -> tuple[str, ...]:
 def rate_bucket(rate_limit: object) -> tuple[float, float]:
     """``FakeService``'s ``rate_limit`` as ``(rate, burst)``, checked: a rate > 0 and a burst
     >= 1, both finite numbers, and a bucket that fills within ``MAX_REFILL_SECONDS``."""
-    pair = tuple(rate_limit) if isinstance(rate_limit, (tuple, list)) else ()
+    given = (
+        read(tuple, rate_limit, "rate_limit", "iterating it", TypeError)
+        if isinstance(rate_limit, (tuple, list))
+        else ()
+    )
+    pair = tuple(map(plain, given))  # a subclass's own __lt__ or __float__ never runs
     if len(pair) != 2 or not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in pair):
         raise TypeError(f"rate_limit must be a (rate, burst) pair of finite numbers, not {rate_limit!r}")
     if any(isinstance(x, int) and abs(x) > sys.float_info.max for x in pair):
@@ -145,23 +151,28 @@ def wait_seconds(timeout: object) -> float:
 def check_api_key(api_key: object) -> None:
     """The key a fake expects: None for any, else what a client can send (it refuses "")."""
     if api_key is not None and not isinstance(api_key, str):
-        raise TypeError(f"api_key must be a str or None, not {api_key!r}")
-    if api_key == "":
+        raise TypeError(f"api_key must be a str or None, not {short(api_key)}")
+    if plain(api_key) == "":
         raise ValueError("api_key must be a non-empty string or None: a client cannot send an empty key")
 
 
-def check_address(api_key: object, prefix: object, host: object, port: object) -> None:
-    """The types of ``FakeService``'s key, prefix and address, and its port's range."""
+def check_address(api_key: object, prefix: object, host: object, port: object) -> tuple[Any, str, str, int]:
+    """``FakeService``'s key, prefix, host and port, their types and the port's range checked.
+
+    Each as a plain str or int: a subclass's own ``__eq__``, ``__hash__`` or ``__le__`` never runs."""
+    api_key, prefix, host = plain(api_key), plain(prefix), plain(host)
     check_api_key(api_key)
     for name, value in (("prefix", prefix), ("host", host)):
         if not isinstance(value, str):
             raise TypeError(f"{name} must be a str, not {value!r}")
         if (problem := not_utf8(value)) is not None:  # percent-encoding or binding it raised
             raise ValueError(f"{name} is {problem}")
+    port = plain(port)
     if isinstance(port, bool) or not isinstance(port, int):
-        raise TypeError(f"port must be an int, not {port!r}")
+        raise TypeError(f"port must be an int, not {short(port)}")
     if not 0 <= port <= 65535:
         raise ValueError(f"port must be within 0-65535, not {port}")
+    return api_key, cast("str", prefix), cast("str", host), port  # each checked a str above
 
 
 class TokenBucket:

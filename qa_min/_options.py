@@ -11,7 +11,7 @@ from ._backoff import RetryPolicy
 from ._call import RetryBudget
 from ._errors import InvalidOption
 from ._ratelimit import RateLimit
-from ._typing import UNSET, short
+from ._typing import UNSET, plain, short
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -25,6 +25,7 @@ COUNTS = {"max_idle_per_host": 0, "max_workers": 1, "max_response_bytes": 1}
 
 def count(name: str, value: object, minimum: int) -> int:
     """``value`` if it is an int (not a bool) >= ``minimum``, else ``InvalidOption``."""
+    value = plain(value)  # an int subclass's own __lt__ is never called
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise InvalidOption(f"{name} must be a whole number >= {minimum}, got {short(value)}")
     return value
@@ -37,6 +38,7 @@ def number(name: str, value: object, minimum: float, allow_none: bool = False) -
     """
     if value is None and allow_none:
         return None
+    value = plain(value)  # a subclass's own __lt__ or __gt__ is never called
     # TIMEOUT_MAX bounds what sockets and locks accept; "no limit" is None, not inf.
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not minimum < value:
         raise InvalidOption(f"{name} must be a finite number > {minimum:g}, got {short(value)}")

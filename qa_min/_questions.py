@@ -27,7 +27,7 @@ from ._errors import (
     ValidationError,
 )
 from ._typing import UNSET as UNSET
-from ._typing import Generic, cast, control_char, first_repeat, not_utf8, overload, short
+from ._typing import Generic, cast, control_char, first_repeat, not_utf8, overload, plain, read, short
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -50,11 +50,16 @@ class _Mismatch(Exception):
 
 
 def _text(value: object, what: str, error: type[ValidationError] = InvalidQuestion) -> str:
+    value = plain(value)  # sent as str's own text: a subclass's strip() or encode() never runs
     if not isinstance(value, str) or not value.strip():
         raise error(f"{what} must be a non-empty string, got {short(value)}")
     if not_utf8(value):  # json.dumps would write it as a \u escape that is no character
         raise error(f"{what} is {not_utf8(value)}")
     return value
+
+
+def _items(options: Mapping[Any, object]) -> list[tuple[object, object]]:
+    return list(options.items())
 
 
 def _enum_of(members: Iterable[object]) -> Optional[type[enum.Enum]]:
@@ -139,9 +144,8 @@ class Choice(_Question[_T]):
             pairs = [(_text(k, named), v) for k, v in _enum_texts(options, "a choice")]
             self._options: Mapping[str, object] = {m.name: m for m in options}
         elif hasattr(options, "items") and not isinstance(options, type):
-            pairs = [
-                (_text(k, "an option key"), _text(v, f"the text of option {k!r}")) for k, v in options.items()
-            ]
+            given = read(_items, options, "a choice's options", "reading their items()", InvalidQuestion)
+            pairs = [(_text(k, "an option key"), _text(v, f"the text of option {k!r}")) for k, v in given]
             if len(pairs) < 2:
                 raise InvalidQuestion(f"a choice needs at least 2 options, got {len(pairs)}")
             repeat = first_repeat(text for _, text in pairs)
@@ -187,7 +191,12 @@ class Score(_Question[_T]):
             texts = [text for _, text in _enum_texts(levels, "a score")]
             self._levels: Sequence[object] = tuple(levels)
         elif isinstance(levels, (list, tuple)):
-            texts = [_text(t, f"level {i}") for i, t in enumerate(levels)]
+            given = (
+                levels
+                if type(levels) in (list, tuple)
+                else read(list, levels, "a score's levels", "iterating them", InvalidQuestion)
+            )
+            texts = [_text(t, f"level {i}") for i, t in enumerate(given)]
             if len(texts) < 2:
                 raise InvalidQuestion(f"a score needs at least 2 levels, got {len(texts)}")
             if first_repeat(texts) is not None:  # one text at two indices: the answer could not say which

@@ -11,18 +11,20 @@ import math
 import sys
 
 from ._errors import InvalidOption
-from ._typing import short
+from ._typing import plain, short
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Optional
+    from typing import Any, Optional
 
     from ._announced import Announcement
 
 _FLOAT_MAX = sys.float_info.max
 
 
-def _check(name: str, value: object, whole: bool) -> None:
+def _check(name: str, value: object, whole: bool) -> Any:
+    """``value`` as a plain int or float, if it is one the limiter can use; else InvalidOption."""
+    value = plain(value)  # a subclass's own __lt__, __abs__ or __float__ is never called
     kind = "a whole number >= 1" if whole else "a finite number > 0"
     if isinstance(value, int) and not isinstance(value, bool) and abs(value) > _FLOAT_MAX:
         # The limiter computes in floats; such an int would raise OverflowError there, and its
@@ -35,6 +37,7 @@ def _check(name: str, value: object, whole: bool) -> None:
         good = isinstance(value, int) and value >= 1 if whole else value > 0
     if not good:
         raise InvalidOption(f"{name} must be {kind}, got {short(value)}")
+    return value
 
 
 class _ReadOnly:
@@ -83,9 +86,9 @@ class RateLimit(_ReadOnly):
         self, per_second: Optional[float] = None, *, burst: Optional[int] = None, adaptive: bool = True
     ) -> None:
         if per_second is not None:
-            _check("RateLimit per_second", per_second, whole=False)
+            per_second = _check("RateLimit per_second", per_second, whole=False)
         if burst is not None:
-            _check("RateLimit burst", burst, whole=True)
+            burst = _check("RateLimit burst", burst, whole=True)
         if not isinstance(adaptive, bool):
             raise InvalidOption(f"RateLimit adaptive must be True or False, got {short(adaptive)}")
         if burst is not None and per_second is None and not adaptive:
@@ -110,7 +113,7 @@ class RateLimit(_ReadOnly):
             InvalidOption: ``n`` is not a whole number >= 1, or is larger than the largest float,
                 or the share ``per_second / n`` is too small for a ``RateLimit``.
         """
-        _check("RateLimit.split n", n, whole=True)
+        n = _check("RateLimit.split n", n, whole=True)
         per_second = None if self.per_second is None else self.per_second / n
         burst = None if self.burst is None else max(1, self.burst // n)
         return RateLimit(per_second, burst=burst, adaptive=self.adaptive)

@@ -43,23 +43,66 @@ class Unset:
 UNSET = Unset()
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Mapping
-    from typing import Any, Optional
+    from collections.abc import Callable, Iterable, Mapping
+    from typing import Any, Optional, TypeVar
+
+    T = TypeVar("T")
+    R = TypeVar("R")
 
 
-def short(value: object) -> str:
-    """``repr(value)``, cut to 60 characters for a message."""
+def short(value: object, hide: Optional[Callable[[str], str]] = None) -> str:
+    """``repr(value)``, cut to 60 characters for a message; ``hide`` redacts it before the cut."""
     try:
         text = repr(value)
     except ValueError:
         # An int of more digits than sys.get_int_max_str_digits() (4300), or a container that
         # holds one, has no repr: the message naming the value must not fail in its place.
         if isinstance(value, int):
-            return f"an int of {value.bit_length()} bits, too long to print"
+            return f"an int of {int.bit_length(value)} bits, too long to print"
         return f"a {type(value).__name__} too long to print"
     except Exception:  # the caller's own __repr__ raised: the message still names the option
         return f"a {type(value).__name__} whose repr() raised"
+    if hide is not None:
+        text = hide(text)
     return text if len(text) <= 60 else text[:57] + "..."
+
+
+_PLAIN = (int, float, str, bool)
+
+
+def plain(value: object) -> Any:
+    """``value``, or the value of an int, float or str subclass as a plain int, float or str.
+
+    Read through the base type's own slot, so the subclass's overrides (``__index__``, ``__lt__``,
+    ``__hash__``, ``strip``...) are never called: they may raise, or lie. Anything else as it is."""
+    if type(value) in _PLAIN:  # the common case: nothing to copy
+        return value
+    if isinstance(value, int):
+        return int.__index__(value)  # int's own slot: an exact int, whatever the subclass says
+    if isinstance(value, float):
+        return float.__float__(value)
+    if isinstance(value, str):
+        return str.__str__(value)
+    return value
+
+
+def read(
+    reader: Callable[[T], R],
+    value: T,
+    name: str,
+    doing: str,
+    error: Callable[[str], BaseException],
+    hide: Optional[Callable[[str], str]] = None,
+) -> R:
+    """``reader(value)``, where ``value`` is the caller's own object and may raise as it is read.
+
+    Its exception becomes ``error`` naming the argument, what was done and what it raised
+    (``"extra_headers could not be read: iterating it raised ValueError('...')"``), chained;
+    ``hide`` redacts the exception's text (a secret it may hold) before it is cut."""
+    try:
+        return reader(value)
+    except Exception as exc:
+        raise error(f"{name} could not be read: {doing} raised {short(exc, hide)}") from exc
 
 
 def first_repeat(texts: Iterable[str]) -> Optional[str]:

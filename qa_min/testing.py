@@ -105,6 +105,7 @@ from ._fakerules import (
     wait_seconds,
 )
 from ._mock import MockTransport
+from ._typing import plain, read, short
 
 __all__ = [
     "DEFAULT_MODELS",
@@ -155,7 +156,8 @@ def reply(status: int, body: bytes | str | object = None, *, headers: Sequence[t
     elif isinstance(body, str):
         data = body.encode()
     else:
-        data, content_type = json.dumps(body).encode(), "application/json"
+        text = read(json.dumps, body, "body", "encoding it as JSON", TypeError)
+        data, content_type = text.encode(), "application/json"
     headers = header_pairs(headers)
     names = {name.lower() for name, _ in headers}
     kept = tuple((name, value) for name, value in headers if name.lower() != "content-length")
@@ -265,11 +267,14 @@ class FakeService:
         announce: str = "none",
     ) -> None:
         models = model_names(models)
-        check_address(api_key, prefix, host, port)
-        if retry_after not in _RETRY_AFTER:
-            raise ValueError(f"retry_after must be one of {', '.join(_RETRY_AFTER)}, not {retry_after!r}")
-        if announce not in ANNOUNCE_STYLES:
-            raise ValueError(f"announce must be one of {', '.join(ANNOUNCE_STYLES)}, not {announce!r}")
+        api_key, prefix, host, port = check_address(api_key, prefix, host, port)
+        retry_after, announce = plain(retry_after), plain(announce)  # never a subclass's __eq__
+        if not isinstance(retry_after, str) or retry_after not in _RETRY_AFTER:
+            raise ValueError(
+                f"retry_after must be one of {', '.join(_RETRY_AFTER)}, not {short(retry_after)}"
+            )
+        if not isinstance(announce, str) or announce not in ANNOUNCE_STYLES:
+            raise ValueError(f"announce must be one of {', '.join(ANNOUNCE_STYLES)}, not {short(announce)}")
         if announce != "none" and rate_limit is None:
             raise ValueError(f"announce={announce!r} needs a rate_limit to announce")
         self._state = ServiceState(

@@ -31,7 +31,7 @@ import dataclasses
 import enum
 import math
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, Callable, Optional
 
@@ -90,6 +90,101 @@ class Shouty(enum.Enum):
     a = "A"
 
 
+class Hostile(Exception):
+    """What a hostile value's one overridden method raises."""
+
+
+def _raising(name: str) -> Callable[..., Any]:
+    def method(self: object, *args: object, **kwargs: object) -> Any:
+        raise Hostile(f"{name} of a hostile {type(self).__name__}")
+
+    return method
+
+
+def hostile(base: type, dunder: str) -> type:
+    """A subclass of ``base`` whose ``dunder`` (and only it) raises ``Hostile``."""
+    body: dict[str, Any] = {dunder: _raising(dunder)}
+    if dunder == "__eq__":
+        body["__hash__"] = base.__hash__  # defining __eq__ alone would make it unhashable
+    return type(f"Hostile{base.__name__.capitalize()}_{dunder.strip('_')}", (base,), body)
+
+
+class Headers(Mapping[str, str]):
+    """A Mapping of no known type, its methods all written by hand."""
+
+    def __init__(self, fields: dict[str, str]) -> None:
+        self._fields = fields
+
+    def __getitem__(self, key: str) -> str:
+        return self._fields[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._fields)
+
+    def __len__(self) -> int:
+        return len(self._fields)
+
+
+NUMBER_DUNDERS = [
+    "__index__",
+    "__int__",
+    "__float__",
+    "__eq__",
+    "__lt__",
+    "__le__",
+    "__gt__",
+    "__ge__",
+    "__bool__",
+]
+NUMBER_DUNDERS += ["__hash__", "__str__", "__format__", "__abs__", "__neg__", "__round__", "__trunc__"]
+STR_DUNDERS = ["__eq__", "__hash__", "__str__", "__iter__", "__len__", "__getitem__", "__contains__"]
+STR_DUNDERS += [
+    "__format__",
+    "__add__",
+    "__mod__",
+    "__lt__",
+    "lower",
+    "encode",
+    "strip",
+    "split",
+    "startswith",
+]
+MAP_DUNDERS = ["__iter__", "__len__", "__getitem__", "__contains__", "items", "keys", "values", "get"]
+MAP_DUNDERS += ["__eq__", "__bool__"]
+
+
+def _hostile_values() -> st.SearchStrategy[object]:
+    """Subclasses of int, float, str and dict and a Mapping, each with ONE method that raises."""
+    ints = st.builds(
+        lambda dunder, value: hostile(int, dunder)(value),
+        st.sampled_from(NUMBER_DUNDERS),
+        st.sampled_from([0, 1, 3, 30, -1]),
+    )
+    floats = st.builds(
+        lambda dunder, value: hostile(float, dunder)(value),
+        st.sampled_from(NUMBER_DUNDERS),
+        st.sampled_from([0.5, 2.0, 30.0, 0.0]),
+    )
+    strs = st.builds(
+        lambda dunder, value: hostile(str, dunder)(value),
+        st.sampled_from(STR_DUNDERS),
+        st.sampled_from(["judge", "X-A", "v", "", "sk-key-123456", "http://qa.test"]),
+    )
+    fields = st.sampled_from([{"X-A": "v"}, {}, {"Accept": "text/plain"}])
+    dicts = st.builds(
+        lambda dunder, items: hostile(dict, dunder)(items), st.sampled_from(MAP_DUNDERS), fields
+    )
+    mappings = st.builds(
+        lambda dunder, items: hostile(Headers, dunder)(items), st.sampled_from(MAP_DUNDERS), fields
+    )
+    texts = st.one_of(strs, st.sampled_from(["X-A", "v"]))
+    pairs = st.lists(st.tuples(texts, texts), min_size=1, max_size=2)  # extra_headers=, headers=
+    return st.one_of(ints, floats, strs, dicts, mappings, pairs)
+
+
+hostiles = _hostile_values()
+
+
 SPECIAL: list[object] = [
     Str("judge"),
     Str(""),
@@ -128,9 +223,12 @@ scalars = st.one_of(
     st.text(max_size=12),
     st.binary(max_size=8),
     st.sampled_from(SPECIAL),
+    hostiles,
 )
 values = st.one_of(
     scalars,
+    hostiles,
+    st.lists(st.tuples(scalars, scalars), max_size=2),
     st.lists(scalars, max_size=3),
     st.tuples(scalars, scalars),
     st.dictionaries(st.text(max_size=4), scalars, max_size=3),
@@ -248,7 +346,7 @@ def refused_naming(error: BaseException, option: str) -> None:
 def test_any_value_of_one_client_option_is_taken_or_refused_naming_it(kind: str, option: str) -> None:
 
     @fuzz(12)
-    @given(value=values)
+    @given(value=st.one_of(values, hostiles))
     def check(value: object) -> None:
         options = mock_options(kind, **{option: value})
         if option == "transport" and value is None:
@@ -461,6 +559,10 @@ def per_call_outcome(kind: str, keyword: str, op: str, value: object, options: d
     if exc is not None and keyword == "timeout" and isinstance(exc, qa.Canceled):
         # A valid timeout too short for the call (5e-54 s): it expires, as it should.
         assert "the call's timeout of" in str(exc), str(exc)
+        return
+    if exc is not None and keyword == "model" and isinstance(exc, qa.NotFound):
+        # A valid model name the service does not serve ("0"): its answer, not a refusal.
+        assert "model" in str(exc), str(exc)
         return
     if exc is not None:
         assert isinstance(exc, qa.ValidationError), repr(exc)
@@ -694,3 +796,89 @@ def test_reply_names_the_argument_holding_an_int_too_long_to_print() -> None:
     headers: Any = [("X-Big", huge)]
     with pytest.raises(TypeError, match=r"headers must be a sequence of .* not a list too long to print"):
         testing.reply(200, headers=headers)
+
+
+# -- values whose own methods raise: read as their base type, or refused naming the argument --
+
+
+def key_raising(text: str) -> type:
+    """A Mapping of headers whose iteration raises an error quoting ``text`` (a key, say)."""
+
+    def method(self: object) -> Any:
+        raise ValueError(f"no iterating {text}")
+
+    return type("KeyRaising", (Headers,), {"__iter__": method})
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_extra_headers_whose_iteration_raises_is_refused_naming_it_without_the_key(kind: str) -> None:
+    # Its own exception came out of Client(): a Hostile, or here a ValueError quoting the key.
+    key = "sk-secret-0123456789"
+    headers = key_raising(key)({"X-A": "v"})
+    with pytest.raises(qa.InvalidOption) as caught:
+        run(kind, mock_options(kind, api_key=key, extra_headers=headers), lambda client: None)
+    text = str(caught.value)
+    assert text.startswith(
+        "extra_headers could not be read: iterating it raised ValueError('no iterating "
+    ), text
+    assert "0123456789" not in text, text
+    assert "[redacted]" in text, text
+    assert isinstance(caught.value.__cause__, ValueError)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("dunder", ["encode", "lower", "__iter__"])
+def test_extra_headers_of_str_subclasses_are_sent_as_their_text(kind: str, dunder: str) -> None:
+    # The name's own lower() or encode() raised from Client() or from the first call.
+    text = hostile(str, dunder)
+    transport = MockTransport()
+    options = mock_options(kind, transport=transport, extra_headers=[(text("X-Team"), text("blue"))])
+    assert run(kind, options, ask).answers.toxic in (True, False)
+    assert transport.requests[0].headers["X-Team"] == "blue"
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize(("base", "dunder"), [(int, "__gt__"), (float, "__gt__")])
+def test_a_timeout_of_a_number_subclass_is_read_as_its_value(kind: str, base: type, dunder: str) -> None:
+    # Comparing it with 0 or TIMEOUT_MAX called its own __gt__/__lt__, whose exception came out.
+    timeout = hostile(base, dunder)(5)
+    client_timeout = mock_options(kind, timeout=timeout)
+    assert run(kind, client_timeout, ask).answers.toxic in (True, False)
+    per_call = mock_options(kind)
+    assert run(kind, per_call, lambda c: c.ask("s", Toxic, timeout=timeout)).answers.toxic in (True, False)
+
+
+@pytest.mark.parametrize("dunder", ["__lt__", "__int__"])
+def test_max_workers_of_an_int_subclass_is_read_as_its_value(dunder: str) -> None:
+    # The threaded client's only: its check called __lt__, then int(max_workers) __int__.
+    with qa.Client(**mock_options(max_workers=hostile(int, dunder)(2))) as client:
+        assert client.submit(client.ask, "s", Toxic, timeout=CALL_TIMEOUT).result(BOUND).answers.toxic in (
+            True,
+            False,
+        )
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_retry_policy_and_rate_limit_of_number_subclasses_are_read_as_their_values(kind: str) -> None:
+    # RetryPolicy's range check called __le__/__ge__, RateLimit's __abs__ and __lt__.
+    policy = qa.RetryPolicy(
+        max_retries=hostile(int, "__le__")(2), backoff_jitter=hostile(float, "__ge__")(0.5)
+    )
+    limit = qa.RateLimit(hostile(float, "__gt__")(50.0), burst=hostile(int, "__abs__")(5))
+    assert (type(policy.max_retries), type(policy.backoff_jitter)) == (int, float)
+    assert limit == qa.RateLimit(50.0, burst=5)
+    assert run(kind, mock_options(kind, retry=policy, rate_limit=limit), ask).answers.toxic in (True, False)
+
+
+def test_testing_constructors_refuse_hostile_arguments_with_their_documented_errors() -> None:
+    # reply(headers=) let the Mapping's own exception out; delay() and FakeService(port=) an
+    # int subclass's __lt__/__le__; FakeService(retry_after=) a dict subclass's __eq__.
+    with pytest.raises(
+        TypeError, match=r"^headers could not be read: iterating it raised Hostile\('__iter__"
+    ):
+        testing.reply(200, headers=hostile(Headers, "__iter__")({"X-A": "v"}))
+    assert testing.delay(hostile(int, "__lt__")(0)).seconds == 0
+    with pytest.raises(ValueError, match="retry_after must be one of"):
+        FakeService(retry_after=hostile(dict, "__eq__")())
+    with FakeService(port=hostile(int, "__le__")(0)) as svc:
+        assert svc.url.startswith("http://127.0.0.1:")
