@@ -164,7 +164,7 @@ def check_address(api_key: object, prefix: object, host: object, port: object) -
     check_api_key(api_key)
     for name, value in (("prefix", prefix), ("host", host)):
         if not isinstance(value, str):
-            raise TypeError(f"{name} must be a str, not {value!r}")
+            raise TypeError(f"{name} must be a str, not {short(value)}")
         if (problem := not_utf8(value)) is not None:  # percent-encoding or binding it raised
             raise ValueError(f"{name} is {problem}")
     port = plain(port)
@@ -220,6 +220,22 @@ def throttle_headers(wait: float, style: str) -> HeaderPairs:
 
 ANNOUNCE_STYLES: Final[tuple[str, ...]] = ("none", "ietf", "ietf-draft", "openai", "anthropic")
 """How a fake may announce its limit on every response (see ``announce_headers``)."""
+_RETRY_AFTER: Final = ("seconds", "ms", "both", "none")
+
+
+def check_styles(retry_after: object, announce: object, limited: bool) -> tuple[str, str]:
+    """``FakeService``'s ``retry_after`` and ``announce``, each one of its styles, as a plain str
+    (a subclass's own ``__eq__`` never runs)."""
+    plain_retry_after, plain_announce = plain(retry_after), plain(announce)
+    for name, value, styles in (
+        ("retry_after", plain_retry_after, _RETRY_AFTER),
+        ("announce", plain_announce, ANNOUNCE_STYLES),
+    ):
+        if not isinstance(value, str) or value not in styles:
+            raise ValueError(f"{name} must be one of {', '.join(styles)}, not {short(value)}")
+    if plain_announce != "none" and not limited:
+        raise ValueError(f"announce={plain_announce!r} needs a rate_limit to announce")
+    return plain_retry_after, plain_announce
 
 
 def announce_headers(style: str, tokens: float, rate: float, burst: float, wall: float) -> HeaderPairs:

@@ -88,24 +88,23 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from typing import Final
 
 from ._fake import ServiceState
 from ._fakecheck import header_pairs, step_status
 from ._fakerules import (
-    ANNOUNCE_STYLES,
     DEFAULT_MODELS,
     RecordedRequest,
     Step,
     answer,
     check_address,
+    check_styles,
     classify,
     model_names,
     rate_bucket,
     wait_seconds,
 )
 from ._mock import MockTransport
-from ._typing import plain, read, short
+from ._typing import read
 
 __all__ = [
     "DEFAULT_MODELS",
@@ -125,7 +124,6 @@ __all__ = [
 
 # Defined with the fake's rules; public here, and pickled under this module's name.
 RecordedRequest.__module__ = Step.__module__ = __name__
-_RETRY_AFTER: Final = ("seconds", "ms", "both", "none")
 
 
 def reply(status: int, body: bytes | str | object = None, *, headers: Sequence[tuple[str, str]] = ()) -> Step:
@@ -268,15 +266,7 @@ class FakeService:
     ) -> None:
         models = model_names(models)
         api_key, prefix, host, port = check_address(api_key, prefix, host, port)
-        retry_after, announce = plain(retry_after), plain(announce)  # never a subclass's __eq__
-        if not isinstance(retry_after, str) or retry_after not in _RETRY_AFTER:
-            raise ValueError(
-                f"retry_after must be one of {', '.join(_RETRY_AFTER)}, not {short(retry_after)}"
-            )
-        if not isinstance(announce, str) or announce not in ANNOUNCE_STYLES:
-            raise ValueError(f"announce must be one of {', '.join(ANNOUNCE_STYLES)}, not {short(announce)}")
-        if announce != "none" and rate_limit is None:
-            raise ValueError(f"announce={announce!r} needs a rate_limit to announce")
+        retry_after, announce = check_styles(retry_after, announce, rate_limit is not None)
         self._state = ServiceState(
             api_key=api_key,
             models=models,
