@@ -145,7 +145,8 @@ class Choice(_Question[_T]):
             self._options: Mapping[str, object] = {m.name: m for m in options}
         elif hasattr(options, "items") and not isinstance(options, type):
             given = read(_items, options, "a choice's options", "reading their items()", InvalidQuestion)
-            pairs = [(_text(k, "an option key"), _text(v, f"the text of option {k!r}")) for k, v in given]
+            keys = [_text(k, "an option key") for k, _ in given]  # plain str: their repr is str's
+            pairs = [(key, _text(v, f"the text of option {key!r}")) for key, (_, v) in zip(keys, given)]
             if len(pairs) < 2:
                 raise InvalidQuestion(f"a choice needs at least 2 options, got {len(pairs)}")
             repeat = first_repeat(text for _, text in pairs)

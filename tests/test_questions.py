@@ -720,6 +720,21 @@ def test_a_choice_with_one_text_for_two_options_is_refused(
     assert_nothing_sent(listener)
 
 
+class _KeyWithoutRepr(str):
+    def __repr__(self) -> str:
+        raise RuntimeError("this key has no repr")
+
+
+def test_a_choice_key_of_a_str_subclass_is_named_by_its_text() -> None:
+    # Its own __repr__ never runs: the key is read as str's text, and named so in a message.
+    choice = qa.Choice({_KeyWithoutRepr("a"): "A", "b": "B"})
+    assert choice.criteria == {"a": "A", "b": "B"}
+    assert type(next(iter(choice.criteria))) is str
+    refused = r"^the text of option 'a' must be a non-empty string, got ''$"
+    with pytest.raises(qa.InvalidQuestion, match=refused):
+        qa.Choice({_KeyWithoutRepr("a"): "", "b": "B"})
+
+
 def test_texts_that_differ_by_one_character_are_distinct() -> None:
     # The check compares texts exactly, as a score's levels are compared: one character is enough.
     assert qa.YesNo("same", "Same").criteria == {"true": "same", "false": "Same"}
