@@ -42,6 +42,7 @@ if TYPE_CHECKING:
 
     from ._futures import Call
     from ._hooks import HookEvent
+    from ._http import Outgoing
     from ._mock import MockTransport
     from ._ratelimit import RateLimit, RateLimitState
 
@@ -348,7 +349,7 @@ class Client:
             models.diagnostics = call.fill()
             return models
         # Raised outside the except clause, so that no __context__ carries the raw text along.
-        raise self._invalid(problem, call)
+        raise self._invalid(problem, call, self._endpoints.models)
 
     def _call(self, cancel: object, timeout: Timeout, diagnostics: object) -> CallState:
         self._life.check()
@@ -376,11 +377,11 @@ class Client:
         except _Mismatch as exc:
             problem = f"the service's answers do not fit: {exc}"
         # Raised outside the except clause, so that no __context__ carries the raw text along.
-        raise self._invalid(problem, call)
+        raise self._invalid(problem, call, self._endpoints.core)
 
-    def _invalid(self, message: str, call: CallState) -> InvalidResponse:
+    def _invalid(self, problem: str, call: CallState, request: Outgoing) -> InvalidResponse:
         # Bad data is quoted in the message; the body was redacted before it was decoded, and
         # this redacts what decoding may have spelled out (a key the body held escaped).
-        error = InvalidResponse(message)
+        error = InvalidResponse(self._sender.messages.answered(call.status, request, problem))
         self._sender.finish(error, call)
         return error

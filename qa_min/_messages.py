@@ -50,8 +50,11 @@ class Messages:
         text = self.redact(body.decode("utf-8", "replace"))
         call.body = text
         detail = _detail(body, text, headers, self.redact)
-        message = f"HTTP {status} from {request.method} {self.base_url}{request.path}: {detail}"
-        return status_error_class(status)(message, status=status)
+        return status_error_class(status)(self.answered(status, request, detail), status=status)
+
+    def answered(self, status: Optional[int], request: Outgoing, problem: str) -> str:
+        """A message about ``request``'s response: its status, the URL it went to, ``problem``."""
+        return f"HTTP {status} from {request.method} {self.base_url}{request.path}: {problem}"
 
     def finish(self, exc: QAError, call: CallState) -> None:
         """The error leaving the call: Diagnostics filled, request id and attempts named, key hidden."""

@@ -40,6 +40,7 @@ Spec line -> tests:
 
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
 import threading
@@ -52,7 +53,7 @@ from faultservers import RawServer, ok_response, read_request
 from support import InProcessService, make_client, no_sleep
 
 import qa_min as qa
-from qa_min.testing import drop, hang, reply
+from qa_min.testing import FakeService, drop, hang, reply
 
 
 @pytest.fixture
@@ -581,3 +582,42 @@ def test_diagnostics_are_refilled_by_each_call(svc: InProcessService, client: qa
         client.ask("x", Review, diagnostics=diagnostics)
     client.ask("x", Review, diagnostics=diagnostics)
     assert (diagnostics.status, diagnostics.body, diagnostics.attempts) == (200, None, 1)
+
+
+# -- a 2xx refused for its shape is named as a status error is --------------------------------
+
+SHAPES = [
+    ("list_models", {"nope": 1}, 'GET {url}/v1/models: the response has no "models"'),
+    ("ask", {"usage": {}}, 'POST {url}/v1/core: the response has no "answers"'),
+    ("ask", {"answers": {"toxic": "maybe"}}, "POST {url}/v1/core: the service's answers do not fit: "),
+]
+
+
+@pytest.mark.parametrize("kind", ["Client", "AsyncClient"])
+@pytest.mark.parametrize(("operation", "body", "words"), SHAPES, ids=["models", "no-answers", "misfit"])
+def test_an_invalid_response_names_its_status_method_and_url(
+    kind: str, operation: str, body: object, words: str
+) -> None:
+    # A base URL that reaches some other server answering 200 shows at once in the message.
+    with FakeService(prefix="/api") as service:
+        service.script(reply(203, body, headers=[("request-id", "req_7")]))
+
+        def call(client: Any) -> Any:
+            return client.list_models() if operation == "list_models" else client.ask("x", Review)
+
+        if kind == "Client":
+            client = qa.Client(base_url=service.url, retry=qa.RetryPolicy.none)
+            with client, pytest.raises(qa.InvalidResponse) as caught:
+                call(client)
+        else:
+
+            async def run() -> None:
+                async with qa.AsyncClient(base_url=service.url, retry=qa.RetryPolicy.none) as client:
+                    await call(client)
+
+            with pytest.raises(qa.InvalidResponse) as caught:
+                asyncio.run(run())
+    message = str(caught.value)
+    assert message.startswith(f"HTTP 203 from {words.format(url=service.url)}"), message
+    assert message.endswith(" (request id req_7)"), message
+    assert caught.value.diagnostics.status == 203
