@@ -158,7 +158,10 @@ class Server(socketserver.TCPServer):
 class Handler(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_version = "qa_min-fake/1"
-    # Headers and body go out in two writes; Nagle plus delayed ACKs would stall the second.
+    # A response's head and body go out in one write (the buffer is flushed once per response):
+    # a write per part cost a second send, and a second wake-up of the client, on every request.
+    wbufsize = 1 << 16
+    # A part written alone (a truncated body after its head) must not wait for a delayed ACK.
     disable_nagle_algorithm = True
 
     @property
@@ -239,6 +242,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self.end_headers()
             if self.command != "HEAD":
                 self.wfile.write(body)
+            self.wfile.flush()  # sent before the connection counts as idle again
         finally:
             self._host.set_state(self.request, "idle")
 
