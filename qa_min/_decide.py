@@ -17,7 +17,7 @@ announced limit), ``_absorbs`` says whether it absorbs a 429 beyond ``max_retrie
 from __future__ import annotations
 
 from ._backoff import backoff_ms, delay_number, server_delay_ms, should_retry
-from ._errors import ConnectionFailed, InvalidOption, ProxyError, QAError
+from ._errors import ConnectionFailed, InvalidOption, InvalidResponse, ProxyError, QAError
 from ._http import Resend
 from ._limiter import ABSORBED
 from ._pacer import Priority
@@ -197,6 +197,9 @@ class Attempts:
             # head is the last response, its request id the attempt's.
             status = call.status = exc.diagnostics.status
             call.headers = exc.diagnostics.headers
+            if isinstance(exc, InvalidResponse):  # a 2xx body refused: named as a shape refused is
+                exc.message = self.rules.messages.answered(status, self.request, exc.message)
+                exc.args = (exc.message,)
         wait = None
         try:
             if isinstance(exc, ConnectionFailed) and exc.retryable and _retry_failure(self.policy, exc):

@@ -590,11 +590,15 @@ SHAPES = [
     ("list_models", {"nope": 1}, 'GET {url}/v1/models: the response has no "models"'),
     ("ask", {"usage": {}}, 'POST {url}/v1/core: the response has no "answers"'),
     ("ask", {"answers": {"toxic": "maybe"}}, "POST {url}/v1/core: the service's answers do not fit: "),
+    # Refused by the transport, before any decoding: over max_response_bytes (100 below).
+    ("list_models", {"models": [{"name": "x" * 200}]}, "GET {url}/v1/models: the response body has 2"),
 ]
 
 
 @pytest.mark.parametrize("kind", ["Client", "AsyncClient"])
-@pytest.mark.parametrize(("operation", "body", "words"), SHAPES, ids=["models", "no-answers", "misfit"])
+@pytest.mark.parametrize(
+    ("operation", "body", "words"), SHAPES, ids=["models", "no-answers", "misfit", "over-the-cap"]
+)
 def test_an_invalid_response_names_its_status_method_and_url(
     kind: str, operation: str, body: object, words: str
 ) -> None:
@@ -606,13 +610,14 @@ def test_an_invalid_response_names_its_status_method_and_url(
             return client.list_models() if operation == "list_models" else client.ask("x", Review)
 
         if kind == "Client":
-            client = qa.Client(base_url=service.url, retry=qa.RetryPolicy.none)
+            client = qa.Client(base_url=service.url, retry=qa.RetryPolicy.none, max_response_bytes=100)
             with client, pytest.raises(qa.InvalidResponse) as caught:
                 call(client)
         else:
 
             async def run() -> None:
-                async with qa.AsyncClient(base_url=service.url, retry=qa.RetryPolicy.none) as client:
+                options: dict[str, Any] = {"retry": qa.RetryPolicy.none, "max_response_bytes": 100}
+                async with qa.AsyncClient(base_url=service.url, **options) as client:
                     await call(client)
 
             with pytest.raises(qa.InvalidResponse) as caught:
