@@ -446,7 +446,8 @@ def test_the_size_cap_at_the_limit_and_one_past(no_sockets: None, size: int, ref
         with pytest.raises(qa.InvalidResponse) as caught:
             client.list_models()
     # The socket reader's own refusal, word for word, and the status recorded as there.
-    assert str(caught.value).startswith("the response body has 101 bytes, over the 100-byte limit")
+    refusal = "the response body has 101 bytes, over the 100-byte limit"
+    assert str(caught.value).startswith(f"HTTP 200 from GET http://mock.test/api/v1/models: {refusal}")
     assert caught.value.diagnostics.status == 200
     assert caught.value.__cause__ is None
 
