@@ -715,8 +715,9 @@ def test_hang_holds_the_request_until_release(svc: FakeService, connect: Connect
     assert post(connect(svc), core_body())[0] == 200
 
 
-def test_release_does_not_free_later_hangs(svc: FakeService, connect: Connect) -> None:
-    svc.release()
+def assert_a_new_hang_holds(svc: FakeService, connect: Connect) -> None:
+    """A `hang` scripted now holds the next request (its service, with no request recorded yet,
+    is closed at the end)."""
     svc.script(hang())
     conn = connect(svc)
     conn.request("GET", "/v1/models")
@@ -725,6 +726,11 @@ def test_release_does_not_free_later_hangs(svc: FakeService, connect: Connect) -
     with pytest.raises(socket.timeout):
         conn.getresponse()
     svc.close()
+
+
+def test_release_does_not_free_later_hangs(svc: FakeService, connect: Connect) -> None:
+    svc.release()
+    assert_a_new_hang_holds(svc, connect)
 
 
 def test_clear_forgets_the_script_the_answers_the_requests_and_the_counts(
@@ -754,14 +760,7 @@ def test_clear_releases_a_held_request_and_later_hangs_still_hold(svc: FakeServi
     svc.clear()
     with pytest.raises(http.client.RemoteDisconnected):
         held.getresponse()
-    svc.script(hang())
-    later = connect(svc)
-    later.request("GET", "/v1/models")
-    assert svc.wait_for_requests(1)
-    later.sock.settimeout(0.2)
-    with pytest.raises(socket.timeout):
-        later.getresponse()
-    svc.close()
+    assert_a_new_hang_holds(svc, connect)  # counted from the clear
 
 
 def test_clear_refills_the_rate_limits_bucket_and_restarts_its_count(connect: Connect) -> None:
