@@ -333,11 +333,12 @@ def test_resend_on_a_dead_pooled_connection_is_an_attempt_with_no_delay(kind: st
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_a_limiter_pause_is_counted_in_the_attempt_and_the_call(svc: FakeService, kind: str) -> None:
-    # 4 a second, a burst of 1: the second call waits for its token unless the first took
-    # 250 ms (at 40 a second, a first call slower than 25 ms on a loaded machine left no wait).
-    error, diag = ask(kind, svc.url, calls=2, rate_limit=qa.RateLimit(4, burst=1))
+    # 4 a second, a burst of 1: the fourth call's slot is 0.75 s after the first's, so it waits
+    # unless the three calls before it took that long. (With two calls, a first call that loads
+    # the transport under coverage on a loaded machine took the 0.25 s and left no wait.)
+    error, diag = ask(kind, svc.url, calls=4, rate_limit=qa.RateLimit(4, burst=1))
     assert error is None
-    assert diag.rate_limit_wait > 0.0
+    assert diag.rate_limit_wait > 0.0, diag.history
     assert diag.history[0].rate_limit_wait > 0.0
     assert diag.history[0].rate_limit_wait == pytest.approx(diag.rate_limit_wait, abs=0.005)
     assert diag.elapsed >= diag.rate_limit_wait
