@@ -25,6 +25,7 @@ import math
 import random
 from collections.abc import Generator
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Callable, Optional
 
 from qa_min import RateLimit
@@ -38,36 +39,33 @@ WALL = 1.7e9  # the virtual clock's epoch seconds at 0, for announced resets giv
 Work = Generator[tuple[float, Optional[Waiter]], None, bool]
 
 
-class _Wait:
-    __slots__ = ("done", "number", "worker")
-
-    def __init__(self, worker: int, number: int) -> None:
-        self.done = False  # resumed already (a wait woken early is in the heap twice)
-        self.worker = worker  # its place among waits ending at the same time (-1: a start)
-        self.number = number  # the worker it resumes
-
-
 class VirtualTime:
     """A clock that jumps from one wait's end to the next, resuming one worker at a time."""
 
     def __init__(self) -> None:
         self.now = 0.0
-        self._heap: list[tuple[float, int, int, _Wait]] = []
+        # The limiter reads the clock at every begin, step and report: a C-level getter, not a
+        # method with a Python frame a read.
+        self.clock: Callable[[], float] = partial(getattr, self, "now")
+        # Heap entries: (when, its place among waits ending then (the worker; -1: a start), a
+        # sequence number, the worker it resumes, the wait's token). A wait woken early is in
+        # the heap twice with one token; ``_current[worker]`` is the token of the worker's
+        # pending wait, so whichever entry comes second finds it spent and is skipped.
+        self._heap: list[tuple[float, int, int, int, int]] = []
+        self._current: list[int] = []
         self._seq = 0
-
-    def clock(self) -> float:
-        return self.now
 
     def wall(self) -> float:
         return WALL + self.now
 
-    def _push(self, when: float, wait: _Wait) -> None:
-        self._seq += 1
-        heapq.heappush(self._heap, (max(when, self.now), wait.worker, self._seq, wait))
+    def _waking(self, number: int, token: int) -> Callable[[], None]:
+        """What ends the worker's wait ``token`` early: it is resumed at the time it is called."""
 
-    def _waking(self, wait: _Wait) -> Callable[[], None]:
-        """What ends ``wait`` early: it is resumed at the time it is called."""
-        return lambda: self._push(self.now, wait)
+        def wake() -> None:
+            self._seq += 1
+            heapq.heappush(self._heap, (self.now, number, self._seq, number, token))
+
+        return wake
 
     def run(
         self,
@@ -77,28 +75,30 @@ class VirtualTime:
     ) -> None:
         """Run every worker from its virtual start until all have ended. ``arm(worker, waiter,
         wake)`` asks the worker's limiter to call ``wake`` when an answer ends the wait early."""
+        heap, current = self._heap, self._current
         for number, start in enumerate(starts):  # starts go first among equal times, in order
-            self._push(start, _Wait(-1, number))
+            self._seq += 1
+            current.append(self._seq)
+            heapq.heappush(heap, (max(start, self.now), -1, self._seq, number, self._seq))
         # The loop runs once per wait of every simulated call (a fleet's run: about a million):
-        # _push inlined, the heap's functions and the heap bound to locals.
-        heap, pop, push = self._heap, heapq.heappop, heapq.heappush
+        # the push inlined, the heap's functions and the heap bound to locals, no object a wait.
+        pop, push = heapq.heappop, heapq.heappush
         while heap:
-            when, _, _, wait = pop(heap)
-            if wait.done:
-                continue
-            wait.done = True
+            when, _, _, number, token = pop(heap)
+            if current[number] != token:
+                continue  # spent: resumed already, by the other entry of a wait woken early
+            current[number] = 0
             self.now = when
-            number = wait.number
             try:
                 seconds, waiter = next(workers[number])
             except StopIteration:
                 continue
-            following = _Wait(number, number)
-            self._seq += 1
+            self._seq = token = self._seq + 1
+            current[number] = token
             until = when + seconds
-            push(heap, (until if until > when else when, number, self._seq, following))
+            push(heap, (until if until > when else when, number, token, number, token))
             if waiter is not None:
-                arm(number, waiter, self._waking(following))
+                arm(number, waiter, self._waking(number, token))
 
 
 @dataclass
@@ -116,7 +116,7 @@ class Member:
     requests: int = 0
     throttled: int = 0
     most_waited: float = 0.0  # the longest a call waited for the limiter, in virtual seconds
-    ceilings: list[Optional[float]] = field(default_factory=list)
+    ceilings: list[Optional[float]] = field(default_factory=list)  # after each call, if asked
     failed_at: list[float] = field(default_factory=list)
     throttled_at: list[float] = field(default_factory=list)
     limiter: Optional[Limiter] = None
@@ -182,8 +182,11 @@ def simulate_fleet(
     max_retries: int = 2,
     seed: int = 1,
     notify: Optional[Callable[[str], object]] = None,
+    ceilings: bool = False,
 ) -> Result:
-    """Run every member's calls against one token bucket; the service's 429s say when to retry."""
+    """Run every member's calls against one token bucket; the service's 429s say when to retry.
+    ``ceilings``: note each member's ceiling after each of its calls (the first 10,000), a
+    ``snapshot`` of its limiter a call, which no test reads."""
     time = VirtualTime()
     bucket = TokenBucket(rate, burst, 0.0)
     rng = random.Random(seed)
@@ -195,6 +198,8 @@ def simulate_fleet(
             if limit is None
             else Limiter(limit.per_second, limit.burst, limit.adaptive, time.clock, notify, time.wall)
         )
+
+    announcing = announce != "none"
 
     def one_call(member: Member) -> Work:
         limiter = member.limiter
@@ -227,10 +232,13 @@ def simulate_fleet(
             yield trip / 2, None
             member.requests += 1
             free_in = bucket.take(time.now)
-            headers = announce_headers(announce, bucket.tokens, rate, burst, time.wall())
+            # With nothing announced there are no fields, and hearing none does nothing.
+            headers = (
+                announce_headers(announce, bucket.tokens, rate, burst, time.wall()) if announcing else ()
+            )
             yield trip / 2, None
             member.most_waited = max(member.most_waited, held)
-            if limiter is not None:
+            if limiter is not None and announcing:
                 limiter.hear(headers)
             if free_in is None:
                 if limiter is not None:
@@ -260,7 +268,7 @@ def simulate_fleet(
             else:
                 member.failed += 1
                 member.failed_at.append(time.now)
-            if member.limiter is not None and len(member.ceilings) < 10_000:
+            if ceilings and member.limiter is not None and len(member.ceilings) < 10_000:
                 member.ceilings.append(member.limiter.snapshot()[0])
 
     workers, starts, owners = [], [], []
