@@ -102,7 +102,7 @@ class Waiter:
     )
 
     def __init__(self, priority: int) -> None:
-        self.priority = Priority(priority)  # a plain 0, 1 or 2 names its priority too
+        self.priority = priority if type(priority) is Priority else Priority(priority)  # or 0, 1, 2
         self.slot, self.loose = -INF, False
         # Its place in the schedule, and the schedule's state then (``Pacer._state``); None when
         # its slot was not taken from the schedule (no ceiling, a lone caller, a throttled call).

@@ -131,7 +131,11 @@ class Policy:
 
     def rate(self, now: float) -> float:
         """The ceiling in force: attempts per second, inf for none."""
-        if self.steered(now):
+        return self._rate(now, self.steered(now))
+
+    def _rate(self, now: float, steered: bool) -> float:
+        """``rate``, with ``steered(now)`` known (``pace`` needs it too: once, not twice a step)."""
+        if steered:
             return min(self.steer.at(now, self.announced, self._heard), self.cap)
         base = self._base
         if base == INF:
@@ -155,11 +159,14 @@ class Policy:
         """Whether a ceiling learned from 429s, or announced, is in force."""
         return self.engaged and (self._base < INF or self.steered(now))
 
-    def pace(self, now: float) -> Pace:
+    def pace(self, now: float, rate: Optional[float] = None) -> Pace:
+        """The ceiling in force and how the pacer applies it; ``rate``: ``rate(now)`` if known."""
         settles = self._last_cut + WINDOW if self._guess else -INF
         announced = self.steered(now)
         rising = not announced and self.adaptive and self._base < INF  # a learned ceiling regrows
-        return Pace(self.rate(now), settles, self._longest, announced, rising)
+        if rate is None:
+            rate = self._rate(now, announced)
+        return Pace(rate, settles, self._longest, announced, rising)
 
     def engage(self, now: float) -> None:
         self.engaged = True
@@ -170,16 +177,22 @@ class Policy:
         self._ended = None
         self._longest = 0.0
 
-    def tick(self, now: float, paused_until: float) -> Optional[str]:
-        """Regaining the cap, or disengaging after a quiet spell; the news, if any."""
-        if self._base < INF and self.rate(now) >= self.cap:
-            self._base = INF
-            return f"rate limit recovered: back to {self.cap:g} calls/s"
+    def tick(self, now: float, paused_until: float) -> tuple[Optional[str], Pace]:
+        """Regaining the cap, or disengaging after a quiet spell: the news, if any, and the pace
+        after it (``pace(now)``). A learned ceiling is computed once a step, not twice: the
+        limiter ticks before every decision (most of a fleet simulation's time)."""
+        rate = None  # rate(now), while nothing here has changed it
+        if self._base < INF:
+            rate = self.rate(now)
+            if rate >= self.cap:
+                self._base = INF
+                return f"rate limit recovered: back to {self.cap:g} calls/s", self.pace(now)
         if self._guess and now - self._heard >= STALE:
-            grown = self.rate(now)
+            grown = self.rate(now) if rate is None else rate
             if grown < self._base * self._guess ** min(now - self._grow_from, 64.0):
                 # Grown as far as a guess may with no throttle: a measured ceiling from there.
                 self._base, self._guess, self._grow_from = grown, 0.0, now
+                rate = None
         quiet = not self.adaptive or now - self._last_throttle >= QUIET
         if self.cap == INF and quiet and now >= paused_until and now - self._heard >= STALE:
             # Nothing to pace and no pause: back to the fast path until the next throttle.
@@ -188,8 +201,11 @@ class Policy:
             self._base = INF
             self._ended = self._estimate = None
             if cut:
-                return f"rate limit recovered: no 429/529 for {QUIET:g} s, no ceiling any more"
-        return None
+                return f"rate limit recovered: no 429/529 for {QUIET:g} s, no ceiling any more", self.pace(
+                    now
+                )
+            rate = None
+        return None, self.pace(now, rate)
 
     def succeeded(self, now: float, ticket: float) -> None:
         """A 2xx for an attempt sent at ``ticket`` while engaged."""
