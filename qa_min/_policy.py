@@ -200,11 +200,10 @@ class Policy:
             self.engaged = False
             self._base = INF
             self._ended = self._estimate = None
-            if cut:
-                return f"rate limit recovered: no 429/529 for {QUIET:g} s, no ceiling any more", self.pace(
-                    now
-                )
             rate = None
+            if cut:
+                recovered = f"rate limit recovered: no 429/529 for {QUIET:g} s, no ceiling any more"
+                return recovered, self.pace(now)
         return None, self.pace(now, rate)
 
     def succeeded(self, now: float, ticket: float) -> None:
