@@ -9,7 +9,7 @@ the test knows whether the response is a valid answer. For every example:
 * the call ends within its timeout (a server that stalls after its bytes gets a short one);
 * no thread and no socket outlive the example (counted before and after, on Linux).
 
-250 examples in the suite and 500 others in the benchmarks' step (``pytest -m "benchmarks and not
+100 examples in the suite and 650 others in the benchmarks' step (``pytest -m "benchmarks and not
 engines"``, which CI runs too), each derandomized: every run tries the same ones, so a failure
 reproduces.
 """
@@ -224,7 +224,9 @@ def examples(draw: st.DrawFn) -> Example:
 
 
 # 250 examples over real sockets take about 3 s alone and over 15 s on a loaded 2-core machine
-# (four suites at once): a bound for the whole property, not for one example.
+# (four suites at once): a bound for the whole property, not for one example. The suite runs the
+# first 100 of those 250 (an interim status read as final, and a body read one byte short, are
+# each still caught); the benchmarks' run below took the 150 others' share.
 SETTINGS = settings(
     derandomize=True,
     database=None,
@@ -234,7 +236,7 @@ SETTINGS = settings(
 
 
 @pytest.mark.timeout(180)
-@settings(SETTINGS, max_examples=250)
+@settings(SETTINGS, max_examples=100)
 @given(example=examples())
 def test_any_response_gives_the_right_answer_or_a_qa_error(example: Example) -> None:
     threads, sockets = threading.active_count(), open_sockets()
@@ -268,11 +270,12 @@ def test_any_response_gives_the_right_answer_or_a_qa_error(example: Example) -> 
     assert open_sockets() == sockets
 
 
-# 500 more in each run of CI, from another derandomized sequence.
+# 650 more in each run of CI, from another derandomized sequence (500 before the suite's run
+# went from 250 to 100).
 @pytest.mark.benchmarks
 @pytest.mark.timeout(300)
-@settings(SETTINGS, max_examples=500)
+@settings(SETTINGS, max_examples=650)
 @given(example=examples())
-def test_any_response_gives_the_right_answer_or_a_qa_error_on_500_more_examples(example: Example) -> None:
+def test_any_response_gives_the_right_answer_or_a_qa_error_on_650_more_examples(example: Example) -> None:
     # The same property, undecorated (Hypothesis keeps it as inner_test, untyped).
     test_any_response_gives_the_right_answer_or_a_qa_error.hypothesis.inner_test(example)
