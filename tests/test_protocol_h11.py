@@ -243,10 +243,9 @@ SETTINGS = settings(
 
 
 # 300 examples, about 1 s (nine tenths of it Hypothesis drawing them), so that the suite stays
-# under its aim: the first 300 of the 1,000 this test drew before, its seed being its code's
-# (decorators aside). The 700 others moved to the benchmarks' run below, which CI runs too. Of
-# three mutations of the reader those 1,000 caught (an interim status read as final, an obs-fold
-# joined without its SP, a Content-Length of 0 not ending the body), these 300 catch each.
+# under its aim; its seed is its code's (decorators aside). 2,700 others run in the benchmarks'
+# step below, which CI runs too. Mutations of the reader these 300 catch: an interim status read
+# as final, an obs-fold joined without its SP, a Content-Length of 0 not ending the body.
 @settings(SETTINGS, max_examples=300)
 @given(responses())
 def test_qa_min_agrees_with_h11_or_refuses(example: tuple[bytes, bool, list[int]]) -> None:
@@ -259,8 +258,7 @@ def test_qa_min_agrees_with_h11_or_refuses(example: tuple[bytes, bool, list[int]
         assert mine == reference
 
 
-# 2,700 more in each run of CI, from another derandomized sequence (2,000 before the suite's
-# run went from 1,000 to 300).
+# 2,700 more in each run of CI, from another derandomized sequence.
 @pytest.mark.benchmarks
 @settings(SETTINGS, max_examples=2700)
 @given(responses())
