@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from typing import Callable, Optional
 
     from ._announced import Announcement
+    from ._pacer import Pace
 
     # nap(seconds, held), or nap(seconds, held, waiter) for a wait an answer may end early
     Nap = Callable[..., object]
@@ -100,15 +101,12 @@ class Limiter:
         """Take a slot: the attempt's ``Waiter``, and its first wait ``(seconds, held by the
         limiter)`` or None for none. Then ``step`` after each wait, until it says go."""
         waiter = Waiter(priority)
-        policy, pacer = self.policy, self.pacer
         with self._lock:
             now = self._clock()
-            news, pace = policy.tick(now, pacer.paused_until)
-            self.engaged = policy.engaged
-            slot = pacer.reserve(now, delay, waiter, pace)
-            nap = pacer.nap(now, waiter, pace)
-        if news is not None:
-            self._tell(news)
+            news, pace = self._tick(now)
+            slot = self.pacer.reserve(now, delay, waiter, pace)
+            nap = self.pacer.nap(now, waiter, pace)
+        self._tell(news)
         if delay is None and slot <= now + EPSILON:
             return waiter, None
         own = 0.0 if delay is None else delay
@@ -120,12 +118,11 @@ class Limiter:
     def step(self, waiter: Waiter) -> Optional[tuple[float, bool]]:
         """After a wait: None, the attempt goes now (its ticket is ``waiter.slot``); else how long
         to wait again and whether an answer may end that wait early (then ``arm`` it)."""
-        policy, pacer = self.policy, self.pacer
+        pacer = self.pacer
         waiter.due = True  # a wait lasts until the slot it was for
         with self._lock:
             now = self._clock()
-            news, pace = policy.tick(now, pacer.paused_until)
-            self.engaged = policy.engaged
+            news, pace = self._tick(now)
             hold = pacer.next(now, waiter, pace)
             # Held for an answer: the answer wakes the waiter, which need not poll.
             wakeable = hold is not None and (hold == INF or waiter.held)
@@ -140,8 +137,7 @@ class Limiter:
                 pacer.waiters.pop(waiter, None)
             if hold == INF:  # at most until a last chance out alone is given up
                 hold = max(EPSILON, (pacer.alone_until if pacer.alone_until > now else now + ALONE) - now)
-        if news is not None:
-            self._tell(news)
+        self._tell(news)
         return None if hold is None else (hold, wakeable)
 
     def abandon(self, waiter: Waiter) -> None:
@@ -204,8 +200,7 @@ class Limiter:
             if policy.cuts != cuts:
                 pacer.epoch += 1
             self.engaged = policy.engaged
-        if news is not None:
-            self._tell(news)
+        self._tell(news)
 
     def hear(self, headers: Iterable[tuple[str, str]]) -> Optional[Announcement]:
         """A response's headers: an announced limit paces from now on. What was announced."""
@@ -234,7 +229,12 @@ class Limiter:
             paused = max(0.0, self.pacer.paused_until - now)
             return None if rate == INF else rate, paused, policy.throttles, policy.announced
 
-    def _tell(self, news: str) -> None:
-        """Called for news only (rare): the steps, most of a client's calls here, make none."""
-        if self._notify is not None:
+    def _tick(self, now: float) -> tuple[Optional[str], Pace]:
+        """The policy's news, if any, and its pace now (under the lock)."""
+        news, pace = self.policy.tick(now, self.pacer.paused_until)
+        self.engaged = self.policy.engaged
+        return news, pace
+
+    def _tell(self, news: Optional[str]) -> None:
+        if news is not None and self._notify is not None:
             self._notify(news)
