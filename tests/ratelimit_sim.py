@@ -116,6 +116,7 @@ class Member:
     requests: int = 0
     throttled: int = 0
     most_waited: float = 0.0  # the longest a call waited for the limiter, in virtual seconds
+    most_throttled: int = 0  # the most 429s one call met
     ceilings: list[Optional[float]] = field(default_factory=list)  # after each call, if asked
     failed_at: list[float] = field(default_factory=list)
     throttled_at: list[float] = field(default_factory=list)
@@ -246,6 +247,7 @@ def simulate_fleet(
                         limiter.succeeded.append(sent)
                     else:
                         limiter.report(ticket, 200, None)
+                member.most_throttled = max(member.most_throttled, retries + absorbed)
                 return True
             member.throttled += 1
             member.throttled_at.append(time.now)
@@ -254,6 +256,7 @@ def simulate_fleet(
                 limiter.report(ticket, 429, delay)
             absorb = limiter is not None and max_retries > 0 and absorbed < ABSORBED and limiter.absorbs()
             if not absorb and retries >= max_retries:
+                member.most_throttled = max(member.most_throttled, retries + absorbed + 1)
                 return False
             absorbed, retries = (absorbed + 1, retries) if absorb else (absorbed, retries + 1)
             wait, throttled = delay, True
