@@ -6,6 +6,7 @@ built on these live in ``conftest.py``.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 import socket
@@ -123,6 +124,14 @@ def wait_until(condition: Callable[[], bool], timeout: float = BOUND) -> bool:
             return False
         pause.wait(0.005)
     return True
+
+
+async def until_true(check: Callable[[], bool]) -> bool:
+    """``wait_until`` for a coroutine: poll ``check`` without blocking the loop (bounded)."""
+    deadline = time.monotonic() + BOUND
+    while not check() and time.monotonic() < deadline:
+        await asyncio.sleep(0.005)
+    return check()
 
 
 def executor_threads() -> list[str]:

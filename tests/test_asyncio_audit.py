@@ -64,7 +64,7 @@ from faultservers import (
     respond_sequence,
     truncated_body,
 )
-from support import open_sockets
+from support import open_sockets, until_true
 
 import qa_min as qa
 from qa_min.testing import FakeService, MockTransport, RecordedRequest, Step, expected_answer
@@ -125,14 +125,6 @@ class Silent:
 async def until(event: threading.Event) -> bool:
     """Wait for a thread's event without blocking the loop (bounded polling)."""
     return await until_true(event.is_set)
-
-
-async def until_true(check: Callable[[], bool]) -> bool:
-    """Wait until ``check()`` is true without blocking the loop (bounded polling)."""
-    deadline = time.monotonic() + BOUND
-    while not check() and time.monotonic() < deadline:
-        await asyncio.sleep(0.005)
-    return check()
 
 
 def has_head(client: qa.AsyncClient) -> bool:
