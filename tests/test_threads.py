@@ -1,8 +1,9 @@
 """One client shared by many threads: no lost call, no cross-talk, a bounded pool, and fork.
 
-The stress test runs 3,200 calls from 32 threads while another thread cancels calls at random;
-every call must end as an answer (its own, checked against the fake's rules) or ``Canceled``,
-and closing the client must leave no socket and no thread behind.
+The stress test runs calls from 32 threads while another thread cancels calls at random: 800 in
+the main suite, 3,200 in its larger run (``pytest -m benchmarks``); every call must end as an
+answer (its own, checked against the fake's rules) or ``Canceled``, and closing the client must
+leave no socket and no thread behind.
 """
 
 from __future__ import annotations
@@ -60,10 +61,10 @@ def open_fds() -> Optional[int]:
 # -- stress ------------------------------------------------------------------------------------
 
 THREADS = 32
-CALLS = 100
 
 
-def test_many_threads_with_random_cancellations_account_for_every_call_and_leak_nothing() -> None:
+@pytest.mark.parametrize("calls", [25, pytest.param(100, marks=pytest.mark.benchmarks)], ids=["800", "3200"])
+def test_many_threads_with_random_cancellations_account_for_every_call_and_leak_nothing(calls: int) -> None:
     fds_before = open_fds()
     threads_before = set(threading.enumerate())
     rng = random.Random(20240501)
@@ -78,15 +79,15 @@ def test_many_threads_with_random_cancellations_account_for_every_call_and_leak_
         svc.script(
             *[
                 delay(rng.uniform(0.005, 0.03)) if rng.random() < 0.1 else delay(0)
-                for _ in range(THREADS * CALLS)
+                for _ in range(THREADS * calls)
             ]
         )
         client = make_client(svc.url)
         stop = threading.Event()
 
         def worker(n: int) -> None:
-            for i in range(CALLS):
-                key = n * CALLS + i
+            for i in range(calls):
+                key = n * calls + i
                 state = f"thread {n} call {i}: some text to judge"
                 token = qa.CancelToken()
                 with lock:
@@ -137,9 +138,9 @@ def test_many_threads_with_random_cancellations_account_for_every_call_and_leak_
 
     assert unexpected == []
     assert wrong == []
-    assert len(outcomes) == THREADS * CALLS
+    assert len(outcomes) == THREADS * calls
     counts = {kind: list(outcomes.values()).count(kind) for kind in ("answered", "canceled")}
-    assert sum(counts.values()) == THREADS * CALLS
+    assert sum(counts.values()) == THREADS * calls
     assert counts["answered"] > 0
     assert counts["canceled"] > 0
     assert elapsed < 20
