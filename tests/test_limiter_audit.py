@@ -813,15 +813,19 @@ def _most_in_a_second(times: list[float]) -> int:
     ids=["Client", "AsyncClient-split"],
 )
 def test_a_fixed_ceiling_holds_at_the_service(kind: str, limit: qa.RateLimit, rate: float) -> None:
-    calls = 110
+    # 150 calls: at the ceiling they take 1.45 s, so a second's window holds at most 105 of them.
+    # Arrivals are stamped by the fake's handler threads, which a loaded machine can starve for
+    # a tenth of a second: the requests sent meanwhile are stamped together, late, and a window
+    # holds up to 10 more (110 calls once fitted in one second under a bound of 108). A ceiling
+    # of 120/s puts 125 in a second.
+    calls = 150
     with FakeService() as svc, Arrivals(svc) as arrivals, running(kind, svc.url, rate_limit=limit) as run:
         results = run.many(8, calls)
         times = arrivals.wait(calls)
         state = run.client.rate_limit
     assert all(isinstance(result, qa.AskResponse) for result in results)
     burst = limit.burst or max(1, int(rate * 0.05))
-    # Generous: arrival times come from a watcher thread, a few ms late at most.
-    assert _most_in_a_second(times) <= rate + burst + 3
+    assert _most_in_a_second(times) <= rate + burst + 10
     assert times[-1] - times[0] >= (calls - burst) / rate * 0.9  # not faster than the ceiling
     assert state is not None
     assert state.per_second == rate
