@@ -535,7 +535,7 @@ SCENARIOS = [
         1,
         "Canceled",
         "ServerError",  # the attempt was over; the wait after it was cut short
-        timeout=0.1,
+        timeout=0.5,  # the 503 must come within it, over a new connection, on a loaded machine
         waits=True,
     ),
     Scenario("timeout-in-the-attempt", (hang(),), 1, "Canceled", "Canceled", timeout=0.1, waits=True),
