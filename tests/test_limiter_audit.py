@@ -966,7 +966,7 @@ def test_a_wait_for_a_pause_ends_promptly_when_cancelled(kind: str, how: str) ->
         if how == "cancel-token":
             waiting = run.ask("second", cancel=token, diagnostics=diagnostics)
         elif how == "timeout":
-            waiting = run.ask("second", timeout=0.3, diagnostics=diagnostics)
+            waiting = run.ask("second", timeout=0.6, diagnostics=diagnostics)  # seen waiting first
         elif kind == "Client":
             waiting = run.client.submit(run.client.ask, "second", Review, diagnostics=diagnostics)
         else:
@@ -979,7 +979,7 @@ def test_a_wait_for_a_pause_ends_promptly_when_cancelled(kind: str, how: str) ->
                 run.cancel_task(waiting)
             else:
                 waiting.cancel()
-        error = ends_within(waiting, PROMPT + (0.3 if how == "timeout" else 0.0))
+        error = ends_within(waiting, PROMPT + (0.6 if how == "timeout" else 0.0))
         if how == "task-or-call-cancel" and kind == "AsyncClient":
             assert isinstance(error, asyncio.CancelledError)
         else:
@@ -1039,7 +1039,8 @@ def test_a_throttled_call_cancelled_alone_ends_its_pause(kind: str, how: str) ->
     with FakeService() as svc, running(kind, svc.url) as run:
         svc.script(busy(("Retry-After", "30")))
         token = qa.CancelToken()
-        first = run.ask("first", cancel=token, timeout=0.3 if how == "timeout" else None)
+        # The timeout leaves room for the request, the 429 and the call seen waiting.
+        first = run.ask("first", cancel=token, timeout=0.6 if how == "timeout" else None)
         assert svc.wait_for_requests(1)
         assert run.waiting(1)
         if how == "cancel-token":

@@ -333,10 +333,11 @@ def test_resend_on_a_dead_pooled_connection_is_an_attempt_with_no_delay(kind: st
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_a_limiter_pause_is_counted_in_the_attempt_and_the_call(svc: FakeService, kind: str) -> None:
-    # 4 a second, a burst of 1: the fourth call's slot is 0.75 s after the first's, so it waits
-    # unless the three calls before it took that long. (With two calls, a first call that loads
-    # the transport under coverage on a loaded machine took the 0.25 s and left no wait.)
-    error, diag = ask(kind, svc.url, calls=4, rate_limit=qa.RateLimit(4, burst=1))
+    # 2 a second, a burst of 1, calls one after the other: each call's slot is 0.5 s after the
+    # one before went out, so the last call waits unless the call before it took 0.5 s to answer.
+    # (Three calls: the first one loads the transport, which under coverage on a loaded machine
+    # once took a whole slot's time; at 4 a second, a slow answer could take the 0.25 s.)
+    error, diag = ask(kind, svc.url, calls=3, rate_limit=qa.RateLimit(2, burst=1))
     assert error is None
     assert diag.rate_limit_wait > 0.0, diag.history
     assert diag.history[0].rate_limit_wait > 0.0

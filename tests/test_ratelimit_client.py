@@ -258,7 +258,8 @@ def test_wait_for_the_limiter_ends_at_once_on_cancel_timeout_and_close(
 ) -> None:
     client, svc, sleep = paused
     token = qa.CancelToken()
-    options: dict[str, Any] = {"cancel": token} if way != "timeout" else {"timeout": 0.15}
+    # The timeout leaves room for the call's thread to start and reach the limiter.
+    options: dict[str, Any] = {"cancel": token} if way != "timeout" else {"timeout": 0.5}
     began = time.monotonic()
     thread, errors, diag = blocked_call(client, **options)
     assert sleep.waiting.wait(BOUND)
@@ -267,10 +268,10 @@ def test_wait_for_the_limiter_ends_at_once_on_cancel_timeout_and_close(
     stop()
     thread.join(BOUND)
     assert not thread.is_alive()
-    assert time.monotonic() - fired < PROMPT + (0.15 if way == "timeout" else 0)
+    assert time.monotonic() - fired < PROMPT + (0.5 if way == "timeout" else 0)
     [error] = errors
     assert isinstance(error, qa.Canceled)
-    words = {"cancel": "cancelled", "timeout": "timeout of 0.15 s expired", "close": "client was closed"}
+    words = {"cancel": "cancelled", "timeout": "timeout of 0.5 s expired", "close": "client was closed"}
     assert words[way] in str(error)
     assert diag.attempts == 0  # waiting for the limiter is no attempt
     assert len(svc.requests) == 1
