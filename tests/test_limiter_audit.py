@@ -1188,8 +1188,8 @@ def test_cancelling_every_waiting_call_gives_their_slots_back(kind: str) -> None
     # cancelling the five took longer (0.95 s under coverage on a busy machine: the +0.5 slot had
     # passed). Kept spent, the slots put it at +3.0: over 1 s after its start, which is before +2.0.
     assert started - times[0] < 2.0, f"the five took {started - times[0]:.3f} s to cancel"
-    assert times[1] - started < 0.7, f"the next call went {times[1] - times[0]:.3f} s after the first"
-    assert took < 0.7
+    assert times[1] - started < 0.95, f"the next call went {times[1] - times[0]:.3f} s after the first"
+    assert took < 0.95
 
 
 def test_closing_the_client_names_the_close_in_a_submitted_calls_error() -> None:
