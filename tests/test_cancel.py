@@ -503,15 +503,16 @@ def test_per_call_timeout_overrides_the_client_timeout(
 
 
 def test_timeout_bounds_retries_and_backoff(svc: FakeService) -> None:
-    # The deadline falls in the second backoff (attempts at 0 and 0.2 s).
-    busy = reply(503, {"detail": "busy"}, headers=[("retry-after-ms", "200")])
+    # The deadline falls in the second backoff (attempts at 0 and 0.3 s, the next at 0.6 s), 0.15 s
+    # from either attempt: a slow round trip does not put it in the second attempt.
+    busy = reply(503, {"detail": "busy"}, headers=[("retry-after-ms", "300")])
     svc.script(*[busy] * 10)
     diag = qa.Diagnostics()
     with make_client(svc.url) as client:
         started = time.monotonic()
         with pytest.raises(qa.Canceled, match="timeout"):
-            client.ask(STATE, Review, timeout=0.25, diagnostics=diag)
-        assert time.monotonic() - started < 0.25 + PROMPT
+            client.ask(STATE, Review, timeout=0.45, diagnostics=diag)
+        assert time.monotonic() - started < 0.45 + PROMPT
     assert diag.attempts >= 1
     assert diag.status == 503
     assert diag.attempts == len(svc.requests)
