@@ -224,7 +224,7 @@ def test_a_wait_in_several_naps_is_summed_in_the_attempts_record() -> None:
             return diag
 
     diag = asyncio.run(main())
-    assert diag.rate_limit_wait > 0.2  # several naps
+    assert diag.rate_limit_wait > 0.1  # several naps: one is at most 0.05 s
     assert diag.history[-1].rate_limit_wait == pytest.approx(diag.rate_limit_wait)
     assert diag.history[-1].delay == 0.0
 
@@ -276,4 +276,4 @@ def test_a_call_in_its_backoff_waits_for_a_pause_another_call_met() -> None:
     b_retry = next(when for name, when in seen[2:] if name == "B")
     assert b_retry - seen[1][1] >= 0.3 - 0.02
     assert diag.history[-1].delay == pytest.approx(0.1, abs=0.05)
-    assert diag.history[-1].rate_limit_wait > 0.15  # the rest of A's pause (0.2 s), three quarters of it
+    assert diag.history[-1].rate_limit_wait > 0.1  # the rest of A's pause (0.2 s), half of it (none, unfixed)

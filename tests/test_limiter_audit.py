@@ -430,7 +430,7 @@ def test_one_call_at_a_time_is_not_paced_by_an_announced_limit(kind: str, style:
             run.ask(f"call {n}", diagnostics=diagnostics).result(timeout=BOUND)
             assert diagnostics.rate_limit_wait < 0.005, (n, diagnostics.history)
             asked = sum(attempt.delay for attempt in diagnostics.history)
-            assert diagnostics.elapsed < asked + 0.2, (n, diagnostics.history)
+            assert diagnostics.elapsed < asked + 0.5, (n, diagnostics.history)  # paced: 1 s and more
         state = run.client.rate_limit
         assert state is not None
         assert state.announced is not None
