@@ -44,7 +44,7 @@ from rawhttp import Toxic, interim, response
 from support import open_sockets
 
 import qa_min as qa
-from qa_min.testing import FakeService, delay, reply
+from qa_min.testing import FakeService, reply
 
 BOUND = 5.0  # seconds: bounds waits for what happens at once, so a bug fails instead of hanging
 PROMPT = 1.0  # seconds within which a cancelled call must have ended
@@ -215,11 +215,10 @@ def test_the_idle_pool_is_bounded(kind: str) -> None:
 @pytest.mark.parametrize("how", ["close", "with"])
 @pytest.mark.parametrize("kind", KINDS)
 def test_close_releases_every_socket(kind: str, how: str) -> None:
-    with FakeService() as svc:
-        # The first three answers come late, so that the three callers hold three connections at
-        # once: answered at once, a caller's first call may end before another's begins, and
-        # the two share one connection.
-        svc.script(delay(0.1), delay(0.1), delay(0.1))
+    # The first three answers wait until all three are asked, so that the three callers hold
+    # three connections at once: answered at once, a caller's first call may end before
+    # another's begins, and the two share one connection.
+    with RawServer(Gate(3)) as svc:
         before = open_sockets()
         d = Driver(kind, svc.url)
         if how == "with" and d.sync is not None:
