@@ -3,8 +3,8 @@
 ``close()`` cancels the closing token first: no call starts after that, and every wait (a
 backoff, the rate limiter, a hung mock) wakes. Queued ``Call``s are cancelled next, then the
 transport aborts busy sockets and closes idle ones. The pool reads the same token under its
-lock, so nothing is pooled after ``close()``. In a child after ``os.fork()`` the first call gives
-the client a fresh pool and executor and leaves the parent's sockets alone.
+lock, so nothing is pooled after ``close()``. In a child after ``os.fork()`` the first call (or
+``close()``) gives the client a fresh pool and executor and leaves the parent's sockets alone.
 """
 
 from __future__ import annotations
@@ -44,6 +44,10 @@ class Lifecycle:
         """Before a call: ``ClientClosed`` after ``close()``; a fresh start in a forked child."""
         if self.closing.cancelled:
             raise ClientClosed("the client is closed")
+        self._adopt()
+
+    def _adopt(self) -> None:
+        """In a forked child, let go of the parent's pool and executor without touching them."""
         if self._pid != os.getpid():
             # The parent's locks may have been held by its other threads at fork time.
             self._lock = _thread.allocate_lock()
@@ -67,6 +71,9 @@ class Lifecycle:
 
     def close(self) -> None:
         """Cancel everything in flight and release every socket and thread. Idempotent."""
+        # A child closing before any call: the calls in flight and their sockets are the
+        # parent's, and shutting those sockets down here would break the parent's calls.
+        self._adopt()
         with self._lock:
             futures, self._futures = self._futures, None
             self.closing.cancel()

@@ -326,6 +326,55 @@ def test_forked_child_uses_a_fresh_pool_and_executor_and_never_the_parents_socke
         assert len(svc.requests) == 5
 
 
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork is not available")
+def test_close_in_a_forked_child_leaves_the_parents_calls_in_flight_alone() -> None:
+    # A child that inherited a module-level client and closes it (at exit, leaving a with block)
+    # before making a call must not shut down the sockets the parent's calls are using.
+    gate, arrived = threading.Event(), threading.Semaphore(0)
+
+    def answer_when_let(conn: socket.socket, stop: threading.Event) -> None:
+        if read_request(conn):
+            arrived.release()
+            gate.wait(BOUND)
+            conn.sendall(OK_RESPONSE)
+
+    outcomes: list[object] = []
+
+    def call(client: qa.Client, kind: str) -> None:
+        diag = qa.Diagnostics()
+        try:
+            if kind == "thread":
+                client.ask("parent", Toxic, diagnostics=diag)
+            else:
+                client.submit(client.ask, "parent", Toxic, diagnostics=diag).result(timeout=BOUND)
+            outcomes.append(("ok", diag.attempts))
+        except qa.QAError as exc:
+            outcomes.append((repr(exc), diag.attempts))
+
+    with RawServer(answer_when_let) as server, make_client(server.url, retry=qa.RetryPolicy.none) as client:
+        threads = [threading.Thread(target=call, args=(client, kind)) for kind in ("thread", "submit")]
+        for thread in threads:
+            thread.start()
+        assert arrived.acquire(timeout=BOUND)
+        assert arrived.acquire(timeout=BOUND)
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", category=DeprecationWarning)  # forking with threads
+            pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child reports through its exit code only
+            code = 4
+            try:
+                client.close()
+                code = 0
+            finally:
+                os._exit(code)
+        assert _wait_child(pid) == 0
+        gate.set()
+        for thread in threads:
+            thread.join(BOUND)
+        assert outcomes == [("ok", 1), ("ok", 1)]
+        assert server.connections == 2
+
+
 def test_executor_threads_end_with_close() -> None:
     with FakeService() as svc:
         client = make_client(svc.url, max_workers=4)
