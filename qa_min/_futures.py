@@ -41,6 +41,7 @@ class Call(Future[R]):
         self._outer = outer  # the caller's cancel= token, which cancels this call too
         self._claimed = False
         self._claim = _thread.allocate_lock()
+        self._why = "the call was cancelled"  # what a cancelled call that answered anyway says
 
     def __reduce__(self) -> tuple[object, ...]:
         # As a concurrent.futures.Future (a TypeError), but saying what to send instead.
@@ -48,15 +49,20 @@ class Call(Future[R]):
 
     def cancel(self) -> bool:
         """Abort the call; False if it had already finished."""
+        return self._stop("the call was cancelled", "the call was cancelled before it started")
+
+    def _stop(self, why: str, unstarted: str) -> bool:
+        """``cancel()``, saying ``why`` (``unstarted`` for a call that never started)."""
         with self._claim:
             if self.done():
                 return False
+            self._why = why
             never_started = not self._claimed
             self._claimed = True
         self._token.cancel()
         if never_started:
             self.set_running_or_notify_cancel()
-            self.set_exception(Canceled("the call was cancelled before it started"))
+            self.set_exception(Canceled(unstarted))
         return True
 
     def _run(self, fn: Callable[..., R], args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> None:
@@ -78,7 +84,7 @@ class Call(Future[R]):
         else:
             if self._token.cancelled:
                 # cancel() said it aborted the call: keep its word even if the answer won the race.
-                self.set_exception(Canceled("the call was cancelled"))
+                self.set_exception(Canceled(self._why))
             else:
                 self.set_result(result)
 
@@ -108,14 +114,14 @@ class Executor:
             self._calls.discard(call)
 
     def cancel_all(self) -> None:
-        """Cancel every unfinished call, queued or running."""
+        """Cancel every unfinished call, queued or running: the client is closing."""
         with self._lock:
             calls = list(self._calls)
         # Queued calls first: cancelling a running one frees a worker, which must find nothing
         # left to start.
         calls.sort(key=lambda call: call._claimed)
         for call in calls:
-            call.cancel()
+            call._stop("the client was closed", "the client was closed before the call started")
 
     def join(self) -> None:
         """Wait for the worker threads to end, unless called from one of them."""

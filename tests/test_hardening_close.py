@@ -8,7 +8,8 @@ threads at once. Every wait is bounded by an Event, so a deadlock fails the test
   test_close_from_another_thread_mid_call, test_close_from_a_done_callback_on_a_worker,
   test_close_from_a_done_callback_while_another_call_runs,
   test_close_from_a_callback_that_close_itself_triggers, test_close_from_the_calls_own_thread,
-  test_close_twice_concurrently
+  test_close_twice_concurrently,
+  test_close_ends_queued_and_running_calls_saying_the_client_was_closed
 
 A client dropped without ``close()`` closes its sockets as soon as the last reference goes,
 without waiting for the garbage collector:
@@ -157,6 +158,19 @@ def test_close_from_the_calls_own_thread(svc: FakeService) -> None:
     with pytest.raises(qa.Canceled, match="closed"):
         client.list_models()
     assert len(svc.requests) == 1
+
+
+def test_close_ends_queued_and_running_calls_saying_the_client_was_closed(svc: FakeService) -> None:
+    # Nobody cancelled these calls: close() ended them, and each says so, started or not.
+    svc.script(hang(), hang())
+    client = make_client(svc.url, max_workers=2)
+    calls = [client.submit(client.list_models) for _ in range(4)]
+    assert svc.wait_for_requests(2)
+    client.close()
+    errors = [call.exception(timeout=BOUND) for call in calls]
+    assert [type(e) for e in errors] == [qa.Canceled] * 4
+    assert all("the client was closed" in str(e) for e in errors), [str(e) for e in errors]
+    assert [e.diagnostics.attempts for e in errors if isinstance(e, qa.Canceled)] == [1, 1, 0, 0]
 
 
 @pytest.mark.parametrize("round_", range(5))
