@@ -238,27 +238,26 @@ def check_styles(retry_after: object, announce: object, limited: bool) -> tuple[
     return plain_retry_after, plain_announce
 
 
+def _written(number: float) -> str:
+    """A count, rate or window as the services write one: in digits, never with an exponent (``:g``
+    wrote a burst of 1234567 as ``1.23457e+06``, read back as 1234570), to 15 significant ones."""
+    from decimal import Decimal  # only a fake that announces its limit needs it
+
+    return format(Decimal(f"{number:.15g}"), "f")
+
+
 def announce_headers(style: str, tokens: float, rate: float, burst: float, wall: float) -> HeaderPairs:
     """The fields that announce a token bucket of ``burst`` refilled at ``rate`` a second,
-    holding ``tokens`` now, in ``style``; ``wall`` is the time in epoch seconds.
-
-    * ``ietf``: draft-11, ``RateLimit-Policy: "default";q=<rate>;w=1`` and
-      ``RateLimit: "default";r=<remaining>;t=<whole seconds until full>``;
-    * ``ietf-draft``: ``RateLimit-Limit: <burst>``, ``RateLimit-Remaining``, ``RateLimit-Reset``
-      (whole seconds until full) and ``RateLimit-Policy: <burst>;w=<seconds to refill it>``;
-    * ``openai``: ``x-ratelimit-{limit,remaining,reset}-requests`` (reset a duration, ``12ms``);
-    * ``anthropic``: ``anthropic-ratelimit-requests-{limit,remaining,reset}`` (reset an RFC 3339
-      time, to the microsecond);
-    * ``none``: nothing.
-    """
+    holding ``tokens`` now, in ``style`` (each style's fields: ``qa_min.testing``'s docstring,
+    "Rate limiting"); ``wall`` is the time in epoch seconds."""
     if style == "none":
         return ()
     remaining = str(max(0, math.floor(tokens)))
     to_full = max(0.0, (burst - tokens) / rate)
-    limit = f"{burst:g}"
+    limit = _written(burst)
     if style == "ietf":
         return (
-            ("RateLimit-Policy", f'"default";q={rate:g};w=1'),
+            ("RateLimit-Policy", f'"default";q={_written(rate)};w=1'),
             ("RateLimit", f'"default";r={remaining};t={math.ceil(to_full)}'),
         )
     if style == "ietf-draft":
@@ -266,7 +265,7 @@ def announce_headers(style: str, tokens: float, rate: float, burst: float, wall:
             ("RateLimit-Limit", limit),
             ("RateLimit-Remaining", remaining),
             ("RateLimit-Reset", str(math.ceil(to_full))),
-            ("RateLimit-Policy", f"{limit};w={burst / rate:g}"),
+            ("RateLimit-Policy", f"{limit};w={_written(burst / rate)}"),
         )
     if style == "openai":
         millis = math.ceil(to_full * 1000)

@@ -1,0 +1,55 @@
+"""``qa_min.testing`` as a library that embeds qa_min sees it: the fields a rate-limited fake
+announces, written as the real services write them, and its options and steps.
+"""
+
+from __future__ import annotations
+
+import http.client
+import re
+import urllib.parse
+
+import pytest
+
+from qa_min._fakerules import announce_headers
+from qa_min.testing import FakeService
+
+WALL = 1_764_000_000.0
+STYLES = ("ietf", "ietf-draft", "openai", "anthropic")
+
+
+def get_fields(url: str) -> dict[str, str]:
+    """The fields of the fake's answer to ``GET /v1/models``, names lowercased."""
+    where = urllib.parse.urlsplit(url)
+    conn = http.client.HTTPConnection(where.hostname or "", where.port, timeout=10)
+    try:
+        conn.request("GET", f"{where.path}/v1/models")
+        response = conn.getresponse()
+        response.read()
+        return {name.lower(): value for name, value in response.getheaders()}
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize("style", STYLES)
+def test_announced_counts_are_written_whole_with_every_digit(style: str) -> None:
+    # A burst of 1234567 went out as "1.23457e+06" and a rate of 1e7 as "q=1e+07": no service
+    # writes an exponent, and the limit read back was 1234570, above what the bucket holds.
+    with FakeService(rate_limit=(10_000_000, 1_234_567), announce=style) as svc:
+        fields = get_fields(svc.url)
+    told = {name: value for name, value in fields.items() if "ratelimit" in name}
+    assert told, fields
+    assert not any(re.search(r"[0-9][eE][+-]?[0-9]", value) for value in told.values()), told
+    if style == "ietf":
+        assert told["ratelimit-policy"] == '"default";q=10000000;w=1'
+    else:
+        limit = next(value for name, value in told.items() if name.endswith("limit") or "-limit-" in name)
+        assert limit == "1234567"
+
+
+def test_a_window_or_rate_below_one_is_written_without_an_exponent() -> None:
+    # A bucket of 1 refilled once in 1e9 s: "w=1e+09" and "q=1e-09" before.
+    ietf = dict(announce_headers("ietf", 0.0, 1e-9, 1.0, WALL))
+    draft = dict(announce_headers("ietf-draft", 0.0, 1e-9, 1.0, WALL))
+    assert ietf["RateLimit-Policy"] == '"default";q=0.000000001;w=1'
+    assert draft["RateLimit-Policy"] == "1;w=1000000000"
+    assert draft["RateLimit-Reset"] == "1000000000"
