@@ -267,26 +267,19 @@ def announce_headers(style: str, tokens: float, rate: float, burst: float, wall:
             ("RateLimit-Reset", str(math.ceil(to_full))),
             ("RateLimit-Policy", f"{limit};w={_written(burst / rate)}"),
         )
-    if style == "openai":
-        millis = math.ceil(to_full * 1000)
-        if millis < 1000:
-            reset = f"{millis}ms"
-        else:  # as Go prints a duration: 1.5s, 6m0s
-            minutes, rest = divmod(millis, 60000)
-            reset = f"{minutes}m{rest / 1000:g}s" if minutes else f"{rest / 1000:g}s"
-        return (
-            ("x-ratelimit-limit-requests", limit),
-            ("x-ratelimit-remaining-requests", remaining),
-            ("x-ratelimit-reset-requests", reset),
-        )
-    # In whole microseconds first: a fraction that rounds up to a second carries into the seconds.
-    whole, micros = divmod(round((wall + to_full) * 1e6), 1_000_000)
-    stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(whole)) + f".{micros:06d}Z"
-    return (
-        ("anthropic-ratelimit-requests-limit", limit),
-        ("anthropic-ratelimit-requests-remaining", remaining),
-        ("anthropic-ratelimit-requests-reset", stamp),
-    )
+    if style == "openai":  # the time until full as Go prints a duration: 0s, 20ms, 1.5s, 6m0s, 2h0m0s
+        hours, millis = divmod(math.ceil(to_full * 1000), 3_600_000)
+        minutes, millis = divmod(millis, 60_000)
+        reset = f"{millis}ms" if 0 < millis < 1000 and not hours + minutes else f"{millis / 1000:g}s"
+        reset = f"{hours}h{minutes}m{reset}" if hours else f"{minutes}m{reset}" if minutes else reset
+        names = "x-ratelimit-{}-requests"
+    else:
+        # In whole microseconds first: a fraction that rounds up to a second carries into the seconds.
+        whole, micros = divmod(round((wall + to_full) * 1e6), 1_000_000)
+        reset = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(whole)) + f".{micros:06d}Z"
+        names = "anthropic-ratelimit-requests-{}"
+    told = {"limit": limit, "remaining": remaining, "reset": reset}
+    return tuple((names.format(part), value) for part, value in told.items())
 
 
 # The request rules.

@@ -53,3 +53,19 @@ def test_a_window_or_rate_below_one_is_written_without_an_exponent() -> None:
     assert ietf["RateLimit-Policy"] == '"default";q=0.000000001;w=1'
     assert draft["RateLimit-Policy"] == "1;w=1000000000"
     assert draft["RateLimit-Reset"] == "1000000000"
+
+
+@pytest.mark.parametrize(
+    ("tokens", "rate", "reset"),
+    [
+        (1.0, 1 / 7200, "2h0m0s"),  # "120m0s" before: Go counts hours
+        (991 / 4096, 1 / 2048, "1h0m0.5s"),  # 3600.5 s, exact in binary
+        (1.0, 1 / 59.5, "59.5s"),
+        (1.0, 1 / 90.25, "1m30.25s"),
+        (0.0, 50.0, "40ms"),  # an empty bucket of 2
+        (2.0, 10.0, "0s"),  # a full bucket: "0ms" before, which Go never writes
+    ],
+)
+def test_openai_reset_is_a_duration_as_go_writes_it(tokens: float, rate: float, reset: str) -> None:
+    fields = dict(announce_headers("openai", tokens, rate, 2.0, WALL))
+    assert fields["x-ratelimit-reset-requests"] == reset
