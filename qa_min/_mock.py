@@ -193,7 +193,9 @@ class _Bound:
         # A cancel or close that came while the handler ran wins, as it would over a socket.
         call.check()
         body = cap_body(status, body, self.max_body, headers)
-        answer = list(headers)  # spelled and ordered as the handler gave them
+        # Spelled and ordered as the handler gave them, each value read as the socket reader reads
+        # it: without the SP and HTAB around it (RFC 9110 section 5.5).
+        answer = [(name, value.strip(" \t")) for name, value in headers]
         if not any(name.lower() == "content-length" for name, _ in answer):
             answer.append(("Content-Length", str(len(body))))
         return status, ResponseHeaders(answer), body

@@ -10,8 +10,9 @@ import urllib.parse
 
 import pytest
 
+import qa_min as qa
 from qa_min._fakerules import announce_headers
-from qa_min.testing import FakeService
+from qa_min.testing import FakeService, MockTransport, Step, reply
 
 WALL = 1_764_000_000.0
 STYLES = ("ietf", "ietf-draft", "openai", "anthropic")
@@ -69,3 +70,25 @@ def test_a_window_or_rate_below_one_is_written_without_an_exponent() -> None:
 def test_openai_reset_is_a_duration_as_go_writes_it(tokens: float, rate: float, reset: str) -> None:
     fields = dict(announce_headers("openai", tokens, rate, 2.0, WALL))
     assert fields["x-ratelimit-reset-requests"] == reset
+
+
+def _busy_diagnostics(step: Step, over: str) -> qa.Diagnostics:
+    """The Diagnostics of a call answered ``step`` once, over a socket or by a MockTransport."""
+    diag = qa.Diagnostics()
+    with FakeService() as svc:
+        svc.script(step)
+        mock = MockTransport(lambda request: step) if over == "mock" else None
+        with qa.Client(base_url=svc.url, transport=mock) as client, pytest.raises(qa.QAError):
+            client.list_models(diagnostics=diag, retry=qa.RetryPolicy.none)
+    return diag
+
+
+@pytest.mark.parametrize("over", ["socket", "mock"])
+def test_a_reply_header_value_reads_without_its_surrounding_blanks_on_both_transports(over: str) -> None:
+    # Over a socket the reader trims SP and HTAB around a value (RFC 9110 5.5); MockTransport
+    # handed " req_1 \t" on as given: another request id, in Diagnostics and the message.
+    step = reply(503, {"detail": "down"}, headers=[("x-request-id", " req_1 \t"), ("x-note", "\ta b ")])
+    diag = _busy_diagnostics(step, over)
+    assert diag.request_id == "req_1"
+    assert diag.headers is not None
+    assert (diag.headers["x-request-id"], diag.headers["x-note"]) == ("req_1", "a b")
