@@ -85,6 +85,20 @@ def header_pairs(headers: object) -> HeaderPairs:
     return tuple(pairs)
 
 
+def step_headers(headers: object) -> HeaderPairs:
+    """A step's headers: checked as ``header_pairs`` checks them, without a Content-Length (the
+    fake always sends the body's own); a Transfer-Encoding refused."""
+    pairs = header_pairs(headers)
+    if any(name.lower() == "transfer-encoding" for name, _ in pairs):
+        # Sent with the fake's Content-Length, the client read a chunked body's JSON as chunk
+        # sizes, while MockTransport delivered it: one script, two outcomes.
+        raise ValueError(
+            "a step cannot set Transfer-Encoding: the fake frames every body by its Content-Length"
+        )
+    # One kept, the fake sent two ("5, 38": refused), while MockTransport delivered the body.
+    return tuple(pair for pair in pairs if pair[0].lower() != "content-length")
+
+
 def delay_seconds(seconds: object) -> float:
     """``delay``'s seconds, checked: a number from 0 to ``_thread.TIMEOUT_MAX``."""
     seconds = plain(seconds)  # a subclass's own __lt__ or __le__ never runs

@@ -21,7 +21,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, cast
 
-from ._fakecheck import HeaderPairs, StepKind, delay_seconds, header_pairs, step_body, step_kind, step_status
+from ._fakecheck import HeaderPairs, StepKind, delay_seconds, step_body, step_headers, step_kind, step_status
 from ._typing import not_utf8, plain, read, short
 
 # fullmatch, not `$`: `$` would also accept a trailing newline.
@@ -87,7 +87,7 @@ class Step:
         step_status(self.status)
         step_body(self.body)
         delay_seconds(self.seconds)
-        object.__setattr__(self, "headers", header_pairs(self.headers))
+        object.__setattr__(self, "headers", step_headers(self.headers))
 
 
 def model_names(models: object) -> tuple[str, ...]:

@@ -90,7 +90,7 @@ import json
 from collections.abc import Mapping, Sequence
 
 from ._fake import ServiceState
-from ._fakecheck import header_pairs, step_status
+from ._fakecheck import step_headers, step_status
 from ._fakerules import (
     DEFAULT_MODELS,
     RecordedRequest,
@@ -135,13 +135,15 @@ def reply(status: int, body: bytes | str | object = None, *, headers: Sequence[t
             ``None`` sends an empty body; anything else is sent JSON-encoded as
             ``application/json``.
         headers: Extra response headers. A ``Content-Type`` here replaces the default one; a
-            ``Content-Length`` is ignored because the fake always sends the correct one.
+            ``Content-Length`` is ignored because the fake always sends the correct one (in a
+            `Step` built directly too).
 
     Raises:
         ValueError: ``status`` is outside 200-599, a header name is not an RFC 9110 token (one
             or more letters, digits or ``!#$%&'*+-.^_`|~``: no space, colon or other
-            delimiter, not empty), or a header name or value holds CR, LF, NUL or a character
-            outside Latin-1 (which HTTP/1.1 cannot carry).
+            delimiter, not empty), a header name or value holds CR, LF, NUL or a character
+            outside Latin-1 (which HTTP/1.1 cannot carry), or a header is a Transfer-Encoding (the
+            fake frames every body with its Content-Length).
         TypeError: ``status`` is not an int, ``body`` cannot be encoded as JSON, or ``headers``
             is not a sequence of ``(name, value)`` pairs of str.
     """
@@ -156,10 +158,8 @@ def reply(status: int, body: bytes | str | object = None, *, headers: Sequence[t
     else:
         text = read(json.dumps, body, "body", "encoding it as JSON", TypeError)
         data, content_type = text.encode(), "application/json"
-    headers = header_pairs(headers)
-    names = {name.lower() for name, _ in headers}
-    kept = tuple((name, value) for name, value in headers if name.lower() != "content-length")
-    if content_type is not None and "content-type" not in names:
+    kept = step_headers(headers)
+    if content_type is not None and all(name.lower() != "content-type" for name, _ in kept):
         kept += (("Content-Type", content_type),)
     return Step("reply", status=status, body=data, headers=kept)
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import http.client
 import re
 import urllib.parse
+from collections.abc import Callable
 
 import pytest
 
@@ -92,3 +93,36 @@ def test_a_reply_header_value_reads_without_its_surrounding_blanks_on_both_trans
     assert diag.request_id == "req_1"
     assert diag.headers is not None
     assert (diag.headers["x-request-id"], diag.headers["x-note"]) == ("req_1", "a b")
+
+
+MODELS_BODY = b'{"models": [{"name": "judge-latest"}]}'
+
+
+@pytest.mark.parametrize("over", ["socket", "mock"])
+def test_a_step_built_directly_drops_its_content_length_as_reply_does(over: str) -> None:
+    # reply() drops a Content-Length (the fake sends the right one); Step(...) kept it: the fake
+    # then sent two ("5, 38": InvalidResponse) while MockTransport delivered the body whole.
+    step = Step("reply", status=200, body=MODELS_BODY, headers=(("Content-Length", "5"),))
+    assert step.headers == ()
+    with FakeService() as svc:
+        svc.script(step)
+        mock = MockTransport(lambda request: step) if over == "mock" else None
+        with qa.Client(base_url=svc.url, transport=mock) as client:
+            models = client.list_models(retry=qa.RetryPolicy.none)
+    assert [model.name for model in models.models] == ["judge-latest"]
+
+
+@pytest.mark.parametrize(
+    "build",
+    [
+        lambda: reply(200, MODELS_BODY, headers=[("Transfer-Encoding", "chunked")]),
+        lambda: Step("reply", status=200, body=MODELS_BODY, headers=(("transfer-encoding", "identity"),)),
+    ],
+)
+def test_a_scripted_transfer_encoding_is_refused(build: Callable[[], Step]) -> None:
+    # The fake frames every body with its Content-Length: a chunked one was garbage over a socket
+    # ("bad chunk size line") and a good answer under MockTransport.
+    with pytest.raises(
+        ValueError, match=r"Transfer-Encoding: the fake frames every body by its Content-Length"
+    ):
+        build()
