@@ -123,7 +123,9 @@ class ServiceState:
                 target=accept_loop, args=(server, wake_r), name="qa_min-fake-accept", daemon=True
             )
             self._running = _Running(server, thread, wake_r, wake_w)
-            host = self._address[0]
+            # "" binds every interface (socketserver's reading): the URL names the address bound,
+            # as "http://:PORT" is no URL a client takes.
+            host = self._address[0] or server.socket.getsockname()[0]
             authority = f"[{host}]" if ":" in host else host  # an IPv6 literal is bracketed in a URL
             self.url = f"http://{authority}:{server.socket.getsockname()[1]}{self._prefix}"
             if self._rate_limit is not None:

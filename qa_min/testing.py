@@ -225,7 +225,7 @@ class FakeService:
         prefix: A path prefix the service lives under, e.g. ``"/api"``; percent-encoded as a client
             encodes its base URL (``"/a b"`` serves ``/a%20b``), so that `url` is one it takes.
         host: The address to listen on: a name, an IPv4 or an IPv6 literal (``"::1"``, bracketed in
-            `url`).
+            `url`), or ``""`` for every interface (`url` then names ``0.0.0.0``).
         port: The port to listen on; 0 picks a free one.
         rate_limit: ``(rate, burst)``: play a rate-limited service, a token bucket of
             ``burst`` tokens refilled at ``rate`` a second (full at start). A request that finds

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import http.client
 import re
+import sys
 import urllib.parse
 from collections.abc import Callable
 
@@ -126,3 +127,13 @@ def test_a_scripted_transfer_encoding_is_refused(build: Callable[[], Step]) -> N
         ValueError, match=r"Transfer-Encoding: the fake frames every body by its Content-Length"
     ):
         build()
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="Windows does not connect to 0.0.0.0")
+def test_a_fake_on_every_interface_has_a_url_a_client_takes() -> None:
+    # host="" binds every interface, as socketserver reads it, but the URL was "http://:PORT",
+    # which a client refuses (InvalidBaseUrl) and `qa-min fake --host ''` printed as the one to use.
+    with FakeService(host="") as svc:
+        assert svc.url.startswith("http://0.0.0.0:")
+        with qa.Client(base_url=svc.url) as client:
+            assert client.list_models().models
