@@ -343,7 +343,8 @@ class FakeService:
             # A key that is not a str would match no question id, silently.
             raise TypeError(f"set_answers() takes a mapping of question id (str) to answer, not {answers!r}")
         overrides = dict(answers)
-        json.dumps(overrides)  # fail here, in the test, rather than inside a handler thread
+        # Fail here, in the test, rather than inside a handler thread.
+        read(json.dumps, overrides, "answers", "encoding it as JSON", TypeError)
         self._state.set_answers(overrides)
 
     def script(self, *steps: Step) -> None:

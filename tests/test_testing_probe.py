@@ -137,3 +137,14 @@ def test_a_fake_on_every_interface_has_a_url_a_client_takes() -> None:
         assert svc.url.startswith("http://0.0.0.0:")
         with qa.Client(base_url=svc.url) as client:
             assert client.list_models().models
+
+
+def test_set_answers_names_the_answer_it_cannot_encode() -> None:
+    # json's own "Object of type object is not JSON serializable" named neither set_answers'
+    # argument nor that it was being encoded.
+    loop: list[object] = []
+    loop.append(loop)
+    with FakeService() as svc:
+        for value in (object(), loop):
+            with pytest.raises(TypeError, match=r"^answers could not be read: encoding it as JSON raised"):
+                svc.set_answers({"toxic": value})
