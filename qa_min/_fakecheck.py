@@ -56,11 +56,12 @@ def step_body(body: object) -> bytes:
 def header_pairs(headers: object) -> HeaderPairs:
     """``reply``'s headers checked: a sequence of ``(name, value)`` pairs of str."""
     pairs: list[tuple[str, str]] = []
-    if not isinstance(headers, Iterable) or isinstance(headers, (str, bytes)):
-        headers = [None]
-    elif type(headers) not in (tuple, list):  # the caller's own object: reading it runs its code
-        headers = read(list, headers, "headers", "iterating it", TypeError)
-    for given in headers:
+    items: Iterable[object] = [None]  # a str or a number is no sequence of pairs
+    if isinstance(headers, Iterable) and not isinstance(headers, (str, bytes)):
+        items = headers
+        if type(headers) not in (tuple, list):  # the caller's own object: reading it runs its code
+            items = read(list, headers, "headers", "iterating it", TypeError)
+    for given in items:
         item = given
         if type(given) not in (tuple, list) and isinstance(given, (tuple, list)):
             item = read(tuple, given, "headers", "iterating an item", TypeError)

@@ -148,3 +148,9 @@ def test_set_answers_names_the_answer_it_cannot_encode() -> None:
         for value in (object(), loop):
             with pytest.raises(TypeError, match=r"^answers could not be read: encoding it as JSON raised"):
                 svc.set_answers({"toxic": value})
+
+
+def test_headers_given_as_a_dict_are_named_as_given() -> None:
+    # The message showed the list read from the dict, "not ['X-Id']": a value never passed.
+    with pytest.raises(TypeError, match=r"pairs of str, not \{'X-Id': 'a'\}"):
+        reply(200, headers={"X-Id": "a"})  # type: ignore[arg-type]
