@@ -352,7 +352,8 @@ def apply_rules(
     models: tuple[str, ...],
 ) -> Reply:
     """Return ``(status, JSON payload, extra headers)`` for a request the rules serve."""
-    expected = None if api_key is None else f"Bearer {api_key}"
+    # As a server reads the field a client sends: without a trailing SP or HTAB (RFC 9110 5.5).
+    expected = None if api_key is None else f"Bearer {api_key}".rstrip(" \t")
     if expected is not None and recorded.headers.get("authorization") != expected:
         return 401, {"detail": "missing or invalid API key"}, (("WWW-Authenticate", "Bearer"),)
     path = recorded.path.split("?", 1)[0]

@@ -6,7 +6,7 @@ service's wire protocol, so any client, this library's included, can be pointed 
 ``FakeService.url``. It checks requests the way the real service does:
 
 * With ``api_key`` set, a request whose ``Authorization`` header is not exactly
-  ``Bearer <api_key>`` gets 401.
+  ``Bearer <api_key>`` (trailing blanks aside, as a server reads a field) gets 401.
 * A malformed ``/v1/core`` body gets 422 (not JSON, not an object, ``state`` not a non-empty
   string, ``questions`` not a non-empty object, a question without valid criteria, ``model``
   missing or not a string).

@@ -154,3 +154,14 @@ def test_headers_given_as_a_dict_are_named_as_given() -> None:
     # The message showed the list read from the dict, "not ['X-Id']": a value never passed.
     with pytest.raises(TypeError, match=r"pairs of str, not \{'X-Id': 'a'\}"):
         reply(200, headers={"X-Id": "a"})  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("over", ["socket", "mock"])
+def test_a_key_ending_in_a_blank_is_accepted_as_a_server_reads_it(over: str) -> None:
+    # A server reads a field without its trailing SP/HTAB (RFC 9110 5.5), and so did the fake,
+    # but it compared what it read with "Bearer sk-test " itself: the key it was given never passed.
+    key = "sk-test \t"
+    with FakeService(api_key=key) as svc:
+        mock = MockTransport(api_key=key) if over == "mock" else None
+        with qa.Client(base_url=svc.url, api_key=key, transport=mock) as client:
+            assert client.list_models(retry=qa.RetryPolicy.none).models
