@@ -175,7 +175,7 @@ class Client:
         self._sender = Sender(
             self._transport, budget, sleep or _wait, random or _uniform, secrets, checked_hooks, limit
         )
-        self._life.transport = self._transport
+        self._life.transport, self._life.limiter = self._transport, self._sender.limiter
         self.base_url = origin.url()
         proxy_url = None if proxy_origin is None else proxy_origin.source
         options.update(api_key=self._key, base_url=self.base_url, model=self._model, proxy=proxy_url)

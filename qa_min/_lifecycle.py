@@ -4,7 +4,8 @@
 backoff, the rate limiter, a hung mock) wakes. Queued ``Call``s are cancelled next, then the
 transport aborts busy sockets and closes idle ones. The pool reads the same token under its
 lock, so nothing is pooled after ``close()``. In a child after ``os.fork()`` the first call (or
-``close()``) gives the client a fresh pool and executor and leaves the parent's sockets alone.
+``close()``) gives the client a fresh pool, executor and rate-limiter schedule (what the limiter
+learned stays) and leaves the parent's sockets alone.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ if TYPE_CHECKING:
     from typing import Any, Callable, Optional
 
     from ._futures import Call, Executor
+    from ._limiter import Limiter
     from ._transport import TransportLike
 
 
@@ -29,7 +31,8 @@ class Lifecycle:
 
     def __init__(self, max_workers: int) -> None:
         self.closing = CancelToken()
-        self.transport: Optional[TransportLike] = None  # set once the client has built it
+        self.transport: Optional[TransportLike] = None  # set once the client has built it...
+        self.limiter: Optional[Limiter] = None  # ...and its rate limiter, if any
         self._max_workers = max_workers
         self._lock = _thread.allocate_lock()
         self._futures: Optional[Executor] = None
@@ -54,6 +57,8 @@ class Lifecycle:
             self._futures = None  # the parent's worker threads do not exist in the child
             if self.transport is not None:
                 self.transport.forget()
+            if self.limiter is not None:
+                self.limiter.forget()
             self._pid = os.getpid()
 
     def submit(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Call[Any]:

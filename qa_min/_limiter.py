@@ -69,7 +69,8 @@ class Limiter:
         self._lock = _thread.allocate_lock()
         self._clock, self._wall, self._notify = clock, wall, notify
         self.policy = Policy(per_second, adaptive)
-        self.pacer = Pacer(burst, per_second is not None)
+        self._pacing = (burst, per_second is not None)  # how a fresh Pacer is made (``forget``)
+        self.pacer = Pacer(*self._pacing)
         # Send times of the latest successes, kept while disengaged (an atomic append, no lock).
         self.succeeded: deque[float] = deque(maxlen=SUCCEEDED)
         if per_second is not None:
@@ -221,6 +222,16 @@ class Limiter:
         with self._lock:
             policy = self.policy
             return policy.learned(self._clock()) or (policy.engaged and self.pacer.inflight > 0)
+
+    def forget(self) -> None:
+        """In a forked child: the slots taken, the attempts out and the waits are the parent's
+        threads', none of which runs here. A fresh schedule, keeping what was learned or
+        announced and any pause the server asked for (the same account's)."""
+        # The parent's lock may have been held by another of its threads at fork time.
+        self._lock = _thread.allocate_lock()
+        paused_until = self.pacer.paused_until
+        self.pacer = Pacer(*self._pacing)
+        self.pacer.paused_until = paused_until
 
     def snapshot(self) -> tuple[Optional[float], float, int, Optional[Announcement]]:
         """(the ceiling now or None, seconds left of the pause, 429/529s seen, the latest

@@ -375,6 +375,49 @@ def test_close_in_a_forked_child_leaves_the_parents_calls_in_flight_alone() -> N
         assert server.connections == 2
 
 
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork is not available")
+def test_a_forked_child_does_not_wait_behind_the_parents_limiter_slots() -> None:
+    # At 0.5 calls/s, three parent calls waiting in the limiter hold its slots 2, 4 and 6 s
+    # ahead. Those threads do not exist in a child: its first call must not queue behind them.
+    stop = qa.CancelToken()
+    outcomes: list[object] = []
+
+    def waiting_call(client: qa.Client, state: str) -> None:
+        try:
+            outcomes.append(client.ask(state, Review, cancel=stop))
+        except qa.Canceled as exc:
+            outcomes.append(exc)
+
+    with FakeService() as svc, make_client(svc.url, rate_limit=qa.RateLimit(0.5)) as client:
+        assert answers_of(client.ask("parent, first", Review)) == expected("parent, first")
+        limiter = client._sender.limiter
+        assert limiter is not None
+        threads = [threading.Thread(target=waiting_call, args=(client, f"parent {i}")) for i in range(3)]
+        for thread in threads:
+            thread.start()
+        assert wait_until(lambda: limiter.pacer.inflight == 3)
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", category=DeprecationWarning)  # forking with threads
+            pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child reports through its exit code only
+            code = 4
+            try:
+                # Behind the parent's slots, the call would wait 6 s and end at its timeout.
+                child = client.ask("child", Review, timeout=1.5)
+                code = 0 if answers_of(child) == expected("child") else 1
+            except qa.Canceled:
+                code = 2
+            finally:
+                os._exit(code)
+        assert _wait_child(pid) == 0
+        # The parent's schedule is its own still: its calls wait on, until cancelled.
+        assert limiter.pacer.inflight == 3
+        stop.cancel()
+        for thread in threads:
+            thread.join(BOUND)
+        assert [type(one) for one in outcomes] == [qa.Canceled] * 3, outcomes
+
+
 def test_executor_threads_end_with_close() -> None:
     with FakeService() as svc:
         client = make_client(svc.url, max_workers=4)
