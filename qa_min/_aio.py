@@ -194,14 +194,19 @@ class AioConnection(asyncio.Protocol):
     def abort(self) -> None:
         """Close at once, without waiting for buffered writes; a waiting exchange gets ``Stopped``."""
         self.aborted = True
-        if self.transport is not None:
-            self.transport.abort()
+        self.close()
 
     def close(self) -> None:
         """Close without ceremony: over TLS, waiting for the peer's close_notify could outlive
         the loop (and leave the socket open); the HTTP framing already told where data ended."""
-        if self.transport is not None:
+        if self.transport is None:
+            return
+        try:
             self.transport.abort()
+        except RuntimeError:
+            # The loop is closed: a call's task of that loop finalized by the garbage collector
+            # ends here. That loop will never close the socket.
+            self.close_orphaned()
 
     def close_orphaned(self) -> None:
         """Close at once a connection whose event loop is closed: its socket too, here and now.
