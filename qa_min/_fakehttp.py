@@ -62,6 +62,9 @@ class Host(Protocol):
         """The answer to an unscripted request: a 429 from the rate limit, or the rules'."""
 
 
+_CREDENTIALS = frozenset(("authorization", "proxy-authorization"))
+
+
 class Headers(Mapping[str, str]):
     """Read-only header mapping; names are stored lowercased and looked up in any case."""
 
@@ -85,7 +88,13 @@ class Headers(Mapping[str, str]):
         return len(self._items)
 
     def __repr__(self) -> str:
-        return f"Headers({self._items!r})"
+        # Credentials stay readable by key (a test may assert them) but out of reprs, which
+        # land in test reports and logs: the scheme shown, the rest hidden, as httpx does.
+        shown = {
+            name: f"{value.partition(' ')[0]} [redacted]" if name in _CREDENTIALS else value
+            for name, value in self._items.items()
+        }
+        return f"Headers({shown!r})"
 
 
 def accept_loop(server: Server, wake: socket.socket) -> None:

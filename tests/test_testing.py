@@ -941,6 +941,7 @@ def test_requests_are_recorded_in_order(svc: FakeService, connect: Connect) -> N
     assert first.headers.get("missing") is None
     assert len(first.headers) == len(list(first.headers))
     assert "Headers(" in repr(first.headers)
+    assert "'x-test': '1'" in repr(first.headers)
     assert requests[1].body == b""
     requests.clear()
     assert len(svc.requests) == 2

@@ -13,8 +13,9 @@ from collections.abc import Callable
 import pytest
 
 import qa_min as qa
+from qa_min._fakehttp import Headers
 from qa_min._fakerules import announce_headers
-from qa_min.testing import FakeService, MockTransport, Step, reply
+from qa_min.testing import FakeService, MockTransport, RecordedRequest, Step, reply
 
 WALL = 1_764_000_000.0
 STYLES = ("ietf", "ietf-draft", "openai", "anthropic")
@@ -165,3 +166,28 @@ def test_a_key_ending_in_a_blank_is_accepted_as_a_server_reads_it(over: str) -> 
         mock = MockTransport(api_key=key) if over == "mock" else None
         with qa.Client(base_url=svc.url, api_key=key, transport=mock) as client:
             assert client.list_models(retry=qa.RetryPolicy.none).models
+
+
+def test_a_recorded_requests_repr_hides_the_key_it_carried() -> None:
+    # Reprs land in test reports and logs; the key is still there to assert on, by name.
+    key = "sk-test-secret-0123456789"
+    wrong = "sk-wrong-key-0123456789"
+    with FakeService(api_key=key) as svc, qa.Client(base_url=svc.url, api_key=key) as client:
+        client.list_models()
+        bad = qa.Client(base_url=svc.url, api_key=wrong, retry=qa.RetryPolicy.none)
+        with bad, pytest.raises(qa.Unauthorized):
+            bad.list_models()
+        recorded = svc.requests
+    assert [r.headers["authorization"] for r in recorded] == [
+        f"Bearer {key}",
+        "Bearer sk-wrong-key-0123456789",
+    ]
+    for request in recorded:
+        shown = repr(request)
+        assert "'authorization': 'Bearer [redacted]'" in shown, shown
+        assert "0123456789" not in shown
+        assert "0123456789" not in str(request.headers)
+        assert "'user-agent': 'qa_min/" in shown  # only the credentials are hidden
+    assert "'proxy-authorization': 'Basic [redacted]'" in repr(
+        RecordedRequest("GET", "/", Headers([("Proxy-Authorization", "Basic dTpw")]), b"")
+    )
