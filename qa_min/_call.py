@@ -253,8 +253,9 @@ class CallState:
         """Add the attempt that just ended to the history; return its request id."""
         request_id = None
         if status is not None and self.headers is not None:
+            # An empty field names no request: "(request id )" said nothing.
             found = self.headers.get("request-id") or self.headers.get("x-request-id")
-            request_id = None if found is None else self.redact(found)
+            request_id = self.redact(found) if found else None
         self.request_id = request_id if status is not None else self.request_id
         self.history.append(
             Attempt(

@@ -191,3 +191,16 @@ def test_a_recorded_requests_repr_hides_the_key_it_carried() -> None:
     assert "'proxy-authorization': 'Basic [redacted]'" in repr(
         RecordedRequest("GET", "/", Headers([("Proxy-Authorization", "Basic dTpw")]), b"")
     )
+
+
+@pytest.mark.parametrize("name", ["request-id", "x-request-id"])
+def test_an_empty_request_id_names_no_request(name: str) -> None:
+    with FakeService() as svc, qa.Client(base_url=svc.url, retry=qa.RetryPolicy.none) as client:
+        svc.script(reply(500, {"detail": "boom"}, headers=[(name, "")]))
+        diag = qa.Diagnostics()
+        with pytest.raises(qa.ServerError) as caught:
+            client.list_models(diagnostics=diag)
+    assert diag.request_id is None
+    assert diag.history[0].request_id is None
+    assert "request id" not in str(caught.value)
+    assert "boom" in str(caught.value)
