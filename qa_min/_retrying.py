@@ -128,7 +128,10 @@ class Sender:
         ``held`` seconds of it are the rate limiter's, the rest the backoff or the server's delay.
         """
         if call.deadline is not None:
-            held = min(held, max(0.0, call.deadline - time.monotonic()))
+            # ``call.wait`` cuts the sleep to the deadline: the record must say the same.
+            left = max(0.0, call.deadline - time.monotonic())
+            held = min(held, left)
+            seconds = min(seconds, left)
         inner, limiter = self._sleep, self.limiter
         woken: list[threading.Event] = []  # the wait's event, once it sleeps
 

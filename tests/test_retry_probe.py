@@ -1,0 +1,87 @@
+"""The retry loop of ``Client`` and ``AsyncClient`` held to one outcome for one script.
+
+Each test runs the same ``MockTransport`` script through both clients, the backoff recorded by
+the ``sleep=`` seam (which returns at once) and ``random=`` fixed, and compares what the call
+raised, its ``Diagnostics`` and the waits asked for with the documented figures.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+import pytest
+
+import qa_min as qa
+from qa_min.testing import MockTransport, RecordedRequest, Step, reply
+
+KINDS = ["sync", "async"]
+
+
+class Review(qa.Questions):
+    toxic = qa.YesNo("The text insults someone", "The text insults no one")
+
+
+@dataclass
+class Outcome:
+    error: Optional[BaseException]
+    diagnostics: qa.Diagnostics
+    sleeps: list[float] = field(default_factory=list)
+
+
+def scripted(kind: str, steps: Sequence[Step], **call_options: Any) -> Outcome:
+    """One ``ask`` through the ``kind`` client, answered by ``steps`` and then by the fake's answer."""
+    left = list(steps)
+
+    def handler(request: RecordedRequest) -> Optional[Step]:
+        return left.pop(0) if left else None
+
+    sleeps: list[float] = []
+    diagnostics = qa.Diagnostics()
+    options: dict[str, Any] = {"base_url": "http://qa.test", "transport": MockTransport(handler)}
+    options["random"] = lambda: 0.0
+    if kind == "sync":
+
+        def record(seconds: float, wake: threading.Event) -> None:
+            sleeps.append(seconds)
+
+        with qa.Client(sleep=record, **options) as client:
+            try:
+                client.ask("some text", Review, diagnostics=diagnostics, **call_options)
+            except qa.QAError as exc:
+                return Outcome(exc, diagnostics, sleeps)
+        return Outcome(None, diagnostics, sleeps)
+
+    async def arecord(seconds: float) -> None:
+        sleeps.append(seconds)
+
+    async def main() -> Optional[BaseException]:
+        async with qa.AsyncClient(sleep=arecord, **options) as client:
+            try:
+                await client.ask("some text", Review, diagnostics=diagnostics, **call_options)
+            except qa.QAError as exc:
+                return exc
+        return None
+
+    return Outcome(asyncio.run(main()), diagnostics, sleeps)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("headers", [[("Retry-After", "30")], []], ids=["server-delay-30s", "backoff-20s"])
+def test_a_wait_cut_by_the_deadline_is_recorded_as_the_wait_slept(
+    kind: str, headers: list[tuple[str, str]]
+) -> None:
+    # The deadline is 5 s away: the wait before the retry is cut to what is left of it, and
+    # the retry's record says so (the seam returns at once, so the retry is still made).
+    policy = qa.RetryPolicy(max_retries=1, backoff_initial_ms=20_000, backoff_max_ms=20_000, backoff_jitter=0)
+    outcome = scripted(kind, [reply(503, headers=headers)] * 2, retry=policy, timeout=5.0)
+    assert isinstance(outcome.error, qa.ServerError)
+    assert outcome.diagnostics.attempts == 2
+    assert len(outcome.sleeps) == 1
+    assert 0.0 < outcome.sleeps[0] <= 5.0
+    delays = [attempt.delay for attempt in outcome.diagnostics.history]
+    assert delays[0] < 0.001
+    assert delays[1] == pytest.approx(outcome.sleeps[0]), "history records a wait the deadline cut"
