@@ -322,8 +322,8 @@ class CallState:
         diag.attempts = self.attempts
         diag.transport_error = self.transport_error
         diag.request_id = self.request_id
-        if self.headers is not None:
-            diag.headers = self.headers.redacted(self.redact)
+        # Set either way: a Diagnostics passed to an earlier call still holds that call's.
+        diag.headers = None if self.headers is None else self.headers.redacted(self.redact)
         diag.elapsed = time.monotonic() - self.started
         diag.history = tuple(self.history)
         diag.rate_limit_wait = self.rate_limit_total

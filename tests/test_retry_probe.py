@@ -16,7 +16,7 @@ from typing import Any, Optional
 import pytest
 
 import qa_min as qa
-from qa_min.testing import MockTransport, RecordedRequest, Step, reply
+from qa_min.testing import MockTransport, RecordedRequest, Step, drop, reply
 
 KINDS = ["sync", "async"]
 
@@ -32,15 +32,18 @@ class Outcome:
     sleeps: list[float] = field(default_factory=list)
 
 
-def scripted(kind: str, steps: Sequence[Step], **call_options: Any) -> Outcome:
-    """One ``ask`` through the ``kind`` client, answered by ``steps`` and then by the fake's answer."""
+def scripted(
+    kind: str, steps: Sequence[Step], diagnostics: Optional[qa.Diagnostics] = None, **call_options: Any
+) -> Outcome:
+    """One ``ask`` through the ``kind`` client, answered by ``steps`` and then by the fake's answer;
+    ``diagnostics`` filled (a new one when None)."""
     left = list(steps)
 
     def handler(request: RecordedRequest) -> Optional[Step]:
         return left.pop(0) if left else None
 
     sleeps: list[float] = []
-    diagnostics = qa.Diagnostics()
+    diagnostics = qa.Diagnostics() if diagnostics is None else diagnostics
     options: dict[str, Any] = {"base_url": "http://qa.test", "transport": MockTransport(handler)}
     options["random"] = lambda: 0.0
     if kind == "sync":
@@ -85,3 +88,19 @@ def test_a_wait_cut_by_the_deadline_is_recorded_as_the_wait_slept(
     delays = [attempt.delay for attempt in outcome.diagnostics.history]
     assert delays[0] < 0.001
     assert delays[1] == pytest.approx(outcome.sleeps[0]), "history records a wait the deadline cut"
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_diagnostics_filled_again_shows_no_headers_when_no_response_came(kind: str) -> None:
+    # One Diagnostics passed to two calls: the second got no response, so nothing of the first
+    # call's response may remain (its headers would lend the failure the first's request id).
+    diagnostics = qa.Diagnostics()
+    scripted(kind, [reply(503, headers=[("x-request-id", "req_1")])], diagnostics, retry=qa.RetryPolicy.none)
+    assert diagnostics.request_id == "req_1"
+    assert diagnostics.headers is not None
+    second = scripted(kind, [drop()], diagnostics, retry=qa.RetryPolicy.none)
+    assert isinstance(second.error, qa.ConnectionFailed)
+    assert diagnostics.attempts == 1
+    assert diagnostics.status is None
+    assert diagnostics.request_id is None
+    assert diagnostics.headers is None, "a response of an earlier call is shown as this call's"
