@@ -140,16 +140,15 @@ class AioSender:
         """One wait before an attempt, as ``Sender._nap``: ``held`` seconds of it the limiter's;
         cut short by the deadline, ended early by what ``woken``'s waiter is held for; the call's
         scope interrupts it (its timeout, its token, ``aclose()``)."""
+        cut = seconds  # what it sleeps: the deadline cuts its end, the limiter's part first
         if call.deadline is not None:
-            left = max(0.0, call.deadline - time.monotonic())
-            held = min(held, left)
-            seconds = min(seconds, left)
+            cut = min(seconds, max(0.0, call.deadline - time.monotonic()))
         started, early = time.monotonic(), True
         try:
             if woken is not None and self._sleep is asyncio.sleep:
-                early = await _until_woken(woken[0], woken[1], seconds)
+                early = await _until_woken(woken[0], woken[1], cut)
             else:
-                await self._sleep(seconds)
+                await self._sleep(cut)
                 early = False
                 if self._sleep is not asyncio.sleep:
                     # A seam that returns at once stands for time passing, in which the other
@@ -160,7 +159,7 @@ class AioSender:
             raise scope.absorb(exc) from None
         finally:
             # A wait cut short (cancelled, or woken by the limiter) counts what it took.
-            taken = time.monotonic() - started if early else seconds
+            taken = time.monotonic() - started if early else cut
             call.waited(seconds, held, taken)
         call.check()
 

@@ -127,24 +127,22 @@ class Sender:
 
         ``held`` seconds of it are the rate limiter's, the rest the backoff or the server's delay.
         """
-        if call.deadline is not None:
-            # ``call.wait`` cuts the sleep to the deadline: the record must say the same.
-            left = max(0.0, call.deadline - time.monotonic())
-            held = min(held, left)
-            seconds = min(seconds, left)
         inner, limiter = self._sleep, self.limiter
+        asked: list[float] = []  # what the wait slept for, once it sleeps: cut to the deadline
         woken: list[threading.Event] = []  # the wait's event, once it sleeps
 
-        def sleep(seconds: float, wake: threading.Event) -> object:
+        def sleep(cut: float, wake: threading.Event) -> object:
+            asked.append(cut)
             woken.append(wake)
             if waiter is not None and limiter is not None:
                 limiter.arm(waiter, wake.set)  # the limiter wakes it: no polling
-            return inner(seconds, wake)
+            return inner(cut, wake)
 
         started = time.monotonic()
         try:
             call.wait(seconds, sleep)
         finally:
-            # A wait cut short (cancelled, closed, or woken by the limiter) counts what it took.
-            taken = seconds if woken and not woken[0].is_set() else time.monotonic() - started
+            # A wait cut short (by the deadline, cancelled, closed, or woken by the limiter)
+            # counts what it took: the deadline cuts its end, the limiter's part first.
+            taken = asked[0] if woken and not woken[0].is_set() else time.monotonic() - started
             call.waited(seconds, held, taken)

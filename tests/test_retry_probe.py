@@ -33,10 +33,14 @@ class Outcome:
 
 
 def scripted(
-    kind: str, steps: Sequence[Step], diagnostics: Optional[qa.Diagnostics] = None, **call_options: Any
+    kind: str,
+    steps: Sequence[Step],
+    diagnostics: Optional[qa.Diagnostics] = None,
+    client_options: Optional[dict[str, Any]] = None,
+    **call_options: Any,
 ) -> Outcome:
     """One ``ask`` through the ``kind`` client, answered by ``steps`` and then by the fake's answer;
-    ``diagnostics`` filled (a new one when None)."""
+    ``diagnostics`` filled (a new one when None); ``client_options`` add to the client's options."""
     left = list(steps)
 
     def handler(request: RecordedRequest) -> Optional[Step]:
@@ -46,6 +50,7 @@ def scripted(
     diagnostics = qa.Diagnostics() if diagnostics is None else diagnostics
     options: dict[str, Any] = {"base_url": "http://qa.test", "transport": MockTransport(handler)}
     options["random"] = lambda: 0.0
+    options.update(client_options or {})
     if kind == "sync":
 
         def record(seconds: float, wake: threading.Event) -> None:
@@ -104,3 +109,22 @@ def test_a_diagnostics_filled_again_shows_no_headers_when_no_response_came(kind:
     assert diagnostics.status is None
     assert diagnostics.request_id is None
     assert diagnostics.headers is None, "a response of an earlier call is shown as this call's"
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_deadline_cuts_the_rate_limiters_part_of_a_wait_not_the_backoff(kind: str) -> None:
+    # At one attempt a second, the retry's slot is 1 s after the first attempt: 0.2 s of
+    # backoff, then 0.8 s the limiter's. The deadline, 0.7 s away, cuts the end of that wait,
+    # which is the limiter's: 0.2 s of delay and about 0.5 s of rate_limit_wait were slept.
+    policy = qa.RetryPolicy(max_retries=1, backoff_initial_ms=200, backoff_jitter=0)
+    outcome = scripted(
+        kind, [reply(503)], retry=policy, timeout=0.7, client_options={"rate_limit": qa.RateLimit(1, burst=1)}
+    )
+    assert outcome.error is None
+    retry = outcome.diagnostics.history[1]
+    assert len(outcome.sleeps) == 1
+    assert outcome.sleeps[0] <= 0.7
+    assert retry.delay == pytest.approx(0.2), "the backoff counted as the limiter's wait"
+    assert 0.0 < retry.rate_limit_wait <= 0.5
+    assert retry.delay + retry.rate_limit_wait == pytest.approx(outcome.sleeps[0])
+    assert outcome.diagnostics.rate_limit_wait == pytest.approx(retry.rate_limit_wait)
