@@ -62,7 +62,8 @@ def resolve(
         raise MissingApiKey(
             "no API key: pass api_key= or set SERVICE_API_KEY (required for the public service)"
         )
-    proxy_url, via = (proxy, None) if proxy is not None else env_proxy(origin, env)
+    # A str subclass is read as its text: its own __eq__, encode()... are never called.
+    proxy_url, via = (plain(proxy), None) if proxy is not None else env_proxy(origin, env)
     # proxy="" is no proxy, whatever the environment says: as in requests, httpx and curl.
     # (A str compared only: an object's own __eq__ may raise, and parse_proxy names its type.)
     empty = isinstance(proxy_url, str) and proxy_url == ""
@@ -110,7 +111,7 @@ def _check_key(key: str, what: str) -> str:
 
 def resolve_base_url(base_url: Optional[str], env: Mapping[str, str]) -> Origin:
     if base_url is not None:
-        return Origin(base_url)
+        return Origin(plain(base_url))  # a str subclass's own encode() or lstrip() is never called
     url = from_env("SERVICE_BASE_URL", env)
     # A bad value is reported under the variable's name: the caller passed no base_url.
     return Origin(PUBLIC_BASE_URL) if url is None else Origin(url, via="SERVICE_BASE_URL")

@@ -859,6 +859,20 @@ def test_max_workers_of_an_int_subclass_is_read_as_its_value(dunder: str) -> Non
 
 
 @pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("dunder", ["encode", "lstrip", "__contains__", "__iter__", "__eq__", "__hash__"])
+def test_base_url_and_proxy_of_str_subclasses_are_read_as_their_text(kind: str, dunder: str) -> None:
+    # configuration.md: a str subclass given for an option is read through str; none of its own
+    # methods is called. The URL parser called encode(), lstrip(), __contains__, __iter__ and
+    # __hash__ of base_url and proxy, and proxy="" was compared through its own __eq__.
+    text = hostile(str, dunder)
+    transport = MockTransport()
+    options = mock_options(kind, transport=transport, base_url=text(URL + "/prefix"), proxy=text(""))
+    assert run(kind, options, ask).answers.toxic in (True, False)
+    assert transport.requests[0].path == "/prefix/v1/core"
+    run(kind, mock_options(kind, proxy=text("http://proxy.test:3128")), lambda client: None)  # parsed
+
+
+@pytest.mark.parametrize("kind", KINDS)
 def test_retry_policy_and_rate_limit_of_number_subclasses_are_read_as_their_values(kind: str) -> None:
     # RetryPolicy's range check called __le__/__ge__, RateLimit's __abs__ and __lt__.
     policy = qa.RetryPolicy(
