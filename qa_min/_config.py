@@ -263,6 +263,7 @@ def parse_proxy(url: str, via: Optional[str] = None) -> Origin:
 
 NAME = __name__.rpartition(".")[0]  # "qa_min", or the vendored package's own name
 _LOGGER: Optional[logging.Logger] = None
+_SWITCHED = False  # SERVICE_LOG's stderr handler is on the logger
 
 
 def get_logger() -> Optional[logging.Logger]:
@@ -273,17 +274,30 @@ def get_logger() -> Optional[logging.Logger]:
     """
     global _LOGGER
     if _LOGGER is None:
-        level = (os.environ.get("SERVICE_LOG") or "").strip().lower()
-        if "logging" not in sys.modules and not level:
+        if "logging" not in sys.modules:
             return None
         import logging
 
         logger = logging.getLogger(NAME)
         logger.addHandler(logging.NullHandler())
-        if level in ("debug", "info"):
-            handler = logging.StreamHandler(sys.stderr)
-            handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
-            logger.addHandler(handler)
-            logger.setLevel(logging.DEBUG if level == "debug" else logging.INFO)
         _LOGGER = logger
     return _LOGGER
+
+
+def read_service_log() -> None:
+    """Read ``SERVICE_LOG`` as a client is made: ``debug`` or ``info`` (any case) puts a stderr
+    handler on the logger, once a process, at that level; any other value is ignored."""
+    global _SWITCHED
+    level = (os.environ.get("SERVICE_LOG") or "").strip().lower()
+    if level not in ("debug", "info"):
+        return
+    import logging
+
+    logger = get_logger()
+    assert logger is not None  # logging is imported now
+    if not _SWITCHED:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
+        logger.addHandler(handler)
+        _SWITCHED = True
+    logger.setLevel(logging.DEBUG if level == "debug" else logging.INFO)

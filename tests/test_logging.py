@@ -20,6 +20,7 @@ import pytest
 from support import no_sleep
 
 import qa_min as qa
+from qa_min import testing
 from qa_min.testing import FakeService, drop, reply
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -239,7 +240,8 @@ def test_an_unknown_service_log_is_ignored_as_the_official_sdks_ignore_it(
     stdout, stderr = run_child(
         keyed_svc,
         service_log=value,
-        epilogue="import logging; print([type(h).__name__ for h in logging.getLogger('qa_min').handlers])",
+        prelude="import logging",
+        epilogue="print([type(h).__name__ for h in logging.getLogger('qa_min').handlers])",
     )
     assert stderr == ""
     assert stdout.strip() == "['NullHandler']"
@@ -260,3 +262,50 @@ def test_service_log_info_prints_only_retries_on_stderr(keyed_svc: FakeService) 
 def test_empty_service_log_is_ignored(keyed_svc: FakeService, value: str) -> None:
     _, stderr = run_child(keyed_svc, service_log=value)
     assert stderr == ""
+
+
+SWITCHED = """
+import os, sys
+sys.path.insert(0, {root!r})
+import logging  # as in a notebook: the application imports logging and configures nothing
+import qa_min as qa
+
+class Review(qa.Questions):
+    toxic = qa.YesNo("The text insults someone", "The text insults no one")
+
+def client():
+    return qa.Client(base_url={url!r}, api_key={key!r}, sleep=lambda seconds, wake: None)
+
+with client() as quiet:
+    quiet.list_models()
+os.environ["SERVICE_LOG"] = {late!r}
+with client() as switched:
+    os.environ.pop("SERVICE_LOG", None)
+    switched.ask({state!r}, Review)
+"""
+
+
+@pytest.mark.parametrize(("late", "lines"), [("debug", 3), ("verbose", 0)])
+def test_service_log_is_read_when_each_client_is_made(keyed_svc: FakeService, late: str, lines: int) -> None:
+    # configuration.md: SERVICE_LOG is "read when a Client is made". It was read at the first
+    # record the process logged: a client made with SERVICE_LOG=debug after another client had
+    # logged (in silence) printed nothing, and one whose variable was gone by its call neither.
+    keyed_svc.script(testing.delay(0), reply(503, {"detail": DETAIL}))
+    env = {k: v for k, v in os.environ.items() if k not in ("SERVICE_LOG", "PYTHONPATH")}
+    code = SWITCHED.format(root=str(ROOT), url=keyed_svc.url, key=KEY, state=STATE, late=late)
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert len(keyed_svc.requests) == 3
+    logged = done.stderr.splitlines()
+    assert len(logged) == lines, done.stderr
+    assert [line.split()[3] for line in logged] == ["DEBUG", "INFO", "DEBUG"][:lines], done.stderr
+
+
+def test_an_unknown_service_log_does_not_import_logging(keyed_svc: FakeService) -> None:
+    # configuration.md: "logging itself is imported only once something could listen"; an
+    # unknown SERVICE_LOG adds no handler, yet it imported logging.
+    stdout, stderr = run_child(keyed_svc, service_log="verbose", epilogue="print('logging' in sys.modules)")
+    assert stderr == ""
+    assert stdout.strip() == "False"
