@@ -231,7 +231,10 @@ def env_proxy(origin: Origin, env: Mapping[str, str]) -> tuple[Optional[str], Op
         return None, None  # keeps the heavy urllib.request import off the common path
     import urllib.request
 
-    proxies = urllib.request.getproxies_environment()
+    # A blank value is ignored, as every variable's is: urllib would take it as the proxy's URL.
+    proxies = {
+        name: value for name, value in urllib.request.getproxies_environment().items() if value.strip()
+    }
     scheme = origin.scheme if proxies.get(origin.scheme) else "all"
     proxy = proxies.get(scheme)
     if not proxy:

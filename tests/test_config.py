@@ -857,6 +857,20 @@ def test_no_proxy_entry_naming_the_default_port_matches(
     assert str(error).startswith("https://127.0.0.1: "), str(error)
 
 
+@pytest.mark.parametrize("blank", [" ", "\t", "  \n  "], ids=["space", "tab", "mixed"])
+@pytest.mark.parametrize("variable", ["HTTP_PROXY", "ALL_PROXY", "http_proxy"])
+def test_blank_proxy_variables_are_ignored(
+    monkeypatch: pytest.MonkeyPatch, variable: str, blank: str
+) -> None:
+    # configuration.md: "empty or whitespace-only environment values are ignored". An empty
+    # proxy variable was, but one of blanks was taken as the proxy's URL and refused:
+    # InvalidOption "proxy from HTTP_PROXY must be an http(s) URL without spaces".
+    monkeypatch.setenv(variable, blank)
+    with FakeService() as service, qa.Client(base_url=service.url, retry=qa.RetryPolicy.none) as client:
+        client.list_models()
+        assert [r.path for r in service.requests] == ["/v1/models"]
+
+
 # -- a bad value from the environment is reported under its variable's name ------------------
 
 
