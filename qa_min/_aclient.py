@@ -140,7 +140,8 @@ class AsyncClient:
         return self._core.rate_limit
 
     def __repr__(self) -> str:
-        return f"AsyncClient(base_url={self.base_url!r}, model={self.model!r})"
+        # As messages show it: a key put in the base URL's path is hidden there too.
+        return f"AsyncClient(base_url={self._core._sender.messages.base_url!r}, model={self.model!r})"
 
     # -- operations -------------------------------------------------------------------------
 

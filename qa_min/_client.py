@@ -209,7 +209,8 @@ class Client:
         return RateLimitState(sender.rate_limit, *sender.limiter.snapshot())
 
     def __repr__(self) -> str:
-        return f"Client(base_url={self.base_url!r}, model={self._model!r})"
+        # As messages show it: a key put in the base URL's path is hidden there too.
+        return f"Client(base_url={self._sender.messages.base_url!r}, model={self._model!r})"
 
     # -- operations -------------------------------------------------------------------------
 
