@@ -21,9 +21,10 @@ from ._aio import AioPool
 from ._ascope import WrongLoop
 from ._asender import AioSender
 from ._atransport import AioMock, AioTransport
+from ._call import unsent
 from ._client import Client
 from ._constants import MAX_RESPONSE_BYTES
-from ._errors import ClientClosed, InvalidOption
+from ._errors import ClientClosed, InvalidOption, QAError
 from ._responses import AskResponse, CoreResponse
 from ._typing import UNSET, Unset, readonly, short
 
@@ -157,10 +158,14 @@ class AsyncClient:
         timeout: Timeout = UNSET,
     ) -> AskResponse[Q]:
         """As ``Client.ask``; cancelling the awaiting task raises ``CancelledError``."""
-        loop = self._bind()
         core = self._core
-        spec, body = core._ask_body(state, questions, model)
-        call = core._call(cancel, timeout, diagnostics)
+        try:
+            loop = self._bind()
+            spec, body = core._ask_body(state, questions, model)
+            call = core._call(cancel, timeout, diagnostics)
+        except QAError as exc:
+            unsent(exc, diagnostics)
+            raise
         data = await self._sender.send(loop, core._endpoints.core.with_body(body), core._policy(retry), call)
         answers, usage = core._decode(data, spec, call)
         return AskResponse(questions._qa_from(answers), usage, call.fill())
@@ -176,10 +181,14 @@ class AsyncClient:
         timeout: Timeout = UNSET,
     ) -> CoreResponse:
         """As ``Client.core``."""
-        loop = self._bind()
         core = self._core
-        body = core._core_body(request, model)
-        call = core._call(cancel, timeout, diagnostics)
+        try:
+            loop = self._bind()
+            body = core._core_body(request, model)
+            call = core._call(cancel, timeout, diagnostics)
+        except QAError as exc:
+            unsent(exc, diagnostics)
+            raise
         data = await self._sender.send(loop, core._endpoints.core.with_body(body), core._policy(retry), call)
         answers, usage = core._decode(data, request._spec, call)
         return CoreResponse(readonly(answers), usage, call.fill())
@@ -193,9 +202,13 @@ class AsyncClient:
         timeout: Timeout = UNSET,
     ) -> ModelList:
         """As ``Client.list_models``."""
-        loop = self._bind()
         core = self._core
-        call = core._call(cancel, timeout, diagnostics)
+        try:
+            loop = self._bind()
+            call = core._call(cancel, timeout, diagnostics)
+        except QAError as exc:
+            unsent(exc, diagnostics)
+            raise
         data = await self._sender.send(loop, core._endpoints.models, core._policy(retry), call)
         return core._models(data, call)
 

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from typing import Callable, Optional
 
     from ._diagnostics import ResponseHeaders
+    from ._errors import QAError
 
 
 class CancelToken:
@@ -328,3 +329,12 @@ class CallState:
         diag.history = tuple(self.history)
         diag.rate_limit_wait = self.rate_limit_total
         return diag
+
+
+def unsent(exc: QAError, diagnostics: object) -> None:
+    """``exc`` ends a call before its first attempt (its request refused before sending, the
+    client closed, the call cancelled before it started): the ``Diagnostics`` passed, if one
+    was, is filled as any call fills it (no attempt, no response) and is the one ``exc`` carries."""
+    if isinstance(diagnostics, Diagnostics):
+        # Left as it was, one passed again would show an earlier call's status and request id.
+        exc.diagnostics = CallState(None, None, diagnostics).fill()

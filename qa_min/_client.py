@@ -16,15 +16,9 @@ import _thread
 import os
 
 from ._backoff import DEFAULTS, RetryPolicy
-from ._call import CallState, CancelToken, RetryBudget
+from ._call import CallState, CancelToken, RetryBudget, unsent
 from ._constants import MAX_RESPONSE_BYTES
-from ._errors import (
-    ConfigurationError,
-    Diagnostics,
-    InvalidOption,
-    InvalidQuestion,
-    InvalidResponse,
-)
+from ._errors import ConfigurationError, Diagnostics, InvalidOption, InvalidQuestion, InvalidResponse, QAError
 from ._lifecycle import Lifecycle
 from ._options import COUNTS, check_options, check_rate_limit, check_retry, count, number
 from ._questions import Questions, _Mismatch, _Spec, check_model
@@ -237,8 +231,12 @@ class Client:
             InvalidResponse: The response or an answer does not fit the questions.
             Canceled: ``cancel`` was cancelled, ``timeout`` expired, or the client closed.
         """
-        spec, body = self._ask_body(state, questions, model)
-        call = self._call(cancel, timeout, diagnostics)
+        try:
+            spec, body = self._ask_body(state, questions, model)
+            call = self._call(cancel, timeout, diagnostics)
+        except QAError as exc:
+            unsent(exc, diagnostics)
+            raise
         data = self._sender.send(self._endpoints.core.with_body(body), self._policy(retry), call)
         answers, usage = self._decode(data, spec, call)
         return AskResponse(questions._qa_from(answers), usage, call.fill())
@@ -263,8 +261,12 @@ class Client:
         Raises:
             The same errors as ``ask``.
         """
-        body = self._core_body(request, model)
-        call = self._call(cancel, timeout, diagnostics)
+        try:
+            body = self._core_body(request, model)
+            call = self._call(cancel, timeout, diagnostics)
+        except QAError as exc:
+            unsent(exc, diagnostics)
+            raise
         data = self._sender.send(self._endpoints.core.with_body(body), self._policy(retry), call)
         answers, usage = self._decode(data, request._spec, call)
         return CoreResponse(readonly(answers), usage, call.fill())
@@ -282,7 +284,11 @@ class Client:
         Raises:
             The same errors as ``ask``, validation excepted.
         """
-        call = self._call(cancel, timeout, diagnostics)
+        try:
+            call = self._call(cancel, timeout, diagnostics)
+        except QAError as exc:
+            unsent(exc, diagnostics)
+            raise
         data = self._sender.send(self._endpoints.models, self._policy(retry), call)
         return self._models(data, call)
 

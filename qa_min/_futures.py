@@ -13,7 +13,7 @@ import _thread
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 
-from ._call import CancelToken
+from ._call import CancelToken, unsent
 from ._errors import Canceled, InvalidOption
 from ._typing import short
 
@@ -35,10 +35,13 @@ class Call(Future[R]):
     ``asyncio.wrap_future(call)`` makes it awaitable, and cancelling the awaiting task cancels it.
     """
 
-    def __init__(self, token: CancelToken, outer: Optional[CancelToken] = None) -> None:
+    def __init__(
+        self, token: CancelToken, outer: Optional[CancelToken] = None, diagnostics: object = None
+    ) -> None:
         super().__init__()
         self._token = token
         self._outer = outer  # the caller's cancel= token, which cancels this call too
+        self._diagnostics = diagnostics  # the caller's diagnostics=, filled if it never starts
         self._claimed = False
         self._claim = _thread.allocate_lock()
         self._why = "the call was cancelled"  # what a cancelled call that answered anyway says
@@ -62,7 +65,9 @@ class Call(Future[R]):
         self._token.cancel()
         if never_started:
             self.set_running_or_notify_cancel()
-            self.set_exception(Canceled(unstarted))
+            canceled = Canceled(unstarted)
+            unsent(canceled, self._diagnostics)
+            self.set_exception(canceled)
         return True
 
     def _run(self, fn: Callable[..., R], args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> None:
@@ -102,7 +107,7 @@ class Executor:
         if outer is not None and not isinstance(outer, CancelToken):
             raise InvalidOption(f"cancel must be a CancelToken, got {short(outer)}")
         token = CancelToken()
-        call: Call[R] = Call(token, outer)
+        call: Call[R] = Call(token, outer, kwargs.get("diagnostics"))
         with self._lock:
             self._calls.add(call)
         call.add_done_callback(self._finished)
