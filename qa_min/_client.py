@@ -164,7 +164,7 @@ class Client:
         else:
             # Typed as the socket transport, whose interface (TransportLike) the mock shares.
             self._transport = cast("Transport", _check_transport(transport)._bind(origin, max_body))
-        limit, checked_hooks = check_rate_limit(rate_limit), check_hooks(hooks)
+        limit, checked_hooks = check_rate_limit(rate_limit), check_hooks(hooks, self._key)
         secrets = (self._key, *(() if proxy_origin is None else proxy_origin.secrets()))
         self._sender = Sender(
             self._transport, budget, sleep or _wait, random or _uniform, secrets, checked_hooks, limit

@@ -10,7 +10,7 @@ the URL and the body (``event.request_body()``), never its fields.
 from __future__ import annotations
 
 from ._errors import InvalidOption
-from ._typing import short
+from ._typing import plain, read, short
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -111,19 +111,28 @@ class HookEvent:
         return f"HookEvent({self.stage} #{self.attempt} {self.method} {self.url}{outcome})"
 
 
-def check_hooks(hooks: object) -> Optional[dict[str, tuple[Hook, ...]]]:
-    """The hooks as {stage: functions}, or None when there are none; ``InvalidOption`` if malformed."""
+def check_hooks(hooks: object, key: Optional[str] = None) -> Optional[dict[str, tuple[Hook, ...]]]:
+    """The hooks as {stage: functions}, or None when there are none; ``InvalidOption`` if malformed.
+
+    Read once, as configuration.md reads every option: what the caller's mapping or list raises
+    as it is read becomes ``InvalidOption`` (``key`` cut out of it), and a stage given as a str
+    subclass is its text, none of its own methods called."""
     if hooks is None:
         return None
     if not hasattr(hooks, "items"):
         raise InvalidOption(f"hooks must be a mapping of stage to a list of functions, got {short(hooks)}")
+    from ._redact import redact  # here, not at import: HookEvent loads with the package
+
+    hide = None if key is None else lambda text: redact(text, key)
+    pairs = read(lambda given: dict(given.items()), hooks, "hooks", "reading its items", InvalidOption, hide)
     checked: dict[str, tuple[Hook, ...]] = {}
-    for stage, given in dict(hooks.items()).items():
-        if stage not in STAGES:
+    for named, given in pairs.items():
+        stage = plain(named)
+        if not isinstance(stage, str) or stage not in STAGES:
             raise InvalidOption(f"hooks: unknown stage {short(stage)}; the stages are {', '.join(STAGES)}")
         if callable(given) or not hasattr(given, "__iter__"):
             raise InvalidOption(f"hooks[{stage!r}] must be a list of functions, got {short(given)}")
-        functions = tuple(given)
+        functions = read(tuple, given, f"hooks[{stage!r}]", "iterating it", InvalidOption, hide)
         for fn in functions:
             if not callable(fn):
                 raise InvalidOption(f"hooks[{stage!r}] holds something that is not a function: {short(fn)}")

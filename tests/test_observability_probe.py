@@ -149,3 +149,73 @@ def test_a_submitted_call_cancelled_before_it_started_fills_the_diagnostics_pass
         svc.release()
         busy.result(timeout=BOUND)
     assert_unsent(caught.value, diag)
+
+
+# -- hooks= read as configuration.md reads every option ---------------------------------------
+
+
+class _ItemsRaise(dict):  # type: ignore[type-arg]
+    def items(self) -> Any:
+        raise ValueError(f"no items for {KEY}")
+
+
+class _IterRaises:
+    def __iter__(self) -> Any:
+        raise ValueError(f"cannot iterate {KEY}")
+
+
+class _Stage(str):
+    """A stage name whose own methods lie or raise: it must be read as its text."""
+
+    __slots__ = ()
+
+    def __eq__(self, other: object) -> bool:
+        raise RuntimeError("__eq__ called")
+
+    def __hash__(self) -> int:
+        return 7
+
+
+def made(kind: str, hooks: object, url: str = "http://127.0.0.1:1") -> None:
+    options: dict[str, Any] = {"base_url": url, "api_key": KEY, "trust_env": False, "hooks": hooks}
+    if kind == "sync":
+        qa.Client(**options).close()
+    else:
+        qa.AsyncClient(**options)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize(
+    ("hooks", "expected"),
+    [
+        (_ItemsRaise(), "hooks could not be read: reading its items raised ValueError"),
+        ({"before_attempt": _IterRaises()}, "hooks['before_attempt'] could not be read: iterating it raised"),
+    ],
+    ids=["items raise", "list raises"],
+)
+def test_hooks_that_raise_as_they_are_read_are_invalid_option_without_the_key(
+    kind: str, hooks: object, expected: str
+) -> None:
+    with pytest.raises(qa.InvalidOption) as caught:
+        made(kind, hooks)
+    assert str(caught.value).startswith(expected), caught.value
+    assert KEY[3:11] not in str(caught.value)
+    assert isinstance(caught.value.__cause__, ValueError)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_stage_named_by_a_str_subclass_is_read_as_its_text(svc: FakeService, kind: str) -> None:
+    seen: list[str] = []
+    hooks = {_Stage("before_attempt"): [lambda event: seen.append(event.stage)]}
+    options: dict[str, Any] = {"base_url": svc.url, "trust_env": False, "hooks": hooks}
+    if kind == "sync":
+        with qa.Client(**options) as client:
+            client.list_models()
+    else:
+
+        async def run() -> None:
+            async with qa.AsyncClient(**options) as client:
+                await client.list_models()
+
+        asyncio.run(run())
+    assert seen == ["before_attempt"]
