@@ -119,22 +119,29 @@ def check_hooks(hooks: object, key: Optional[str] = None) -> Optional[dict[str, 
     subclass is its text, none of its own methods called."""
     if hooks is None:
         return None
-    if not hasattr(hooks, "items"):
-        raise InvalidOption(f"hooks must be a mapping of stage to a list of functions, got {short(hooks)}")
     from ._redact import redact  # here, not at import: HookEvent loads with the package
 
+    # Every message too: a hook may hold the key (a partial bound to it) and show it in its repr.
     hide = None if key is None else lambda text: redact(text, key)
+    if not hasattr(hooks, "items"):
+        raise InvalidOption(
+            f"hooks must be a mapping of stage to a list of functions, got {short(hooks, hide)}"
+        )
     pairs = read(lambda given: dict(given.items()), hooks, "hooks", "reading its items", InvalidOption, hide)
     checked: dict[str, tuple[Hook, ...]] = {}
     for named, given in pairs.items():
         stage = plain(named)
         if not isinstance(stage, str) or stage not in STAGES:
-            raise InvalidOption(f"hooks: unknown stage {short(stage)}; the stages are {', '.join(STAGES)}")
+            raise InvalidOption(
+                f"hooks: unknown stage {short(stage, hide)}; the stages are {', '.join(STAGES)}"
+            )
         if callable(given) or not hasattr(given, "__iter__"):
-            raise InvalidOption(f"hooks[{stage!r}] must be a list of functions, got {short(given)}")
+            raise InvalidOption(f"hooks[{stage!r}] must be a list of functions, got {short(given, hide)}")
         functions = read(tuple, given, f"hooks[{stage!r}]", "iterating it", InvalidOption, hide)
         for fn in functions:
             if not callable(fn):
-                raise InvalidOption(f"hooks[{stage!r}] holds something that is not a function: {short(fn)}")
+                raise InvalidOption(
+                    f"hooks[{stage!r}] holds something that is not a function: {short(fn, hide)}"
+                )
         checked[stage] = functions
     return checked if any(checked.values()) else None

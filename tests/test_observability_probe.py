@@ -219,3 +219,32 @@ def test_a_stage_named_by_a_str_subclass_is_read_as_its_text(svc: FakeService, k
 
         asyncio.run(run())
     assert seen == ["before_attempt"]
+
+
+class _KeyedHook:
+    """A hook that holds the key (as a partial bound to it would), and shows it in its repr."""
+
+    def __call__(self, event: qa.HookEvent) -> None:
+        pass
+
+    def __repr__(self) -> str:
+        return f"KeyedHook({KEY})"
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize(
+    ("hooks", "expected"),
+    [
+        (_KeyedHook(), "hooks must be a mapping"),
+        ({"before_attempt": _KeyedHook()}, "hooks['before_attempt'] must be a list of functions"),
+        ({"before_attempt": [_KeyedHook(), KEY]}, "hooks['before_attempt'] holds something that is not"),
+        ({KEY: [_KeyedHook()]}, "hooks: unknown stage"),
+    ],
+    ids=["not a mapping", "not a list", "not a function", "not a stage"],
+)
+def test_a_refused_hooks_message_never_shows_the_key(kind: str, hooks: object, expected: str) -> None:
+    with pytest.raises(qa.InvalidOption) as caught:
+        made(kind, hooks)
+    assert str(caught.value).startswith(expected), caught.value
+    assert KEY[3:11] not in str(caught.value), caught.value
+    assert "[redacted]" in str(caught.value), caught.value
