@@ -276,6 +276,22 @@ def check_model(model: object, what: str = "model") -> str:
     return text
 
 
+def _declared(cls: type, holder: type) -> list[tuple[str, _Question[Any]]]:
+    """The questions ``holder`` itself declares, for the ``Questions`` class ``cls``."""
+    found = []
+    for name, value in vars(holder).items():
+        if isinstance(value, _Question):
+            # A question would hide the attribute of that name that ask(), pickling or
+            # Python itself (``__init__``, ``__eq__``...) use.
+            if (
+                name in ("_qa_compiled", "_qa_fields", "_qa_from", "_qa_spec")
+                or name[:2] == name[-2:] == "__"
+            ):
+                raise InvalidName(f"{cls.__name__}.{name}: {name!r} is reserved by qa.Questions")
+            found.append((name, value))
+    return found
+
+
 class Questions:
     """Base class of a typed question set.
 
@@ -295,20 +311,13 @@ class Questions:
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        # Every base's questions (``class AB(A, B)``), the farthest first, as dataclasses do.
+        # Every base's questions (``class AB(A, B)``), the farthest first, as dataclasses do. A
+        # plain mixin's count too: its questions are attributes of the class, typed as answers.
         fields: dict[str, _Question[Any]] = {}
         for base in reversed(cls.__mro__[1:]):
-            fields.update(base.__dict__.get("_qa_fields", ()))
-        for name, value in vars(cls).items():
-            if isinstance(value, _Question):
-                # A question would hide the attribute of that name that ask(), pickling or
-                # Python itself (``__init__``, ``__eq__``...) use.
-                if (
-                    name in ("_qa_compiled", "_qa_fields", "_qa_from", "_qa_spec")
-                    or name[:2] == name[-2:] == "__"
-                ):
-                    raise InvalidName(f"{cls.__name__}.{name}: {name!r} is reserved by qa.Questions")
-                fields[name] = value
+            merged = base.__dict__.get("_qa_fields")
+            fields.update(_declared(cls, base) if merged is None else merged)
+        fields.update(_declared(cls, cls))
         cls._qa_fields = tuple(fields.items())
 
     @classmethod
