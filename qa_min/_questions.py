@@ -112,9 +112,10 @@ class YesNo(_Question[bool]):
     __slots__ = ()
 
     def __init__(self, yes: str, no: str) -> None:
-        self.criteria = {"true": _text(yes, "the yes text"), "false": _text(no, "the no text")}
-        if yes == no:  # the answer would say true or false of one text: the service cannot tell
-            raise InvalidQuestion(f"the yes and no texts are both {yes!r}; they must differ")
+        yes_text, no_text = _text(yes, "the yes text"), _text(no, "the no text")
+        self.criteria = {"true": yes_text, "false": no_text}
+        if yes_text == no_text:  # the answer would say true or false of one text: the service cannot tell
+            raise InvalidQuestion(f"the yes and no texts are both {yes_text!r}; they must differ")
 
     def __reduce__(self) -> tuple[object, ...]:
         return (YesNo, tuple(cast("dict[str, str]", self.criteria).values()))  # made true, then false
@@ -228,8 +229,10 @@ class _Spec:
         if not items:
             raise NoQuestions("a request needs at least one question")
         wire: dict[str, object] = {}
-        for name, question in items:
-            _text(name, "a question name", InvalidName)
+        named = []
+        for given, question in items:
+            # Its str text: the answers are looked up, and keyed, by what the service sent.
+            name = _text(given, "a question name", InvalidName)
             if not isinstance(question, _Question):
                 raise InvalidQuestion(
                     f"question {name!r} must be a YesNo, Choice or Score, got {short(question)}"
@@ -237,12 +240,15 @@ class _Spec:
             if name in wire:
                 raise DuplicateQuestionName(f"two questions are named {name!r}")
             wire[name] = {"criteria": question.criteria}
+            named.append((name, question))
         # What every body holds between the state and the model, joined once.
         self.middle = b',"questions":%s,"model":' % json.dumps(wire, separators=(",", ":")).encode()
-        self.decoders: tuple[tuple[str, Decoder], ...] = tuple((n, q.decode) for n, q in items)
+        self.decoders: tuple[tuple[str, Decoder], ...] = tuple((n, q.decode) for n, q in named)
 
     def body(self, state: object, model: str) -> bytes:
         """The JSON request body; ``state`` is checked here, the one per-call input."""
+        if type(state) is not str:  # a str subclass's own isspace() or __len__ never runs
+            state = plain(state)
         if not isinstance(state, str) or not state or state.isspace():
             raise InvalidState(f"state must be a non-empty string, got {short(state)}")
         try:

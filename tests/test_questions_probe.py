@@ -69,3 +69,58 @@ def test_a_mixin_question_with_a_reserved_name_is_refused() -> None:
     mixin = type("Mixin", (), {"_qa_spec": qa.YesNo("y", "n")})
     with pytest.raises(qa.InvalidName, match=r"'_qa_spec' is reserved by qa.Questions"):
         type("Made", (qa.Questions, mixin), {})
+
+
+class Refused(Exception):
+    """Raised by the one method of a str subclass that qa_min must not call."""
+
+
+def text_type(dunder: str) -> type[str]:
+    """A str subclass whose ``dunder`` raises ``Refused``; the rest is str's."""
+
+    def method(self: str, *args: object) -> object:
+        raise Refused(f"{dunder} of {type(self).__name__}")
+
+    body: dict[str, object] = {dunder: method}
+    if dunder == "__eq__":
+        body["__hash__"] = str.__hash__  # defining __eq__ alone would make it unhashable
+    return type(f"Text_{dunder.strip('_')}", (str,), body)
+
+
+@pytest.mark.parametrize("dunder", ["__eq__", "__hash__", "__repr__"])
+def test_a_question_name_of_a_str_subclass_is_read_as_its_text(
+    svc: InProcessService, client: qa.Client, dunder: str
+) -> None:
+    # Its own __eq__ and __hash__ were called to find the service's answer (raising, or missing
+    # it: "no answer for question 'toxic'"), and the answers were keyed by it, so repr() raised.
+    svc.set_answers({"toxic": True})
+    name = text_type(dunder)("toxic")
+    request = qa.Request("Some text", [qa.NamedQuestion(name, qa.YesNo("insults", "is polite"))])
+    r = client.core(request)
+    assert [(type(k), k, v) for k, v in r.answers.items()] == [(str, "toxic", True)]
+    assert r.get("toxic") is True
+    assert "'toxic': True" in repr(r)
+    assert list(svc.requests[0].json()["questions"]) == ["toxic"]
+
+
+@pytest.mark.parametrize("dunder", ["isspace", "__len__"])
+def test_a_state_of_a_str_subclass_is_read_as_its_text(
+    svc: InProcessService, client: qa.Client, dunder: str
+) -> None:
+    # The emptiness check called its own __len__ and isspace(): Refused came out of ask().
+    svc.set_answers({"toxic": False, "tone": "formal"})
+    state = text_type(dunder)("Some text")
+    assert client.ask(state, Reviewed).answers.toxic is False
+    assert client.core(qa.Request(state, [qa.NamedQuestion("a", qa.YesNo("y", "n"))])).get("a") in (
+        True,
+        False,
+    )
+    assert [sent.json()["state"] for sent in svc.requests] == ["Some text", "Some text"]
+
+
+def test_yes_no_texts_of_a_str_subclass_are_compared_as_their_text() -> None:
+    # Comparing the two texts called the yes text's own __eq__: Refused came out of YesNo().
+    text = text_type("__eq__")
+    assert qa.YesNo(text("insults"), text("is polite")).criteria == {"true": "insults", "false": "is polite"}
+    with pytest.raises(qa.InvalidQuestion, match=r"^the yes and no texts are both 'same'; they must differ$"):
+        qa.YesNo(text("same"), text("same"))
