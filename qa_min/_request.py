@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from ._errors import InvalidQuestion
 from ._questions import _Spec, check_model
-from ._typing import short
+from ._typing import read, short
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -61,8 +61,14 @@ class Request:
         iterable = hasattr(questions, "__iter__") and not hasattr(questions, "keys")
         if not iterable or isinstance(questions, (str, bytes)):
             raise InvalidQuestion(f"questions must be a sequence of NamedQuestion, got {short(questions)}")
+        # Read once, as a choice's items and a score's levels are: what raises is refused as those are.
+        given = (
+            questions
+            if type(questions) in (list, tuple)
+            else read(list, questions, "questions", "iterating them", InvalidQuestion)
+        )
         named = []
-        for item in questions:
+        for item in given:
             try:
                 name, question = () if isinstance(item, (str, bytes)) else item
             except (TypeError, ValueError):

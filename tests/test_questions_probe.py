@@ -5,7 +5,8 @@ values of a ``str`` subclass given as a state, a question name or a text.
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 import pytest
 from support import InProcessService, make_client
@@ -124,3 +125,26 @@ def test_yes_no_texts_of_a_str_subclass_are_compared_as_their_text() -> None:
     assert qa.YesNo(text("insults"), text("is polite")).criteria == {"true": "insults", "false": "is polite"}
     with pytest.raises(qa.InvalidQuestion, match=r"^the yes and no texts are both 'same'; they must differ$"):
         qa.YesNo(text("same"), text("same"))
+
+
+class Unreadable(Sequence[qa.NamedQuestion]):
+    """A sequence of questions that fails as it is read, past its first item."""
+
+    def __getitem__(self, index: Any) -> Any:
+        if index == 0:
+            return qa.NamedQuestion("a", qa.YesNo("y", "n"))
+        raise RuntimeError("no more questions")
+
+    def __len__(self) -> int:
+        return 2
+
+
+def test_questions_whose_iteration_raises_are_refused_naming_them() -> None:
+    # The sequence's own exception came out of Request(), where a choice's options or a score's
+    # levels that raise as they are read give InvalidQuestion.
+    with pytest.raises(
+        qa.InvalidQuestion,
+        match=r"^questions could not be read: iterating them raised RuntimeError\('no more questions'\)$",
+    ) as caught:
+        qa.Request("Some text", Unreadable())
+    assert isinstance(caught.value.__cause__, RuntimeError)
