@@ -150,6 +150,9 @@ class Choice(_Question[_T]):
             pairs = [(key, _text(v, f"the text of option {key!r}")) for key, (_, v) in zip(keys, given)]
             if len(pairs) < 2:
                 raise InvalidQuestion(f"a choice needs at least 2 options, got {len(pairs)}")
+            twice = first_repeat(keys)
+            if twice is not None:  # two keys of one text (their own __eq__ told them apart): one on the wire
+                raise InvalidQuestion(f"option {twice!r} is given twice; option keys must differ")
             repeat = first_repeat(text for _, text in pairs)
             if repeat is not None:  # the service could not tell which of them the text means
                 keys = [key for key, text in pairs if text == repeat]

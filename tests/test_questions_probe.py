@@ -148,3 +148,21 @@ def test_questions_whose_iteration_raises_are_refused_naming_them() -> None:
     ) as caught:
         qa.Request("Some text", Unreadable())
     assert isinstance(caught.value.__cause__, RuntimeError)
+
+
+class Apart(str):
+    """A str subclass whose own hash and equality tell it from the str of the same text."""
+
+    def __hash__(self) -> int:
+        return 12345
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is Apart and str.__eq__(self, other)
+
+
+def test_a_choice_with_two_keys_of_one_text_is_refused() -> None:
+    # The dict held two keys, "a" and Apart("a"); the criteria sent held one option "a", the
+    # first one's text lost: a choice of one option, which the 2-option check had let through.
+    with pytest.raises(qa.InvalidQuestion, match=r"^option 'a' is given twice; option keys must differ$"):
+        qa.Choice({Apart("a"): "first", "a": "second", "b": "third"})
+    assert qa.Choice({Apart("a"): "first", "b": "second"}).criteria == {"a": "first", "b": "second"}
