@@ -156,6 +156,31 @@ class Recorder:
             conn.sendall(self.response)
 
 
+class Holds:
+    """Reads a request and never answers; ``heard`` once the request is in, ``gone`` once the
+    client closed the connection."""
+
+    def __init__(self) -> None:
+        self.heard = threading.Event()
+        self.gone = threading.Event()
+
+    def __call__(self, conn: socket.socket, stop: threading.Event) -> None:
+        if not read_request(conn):
+            return
+        self.heard.set()
+        conn.settimeout(0.02)
+        while not stop.is_set():
+            try:
+                if not conn.recv(1024):
+                    self.gone.set()
+                    return
+            except socket.timeout:
+                continue
+            except OSError:
+                self.gone.set()
+                return
+
+
 class RawServer:
     """Accepts connections in a thread; runs ``handler(conn, stop_event)`` for
     each in its own thread."""

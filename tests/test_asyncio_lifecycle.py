@@ -10,14 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import socket
 import sys
-import threading
 import warnings
 from typing import Any
 
 import pytest
-from faultservers import RawServer, read_request
+from faultservers import Holds, RawServer
 from support import until_true
 
 import qa_min as qa
@@ -29,30 +27,6 @@ class Toxic(qa.Questions):
     toxic = qa.YesNo("The text insults someone", "The text insults no one")
 
 
-class Unanswered:
-    """A handler that reads the request and never answers: ``heard`` once the request came,
-    ``gone`` once the client closed the connection."""
-
-    def __init__(self) -> None:
-        self.heard = threading.Event()
-        self.gone = threading.Event()
-
-    def __call__(self, conn: socket.socket, stop: threading.Event) -> None:
-        if not read_request(conn):
-            return
-        self.heard.set()
-        conn.settimeout(0.05)
-        while not stop.is_set():
-            try:
-                if not conn.recv(4096):
-                    break
-            except socket.timeout:
-                continue
-            except OSError:
-                break
-        self.gone.set()
-
-
 def test_a_call_left_pending_on_a_closed_loop_is_finalized_quietly(monkeypatch: pytest.MonkeyPatch) -> None:
     # A loop run by hand and closed while a call's task still waits for its answer (a
     # fire-and-forget task, a test runner that closes its loop): asyncio reports the pending task
@@ -62,7 +36,7 @@ def test_a_call_left_pending_on_a_closed_loop_is_finalized_quietly(monkeypatch: 
     monkeypatch.setattr(
         sys, "unraisablehook", lambda u: unraisable.append(f"{u.exc_type.__name__}: {u.exc_value}")
     )
-    handler = Unanswered()
+    handler = Holds()
     with RawServer(handler) as server:
         loop = asyncio.new_event_loop()
         client = qa.AsyncClient(base_url=server.url, trust_env=False, retry=qa.RetryPolicy.none)

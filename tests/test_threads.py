@@ -294,6 +294,22 @@ def _wait_child(pid: int) -> int:
         pause.wait(0.01)
 
 
+def _in_child(run: Callable[[], int]) -> int:
+    """Fork; the child's exit code is ``run()``'s (4 if it raised), and the parent's result."""
+    with warnings.catch_warnings():
+        # 3.12+ warns that forking a process with threads (the fake's) may deadlock; the
+        # child only uses the client, whose pool and executor start afresh there.
+        warnings.filterwarnings("ignore", category=DeprecationWarning)
+        pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child reports through its exit code only
+        code = 4
+        try:
+            code = run()
+        finally:
+            os._exit(code)
+    return _wait_child(pid)
+
+
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork is not available")
 def test_forked_child_uses_a_fresh_pool_and_executor_and_never_the_parents_socket() -> None:
     with FakeService() as svc, make_client(svc.url) as client:
@@ -302,18 +318,7 @@ def test_forked_child_uses_a_fresh_pool_and_executor_and_never_the_parents_socke
         assert answers_of(first) == expected("parent, first")
         assert client._transport.pool.idle_count() == 1
         assert svc.connections == 1
-        with warnings.catch_warnings():
-            # 3.12+ warns that forking a process with threads (the fake's) may deadlock; the
-            # child only uses the client, whose pool and executor start afresh there.
-            warnings.filterwarnings("ignore", category=DeprecationWarning)
-            pid = os.fork()
-        if pid == 0:  # pragma: no cover - the child reports through its exit code only
-            code = 4
-            try:
-                code = _child(client, "child")
-            finally:
-                os._exit(code)
-        assert _wait_child(pid) == 0
+        assert _in_child(lambda: _child(client, "child")) == 0
         # The child's two calls went over one new connection of its own.
         assert svc.connections == 2
         assert len(svc.requests) == 3
@@ -357,17 +362,12 @@ def test_close_in_a_forked_child_leaves_the_parents_calls_in_flight_alone() -> N
             thread.start()
         assert arrived.acquire(timeout=BOUND)
         assert arrived.acquire(timeout=BOUND)
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", category=DeprecationWarning)  # forking with threads
-            pid = os.fork()
-        if pid == 0:  # pragma: no cover - the child reports through its exit code only
-            code = 4
-            try:
-                client.close()
-                code = 0
-            finally:
-                os._exit(code)
-        assert _wait_child(pid) == 0
+
+        def close_in_child() -> int:
+            client.close()
+            return 0
+
+        assert _in_child(close_in_child) == 0
         gate.set()
         for thread in threads:
             thread.join(BOUND)
@@ -396,20 +396,16 @@ def test_a_forked_child_does_not_wait_behind_the_parents_limiter_slots() -> None
         for thread in threads:
             thread.start()
         assert wait_until(lambda: limiter.pacer.inflight == 3)
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", category=DeprecationWarning)  # forking with threads
-            pid = os.fork()
-        if pid == 0:  # pragma: no cover - the child reports through its exit code only
-            code = 4
+
+        def ask_in_child() -> int:
             try:
-                # Behind the parent's slots, the call would wait 6 s and end at its timeout.
+                # Behind the parent's slots, the call would wait about 8 s and end at its timeout.
                 child = client.ask("child", Review, timeout=1.5)
-                code = 0 if answers_of(child) == expected("child") else 1
             except qa.Canceled:
-                code = 2
-            finally:
-                os._exit(code)
-        assert _wait_child(pid) == 0
+                return 2
+            return 0 if answers_of(child) == expected("child") else 1
+
+        assert _in_child(ask_in_child) == 0
         # The parent's schedule is its own still: its calls wait on, until cancelled.
         assert limiter.pacer.inflight == 3
         stop.cancel()

@@ -39,7 +39,7 @@ from contextlib import contextmanager
 from typing import Any, Optional, TypeVar
 
 import pytest
-from faultservers import FullBacklogServer, RawServer, never_accept, ok_response, read_request
+from faultservers import FullBacklogServer, Holds, RawServer, never_accept, ok_response, read_request
 from rawhttp import Toxic, interim, response
 from support import open_sockets
 
@@ -365,31 +365,6 @@ def test_cancel_during_connect(kind: str, full_backlog: FullBacklogServer) -> No
         assert elapsed < PROMPT
         assert diag.status is None
         assert d.idle() == 0
-
-
-class Holds:
-    """Reads a request and never answers; ``heard`` once the request is in, ``gone`` once the
-    client closed the connection."""
-
-    def __init__(self) -> None:
-        self.heard = threading.Event()
-        self.gone = threading.Event()
-
-    def __call__(self, conn: socket.socket, stop: threading.Event) -> None:
-        if not read_request(conn):
-            return
-        self.heard.set()
-        conn.settimeout(0.02)
-        while not stop.is_set():
-            try:
-                if not conn.recv(1024):
-                    self.gone.set()
-                    return
-            except socket.timeout:
-                continue
-            except OSError:
-                self.gone.set()
-                return
 
 
 @pytest.mark.parametrize("kind", KINDS)
