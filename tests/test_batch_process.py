@@ -375,3 +375,22 @@ def test_batch_with_stdout_closed_and_no_output_file_exits_3_and_says_so(
     assert done.returncode == 3, done.stderr
     assert done.stderr == "error: FileError: cannot write the answers: stdout is closed; pass --output FILE\n"
     assert not svc.requests
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full here")
+@pytest.mark.parametrize(
+    "command",
+    [["batch", "IN"], ["batch", "IN", "-o", "OUT", "--failures", "-"], ["--json", "ask", "one"]],
+    ids=["batch", "batch-failures", "ask-json"],
+)
+def test_a_full_stdout_exits_3_and_says_so(svc: FakeService, tmp_path: Path, command: list[str]) -> None:
+    # A write to stdout that failed with ENOSPC escaped as a traceback (exit 1), and the
+    # interpreter's last flush of stdout failed again.
+    inp = tmp_path / "in.jsonl"
+    inp.write_text('"one"\n{"id": 5}\n')
+    paths = {"IN": str(inp), "OUT": str(tmp_path / "out.jsonl")}
+    argv = [paths.get(arg, arg) for arg in command]
+    done = run_closed(">/dev/full", "--base-url", svc.url, *argv, *QUESTION)
+    assert done.returncode == 3, done.stderr
+    # No traceback, and no "Exception ignored" from the interpreter's last flush.
+    assert done.stderr == "error: FileError: cannot write stdout: No space left on device\n"

@@ -24,7 +24,7 @@ import sys
 import threading
 
 from .. import QAError
-from ._output import Output, Terminated, on_sigterm
+from ._output import Output, Terminated, drop_stdout, on_sigterm
 from ._parser import build_parser
 
 TYPE_CHECKING = False
@@ -58,15 +58,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print("terminated" if terminated else "interrupted", file=sys.stderr)
         return 143 if terminated else 130
     except BrokenPipeError:
-        # The reader went away (`| head`): stop quietly. Pointing stdout at devnull keeps the
-        # interpreter's final flush from failing again, as the signal module's docs advise.
-        try:
-            stdout = sys.stdout.fileno()
-            devnull = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(devnull, stdout)
-            os.close(devnull)
-        except (OSError, ValueError):
-            pass
+        # The reader went away (`| head`): stop quietly.
+        drop_stdout()
         return 1
     finally:
         if main_thread:  # None: a handler not set from Python, for which the default stands in

@@ -41,7 +41,7 @@ from collections import deque
 
 from .. import Client, Diagnostics, InvalidState, QAError
 from ._jsonl import DONE, SEEN, WRITTEN, Done, InputLines, check_paths, id_hash, open_output, parse_line
-from ._output import FileError, UsageError, client_options, exit_code
+from ._output import FileError, UsageError, client_options, exit_code, write_stdout
 from ._progress import REDRAW_EVERY, Progress, Tally
 from ._questions import collect_questions
 
@@ -297,8 +297,7 @@ def _writer(
     if file is None:
 
         def write(record: dict[str, Any]) -> None:
-            sys.stdout.write(line(record) + "\n")
-            sys.stdout.flush()
+            write_stdout(line(record) + "\n")
 
     else:
 

@@ -7,6 +7,7 @@ only qa_min's public names plus the library's key redaction.
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 from .. import (
@@ -34,6 +35,36 @@ class UsageError(QAError):
 
 class FileError(QAError):
     """A file named on the command line cannot be read, written or continued (exit 3)."""
+
+
+def write_stdout(text: str) -> None:
+    """``text`` on stdout, flushed (nothing when stdout is closed, as print() does).
+
+    Raises:
+        FileError: the write failed (a full disk); a closed pipe stays a ``BrokenPipeError`` (exit 1).
+    """
+    if sys.stdout is None:
+        return
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        raise
+    except OSError as exc:
+        drop_stdout()  # --json's error line, and the interpreter's last flush, would fail again
+        raise FileError(f"cannot write stdout: {exc.strerror or exc}") from None
+
+
+def drop_stdout() -> None:
+    """Point stdout at devnull, so that the interpreter's final flush does not fail again (as the
+    signal module's docs advise for a closed pipe)."""
+    try:
+        stdout = sys.stdout.fileno()
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, stdout)
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass
 
 
 # The one table of exit codes: `exit_code` reads its classes, `--help` prints its text.
@@ -98,7 +129,7 @@ class Output:
     def line(self, text: str = "", *, decoded: bool = False) -> None:
         """A line on stdout; ``decoded``: it shows values as the client decoded them, where a
         short key is hidden only where it stands alone (``Redactor.values``)."""
-        print((self.scrub.values if decoded else self.scrub)(text), flush=True)
+        write_stdout((self.scrub.values if decoded else self.scrub)(text) + "\n")
 
     def value(self, text: str) -> str:
         """A decoded value (a model name, a question id, an answer) as a text line shows it:
@@ -109,7 +140,7 @@ class Output:
 
     def data(self, value: object) -> None:
         """``value`` as one line of JSON on stdout."""
-        print(self.json_line(value), flush=True)
+        write_stdout(self.json_line(value) + "\n")
 
     def json_line(self, value: object, *, decoded: bool = True) -> str:
         """``value`` as one line of JSON, its strings redacted before it is written (values as the
