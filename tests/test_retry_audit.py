@@ -59,11 +59,15 @@ def call(
     url: str,
     retry: Optional[qa.RetryPolicy] = None,
     rand: Callable[[], float] = lambda: 0.0,
+    diagnostics: Optional[qa.Diagnostics] = None,
+    call_options: Optional[dict[str, Any]] = None,
     **options: Any,
 ) -> Outcome:
-    """One ``ask`` through the ``kind`` client, its backoff recorded and not slept."""
+    """One ``ask`` through the ``kind`` client, its backoff recorded and not slept; ``diagnostics``
+    filled (a new one when None); ``call_options`` add to the call's (``retry`` among them)."""
     sleeps: list[float] = []
-    diagnostics = qa.Diagnostics()
+    diagnostics = qa.Diagnostics() if diagnostics is None else diagnostics
+    asked: dict[str, Any] = {"retry": retry, **(call_options or {})}
     error: Optional[BaseException] = None
     if kind == "sync":
 
@@ -72,7 +76,7 @@ def call(
 
         with qa.Client(base_url=url, trust_env=False, sleep=record, random=rand, **options) as client:
             try:
-                client.ask("some text", Review, diagnostics=diagnostics, retry=retry)
+                client.ask("some text", Review, diagnostics=diagnostics, **asked)
             except Exception as exc:
                 error = exc
         return Outcome(error, diagnostics, sleeps)
@@ -86,7 +90,7 @@ def call(
             base_url=url, trust_env=False, sleep=arecord, random=rand, **options
         ) as client:
             try:
-                await client.ask("some text", Review, diagnostics=diagnostics, retry=retry)
+                await client.ask("some text", Review, diagnostics=diagnostics, **asked)
             except Exception as exc:
                 return exc
         return None

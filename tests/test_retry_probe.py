@@ -7,29 +7,14 @@ raised, its ``Diagnostics`` and the waits asked for with the documented figures.
 
 from __future__ import annotations
 
-import asyncio
-import threading
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any, Optional
 
 import pytest
+from test_retry_audit import KINDS, Outcome, call
 
 import qa_min as qa
 from qa_min.testing import MockTransport, RecordedRequest, Step, drop, reply
-
-KINDS = ["sync", "async"]
-
-
-class Review(qa.Questions):
-    toxic = qa.YesNo("The text insults someone", "The text insults no one")
-
-
-@dataclass
-class Outcome:
-    error: Optional[BaseException]
-    diagnostics: qa.Diagnostics
-    sleeps: list[float] = field(default_factory=list)
 
 
 def scripted(
@@ -46,35 +31,9 @@ def scripted(
     def handler(request: RecordedRequest) -> Optional[Step]:
         return left.pop(0) if left else None
 
-    sleeps: list[float] = []
-    diagnostics = qa.Diagnostics() if diagnostics is None else diagnostics
-    options: dict[str, Any] = {"base_url": "http://qa.test", "transport": MockTransport(handler)}
-    options["random"] = lambda: 0.0
-    options.update(client_options or {})
-    if kind == "sync":
-
-        def record(seconds: float, wake: threading.Event) -> None:
-            sleeps.append(seconds)
-
-        with qa.Client(sleep=record, **options) as client:
-            try:
-                client.ask("some text", Review, diagnostics=diagnostics, **call_options)
-            except qa.QAError as exc:
-                return Outcome(exc, diagnostics, sleeps)
-        return Outcome(None, diagnostics, sleeps)
-
-    async def arecord(seconds: float) -> None:
-        sleeps.append(seconds)
-
-    async def main() -> Optional[BaseException]:
-        async with qa.AsyncClient(sleep=arecord, **options) as client:
-            try:
-                await client.ask("some text", Review, diagnostics=diagnostics, **call_options)
-            except qa.QAError as exc:
-                return exc
-        return None
-
-    return Outcome(asyncio.run(main()), diagnostics, sleeps)
+    transport = MockTransport(handler)
+    options = {"transport": transport, **(client_options or {})}
+    return call(kind, "http://qa.test", diagnostics=diagnostics, call_options=call_options, **options)
 
 
 @pytest.mark.parametrize("kind", KINDS)
