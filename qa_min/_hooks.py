@@ -3,8 +3,10 @@
 ``Client(hooks={"before_attempt": [fn, ...], "after_attempt": [fn, ...]})``, as httpx's
 ``event_hooks``. The retry loop calls each hook with a ``HookEvent``: before every attempt, and
 after every response or failure (cancellation included). A hook that raises is logged and
-ignored; the call goes on. Events never hold the API key: of the request they keep the method,
-the URL and the body (``event.request_body()``), never its fields.
+ignored; the call goes on. Hooks are plain functions (they run on the I/O path, nothing awaits
+them): an ``async def`` one is refused when the client is made. Events never hold the API key:
+of the request they keep the method, the URL and the body (``event.request_body()``), never its
+fields.
 """
 
 from __future__ import annotations
@@ -143,5 +145,35 @@ def check_hooks(hooks: object, key: Optional[str] = None) -> Optional[dict[str, 
                 raise InvalidOption(
                     f"hooks[{stage!r}] holds something that is not a function: {short(fn, hide)}"
                 )
+            if _async_def(fn):
+                raise InvalidOption(
+                    f"hooks[{stage!r}] holds an async def function, {short(fn, hide)}: nothing awaits a"
+                    " hook, so its body would never run; hooks must be plain functions"
+                )
         checked[stage] = functions
     return checked if any(checked.values()) else None
+
+
+# inspect's CO_COROUTINE | CO_ASYNC_GENERATOR, without importing inspect: calling such a code's
+# function only makes a coroutine (or an async generator), whose body nothing would run.
+_ASYNC_FLAGS = 0x80 | 0x200
+
+
+def _async_def(fn: object) -> bool:
+    """Whether ``fn`` is an ``async def`` function: itself, a partial or a bound method of one, or
+    an object whose class's ``__call__`` is one. False when that cannot be told: a hook that still
+    returns an awaitable is logged when it runs."""
+    from functools import partial  # loaded with json: free, and only read when hooks are given
+    from types import FunctionType, MethodType
+
+    try:
+        while isinstance(fn, partial):
+            fn = fn.func
+        if not isinstance(fn, (FunctionType, MethodType)):
+            # An object: its class's ``__call__``, looked up on the class (never on the object).
+            fn = type(fn).__call__
+        if isinstance(fn, MethodType):
+            fn = fn.__func__
+        return isinstance(fn, FunctionType) and bool(fn.__code__.co_flags & _ASYNC_FLAGS)
+    except Exception:
+        return False

@@ -152,7 +152,8 @@ class Messages:
         duration: Optional[float] = None,
         request_id: Optional[str] = None,
     ) -> None:
-        """Run the hooks of ``stage``; one that raises is logged, and the call goes on."""
+        """Run the hooks of ``stage``; one that raises or returns an awaitable is logged, and the call
+        goes on."""
         hooks = self.hooks.get(stage, ()) if self.hooks is not None else ()
         if not hooks:
             return
@@ -162,13 +163,24 @@ class Messages:
         )
         for hook in hooks:
             try:
-                hook(event)
+                returned = hook(event)
             except Exception as exc:
-                log = get_logger()
-                if log is not None:
-                    # Both as text, redacted: a hook may hold the key (a partial bound to it).
-                    named, text = self.redact(_shown(hook)), self.redact(_text(exc))
-                    log.warning("the %s hook %s raised %s: %s", stage, named, type(exc).__name__, text)
+                self.hook_failed(stage, hook, f"raised {type(exc).__name__}: {_text(exc)}")
+            else:
+                if returned is not None and _unawaited(returned):
+                    self.hook_failed(
+                        stage,
+                        hook,
+                        f"returned {type(returned).__name__} (an awaitable), which nothing awaits:"
+                        " hooks must be plain functions",
+                    )
+
+    def hook_failed(self, stage: str, hook: object, what: str) -> None:
+        """The warning for a hook that raised or returned an awaitable; the call goes on."""
+        log = get_logger()
+        if log is not None:
+            # Both as text, redacted: a hook may hold the key (a partial bound to it).
+            log.warning("the %s hook %s %s", stage, self.redact(_shown(hook)), self.redact(what))
 
 
 _UNSHOWN = "(an exception whose text cannot be shown)"
@@ -180,6 +192,21 @@ def _text(exc: BaseException) -> str:
         return str(exc)
     except Exception:
         return _UNSHOWN
+
+
+def _unawaited(returned: object) -> bool:
+    """Whether a hook returned an awaitable (a sync function handing back a coroutine): nothing
+    will await it. A coroutine is closed, so its body never runs and Python does not warn, later
+    and elsewhere, that it was never awaited."""
+    from types import CoroutineType  # loaded with json; read only when a hook returned something
+
+    try:
+        if isinstance(returned, CoroutineType):
+            returned.close()
+            return True
+        return getattr(type(returned), "__await__", None) is not None
+    except Exception:
+        return False
 
 
 def _shown(hook: object) -> str:

@@ -25,6 +25,7 @@ asyncio tests leave out.
       test_every_operation_after_aclose_raises_client_closed
   a hook or a MockTransport handler that raises: as in Client
       test_a_hook_that_raises_is_logged_and_the_call_goes_on_in_both,
+      test_a_hook_returning_a_coroutine_is_closed_and_logged_in_both,
       test_a_mock_handler_that_raises_is_the_same_in_both_clients
   a used client pickles as its configuration and the copy runs on another loop; a call from
   another loop while the client's own is stopped but open names it so
@@ -39,6 +40,7 @@ asyncio tests leave out.
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import os
 import pickle
@@ -46,6 +48,7 @@ import socket
 import struct
 import threading
 import time
+import warnings
 from collections.abc import Awaitable
 from typing import Any, Callable, Optional
 
@@ -509,6 +512,44 @@ def test_a_hook_that_raises_is_logged_and_the_call_goes_on_in_both(caplog: pytes
     assert threads == [loop_thread, loop_thread]
     assert len(async_logs) == len(sync_logs) == 2
     assert all("hook broke" in m and "ValueError" in m for m in async_logs)
+
+
+def test_a_hook_returning_a_coroutine_is_closed_and_logged_in_both(caplog: pytest.LogCaptureFixture) -> None:
+    # A plain function (so not refused when the client is made) handing back a coroutine: nothing
+    # awaits it. It is closed (its body never runs, Python never warns it was not awaited) and
+    # logged as a raising hook is; the call goes on.
+    ran: list[str] = []
+
+    async def body(stage: str) -> None:
+        ran.append(stage)
+
+    def hook(event: qa.HookEvent) -> Awaitable[None]:
+        return body(event.stage)
+
+    hooks = {"before_attempt": [hook], "after_attempt": [hook]}
+    caplog.set_level(logging.WARNING, logger="qa_min")
+
+    async def main(url: str) -> bool:
+        async with qa.AsyncClient(base_url=url, trust_env=False, hooks=hooks) as client:
+            return (await client.ask("You idiot", Toxic)).answers.toxic
+
+    with warnings.catch_warnings(record=True) as warned, FakeService() as svc:
+        warnings.simplefilter("always")
+        with qa.Client(base_url=svc.url, trust_env=False, hooks=hooks) as client:
+            threaded = client.ask("You idiot", Toxic).answers.toxic
+        on_asyncio = asyncio.run(main(svc.url))
+        gc.collect()
+    assert threaded is on_asyncio is True
+    assert ran == []
+    assert [str(w.message) for w in warned if "never awaited" in str(w.message)] == []
+    logs = [r.getMessage() for r in caplog.records if r.name == "qa_min"]
+    assert len(logs) == 4, logs
+    assert (
+        sum("the before_attempt hook" in m for m in logs)
+        == sum("the after_attempt hook" in m for m in logs)
+        == 2
+    )
+    assert all("returned coroutine" in m and "hooks must be plain functions" in m for m in logs), logs
 
 
 def _broken_handler(exc: BaseException) -> Callable[[RecordedRequest], Optional[Step]]:

@@ -10,16 +10,19 @@ Traced to the spec (SPEC.md section 7a, "Diagnostics also carries ..."):
                                                       test_hooks_see_a_final_failure,
                                                       test_hooks_see_a_cancellation
   a hook that raises does not break the call ....... test_a_raising_hook_is_logged_and_ignored
+  hooks are plain functions: async def is refused .. test_plain_callables_are_accepted_as_hooks,
+                                     test_an_async_def_hook_is_refused_when_the_client_is_made
   never the key .................................... test_the_key_reaches_no_hook_and_no_diagnostics
 """
 
 from __future__ import annotations
 
 import copy
+import functools
 import logging
 import pickle
 import threading
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
@@ -295,6 +298,62 @@ def test_a_raising_hook_is_logged_and_ignored(
 def test_malformed_hooks_are_refused(hooks: Any, reason: str) -> None:
     with pytest.raises(qa.InvalidOption, match=reason):
         qa.Client(base_url="http://127.0.0.1:9", hooks=hooks)
+
+
+async def _async_hook(event: qa.HookEvent) -> None:
+    raise AssertionError("never runs")
+
+
+async def _async_generator_hook(event: qa.HookEvent) -> AsyncIterator[None]:
+    yield
+
+
+class _AsyncCallable:
+    async def __call__(self, event: qa.HookEvent) -> None:
+        raise AssertionError("never runs")
+
+    async def method(self, event: qa.HookEvent) -> None:
+        raise AssertionError("never runs")
+
+
+def _plain_hook(event: qa.HookEvent) -> None:
+    pass
+
+
+@pytest.mark.parametrize("client_class", [qa.Client, qa.AsyncClient])
+@pytest.mark.parametrize(
+    "hook",
+    [
+        _async_hook,
+        functools.partial(_async_hook),
+        functools.partial(functools.partial(_AsyncCallable())),
+        _AsyncCallable(),
+        _AsyncCallable().method,
+        _async_generator_hook,
+    ],
+    ids=["async-def", "partial", "partial-of-object", "object", "bound-method", "async-generator"],
+)
+def test_an_async_def_hook_is_refused_when_the_client_is_made(hook: Any, client_class: Any) -> None:
+    # Nothing awaits a hook: its coroutine would be dropped, its body never run.
+    with pytest.raises(qa.InvalidOption) as caught:
+        client_class(base_url="http://127.0.0.1:9", hooks={"after_attempt": [_plain_hook, hook]})
+    message = str(caught.value)
+    assert "hooks['after_attempt']" in message
+    assert "async def" in message
+    assert "hooks must be plain functions" in message
+
+
+@pytest.mark.parametrize("client_class", [qa.Client, qa.AsyncClient])
+def test_plain_callables_are_accepted_as_hooks(client_class: Any) -> None:
+    hooks = [
+        _plain_hook,
+        functools.partial(_plain_hook),
+        Recorder(),
+        print,
+        Recorder().summary,
+        lambda e: None,
+    ]
+    client_class(base_url="http://127.0.0.1:9", hooks={"before_attempt": hooks})
 
 
 def test_empty_hooks_are_no_hooks() -> None:
