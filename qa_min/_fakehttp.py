@@ -114,7 +114,8 @@ def accept_loop(server: Server, wake: socket.socket) -> None:
 
 
 def json_bytes(payload: object) -> bytes:
-    return json.dumps(payload).encode()
+    """``payload`` as JSON; a NaN or an infinity is ``ValueError``, never sent: RFC 8259 has none."""
+    return json.dumps(payload, allow_nan=False).encode()
 
 
 def shutdown(sock: socket.socket) -> None:

@@ -11,7 +11,6 @@ and the socket transport's error translation (``_failure.failure``).
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 
@@ -20,7 +19,7 @@ from ._diagnostics import ResponseHeaders
 from ._errors import IncompleteMessage, InvalidResponse, LimitExceeded, ProtocolError
 from ._failure import failure
 from ._fakecheck import HeaderPairs, not_a_step
-from ._fakehttp import TRUNCATED_HEAD, TRUNCATED_MISSING, Headers
+from ._fakehttp import TRUNCATED_HEAD, TRUNCATED_MISSING, Headers, json_bytes
 from ._fakerules import DEFAULT_MODELS, RecordedRequest, Step, apply_rules, check_api_key, model_names
 from ._http import wire_fields
 
@@ -140,7 +139,7 @@ class MockTransport:
         status, payload, headers = apply_rules(
             recorded, {}, api_key=self._api_key, prefix=prefix, models=self._models
         )
-        return status, json.dumps(payload).encode(), (*headers, ("Content-Type", "application/json"))
+        return status, json_bytes(payload), (*headers, ("Content-Type", "application/json"))
 
 
 def _rebuilt(handler: Optional[Handler], api_key: Optional[str], models: Sequence[str]) -> MockTransport:

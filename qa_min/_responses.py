@@ -5,7 +5,8 @@ the offending data; the client adds the diagnostics. ``load_json`` is the one JS
 whatever a server sends, error bodies included: a body nested deeper than ``MAX_NESTING``
 levels, or holding an integer longer than ``MAX_INT_DIGITS`` digits, is refused before
 ``json`` can overflow the C stack (a worker thread's may be small) or spend quadratic time.
-Both limits are far above anything the service sends; serde_json nests 128 deep, too.
+Both limits are far above anything the service sends; serde_json nests 128 deep, too. So is
+``NaN``, ``Infinity`` or ``-Infinity``, which ``json`` reads and RFC 8259 does not.
 
 Results pickle and deep-copy: their read-only mappings travel as plain dicts.
 """
@@ -52,7 +53,12 @@ def _int(text: str) -> int:
     return int(text)
 
 
-_DECODER = json.JSONDecoder(parse_int=_int)
+def _constant(name: str) -> object:
+    # json reads NaN, Infinity and -Infinity, which RFC 8259 has no place for; called only for them.
+    raise ValueError(f"{name} is not a JSON value (RFC 8259 has no NaN or Infinity)")
+
+
+_DECODER = json.JSONDecoder(parse_int=_int, parse_constant=_constant)
 
 
 def _too_deep(data: bytes) -> bool:

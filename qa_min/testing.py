@@ -86,11 +86,11 @@ Example:
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 
 from ._fake import ServiceState
 from ._fakecheck import step_headers, step_status
+from ._fakehttp import json_bytes
 from ._fakerules import (
     DEFAULT_MODELS,
     RecordedRequest,
@@ -144,7 +144,8 @@ def reply(status: int, body: bytes | str | object = None, *, headers: Sequence[t
             delimiter, not empty), a header name or value holds CR, LF, NUL or a character
             outside Latin-1 (which HTTP/1.1 cannot carry), or a header is a Transfer-Encoding (the
             fake frames every body with its Content-Length).
-        TypeError: ``status`` is not an int, ``body`` cannot be encoded as JSON, or ``headers``
+        TypeError: ``status`` is not an int, ``body`` cannot be encoded as JSON (a NaN or an
+            infinity included: RFC 8259 has none; send ``bytes`` to script such a body), or ``headers``
             is not a sequence of ``(name, value)`` pairs of str.
     """
     status = step_status(status)  # before the body is encoded: a bad status is the error told
@@ -156,8 +157,8 @@ def reply(status: int, body: bytes | str | object = None, *, headers: Sequence[t
     elif isinstance(body, str):
         data = body.encode()
     else:
-        text = read(json.dumps, body, "body", "encoding it as JSON", TypeError)
-        data, content_type = text.encode(), "application/json"
+        data = read(json_bytes, body, "body", "encoding it as JSON", TypeError)
+        content_type = "application/json"
     kept = step_headers(headers)
     if content_type is not None and all(name.lower() != "content-type" for name, _ in kept):
         kept += (("Content-Type", content_type),)
@@ -337,14 +338,14 @@ class FakeService:
 
         Raises:
             TypeError: ``answers`` is not a mapping of str question ids, or a value cannot be
-                encoded as JSON.
+                encoded as JSON (a NaN or an infinity included: RFC 8259 has none).
         """
         if not isinstance(answers, Mapping) or not all(isinstance(key, str) for key in answers):
             # A key that is not a str would match no question id, silently.
             raise TypeError(f"set_answers() takes a mapping of question id (str) to answer, not {answers!r}")
         overrides = dict(answers)
         # Fail here, in the test, rather than inside a handler thread.
-        read(json.dumps, overrides, "answers", "encoding it as JSON", TypeError)
+        read(json_bytes, overrides, "answers", "encoding it as JSON", TypeError)
         self._state.set_answers(overrides)
 
     def script(self, *steps: Step) -> None:

@@ -96,10 +96,16 @@ class Example:
     stall: bool
 
 
+def _not_json(literal: str) -> object:
+    raise ValueError(f"{literal} is not JSON")
+
+
 def expected_answer(body: bytes) -> Optional[bool]:
     """The answer SPEC.md section 2 reads from a 2xx body, or None if the body is no answer."""
     try:
-        obj = json.loads(body)
+        # NaN, Infinity and -Infinity, which json reads (json.dumps writes an infinity so), are not
+        # JSON (RFC 8259): a body holding one is no answer.
+        obj = json.loads(body, parse_constant=_not_json)
     except (ValueError, RecursionError):
         return None
     if (

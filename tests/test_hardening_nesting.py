@@ -19,6 +19,11 @@ crash: JSON nesting is refused past ``MAX_NESTING`` levels before ``json`` runs.
       test_interpreter_int_limit_set_lower_is_still_invalid_response (3.11+),
       test_numbers_json_refuses_are_invalid_response, test_numbers_json_takes_as_floats_are_answers,
       test_error_body_with_a_refused_number_is_the_status_error
+  NaN, Infinity, -Infinity (json reads them, RFC 8259 does not): in usage, in an answer, in
+  list_models, nested, the message naming the literal; inside a string they are text:
+      test_nan_and_infinity_anywhere_are_invalid_response,
+      test_nan_and_infinity_are_named_in_the_message, test_nan_and_infinity_inside_strings_are_text,
+      test_error_body_with_nan_is_the_status_error_showing_the_body
 """
 
 from __future__ import annotations
@@ -289,6 +294,61 @@ def test_numbers_json_refuses_are_invalid_response(svc: FakeService, plain: qa.C
 def test_numbers_json_takes_as_floats_are_answers(svc: FakeService, plain: qa.Client, number: bytes) -> None:
     svc.script(reply(200, with_usage(number), headers=JSON))
     assert plain.ask("x", Review).usage["x"] == float(number)
+
+
+NOT_JSON = [b"NaN", b"Infinity", b"-Infinity"]
+"""What Python's ``json`` reads as numbers and RFC 8259 has no place for."""
+
+PLACES = {
+    "usage": lambda literal: b'{"answers": {"toxic": true}, "usage": {"cost": ' + literal + b"}}",
+    "answer": lambda literal: b'{"answers": {"toxic": ' + literal + b"}}",
+    "extra-answer": lambda literal: b'{"answers": {"toxic": true, "other": ' + literal + b"}}",
+    "list-models": lambda literal: b'{"models": [{"name": "judge", "context": ' + literal + b"}]}",
+    "nested": lambda literal: with_usage(b'[1, {"a": [{"b": [' + literal + b"]}]}]"),
+}
+
+
+@pytest.mark.parametrize("place", sorted(PLACES))
+@pytest.mark.parametrize("literal", NOT_JSON)
+def test_nan_and_infinity_anywhere_are_invalid_response(
+    svc: FakeService, plain: qa.Client, literal: bytes, place: str
+) -> None:
+    svc.script(reply(200, PLACES[place](literal), headers=JSON))
+    call = plain.list_models if place == "list-models" else (lambda: plain.ask("x", Review))
+    with pytest.raises(
+        qa.InvalidResponse, match=f"ValueError: {literal.decode()} is not a JSON value"
+    ) as caught:
+        call()
+    assert caught.value.diagnostics.status == 200
+
+
+def test_nan_and_infinity_are_named_in_the_message(svc: FakeService, plain: qa.Client) -> None:
+    svc.script(reply(200, with_usage(b"-Infinity"), headers=JSON))
+    with pytest.raises(qa.InvalidResponse) as caught:
+        plain.ask("x", Review)
+    message = str(caught.value)
+    assert message.startswith(f"HTTP 200 from POST {svc.url}/v1/")
+    assert "the response is not JSON (ValueError: -Infinity is not a JSON value" in message
+    assert "RFC 8259 has no NaN or Infinity" in message
+    assert caught.value.__cause__ is None
+    assert caught.value.__context__ is None
+
+
+def test_nan_and_infinity_inside_strings_are_text(svc: FakeService, plain: qa.Client) -> None:
+    svc.script(reply(200, with_usage(b'["NaN", "Infinity", "-Infinity"]'), headers=JSON))
+    assert list(plain.ask("x", Review).usage["x"]) == ["NaN", "Infinity", "-Infinity"]
+
+
+@pytest.mark.parametrize("literal", NOT_JSON)
+def test_error_body_with_nan_is_the_status_error_showing_the_body(svc: FakeService, literal: bytes) -> None:
+    # Its detail is not read from a body that is not JSON (it read "nan"): the message shows the body.
+    body = b'{"detail": ' + literal + b"}"
+    svc.script(reply(422, body, headers=JSON))
+    with make_recording_client(svc.url) as client, pytest.raises(qa.UnprocessableEntity) as caught:
+        client.ask("x", Review)
+    assert caught.value.status == 422
+    assert str(caught.value).endswith(f": {body.decode()}")
+    assert caught.value.diagnostics.body == body.decode()
 
 
 @pytest.mark.parametrize(

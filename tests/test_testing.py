@@ -204,6 +204,19 @@ def test_set_answers_rejects_values_json_cannot_encode(svc: FakeService) -> None
         svc.set_answers({"a": object()})
 
 
+@pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf], ids=repr)
+def test_the_fake_never_sends_nan_or_an_infinity(svc: FakeService, connect: Connect, value: float) -> None:
+    # json.dumps writes them as NaN, Infinity, -Infinity: not JSON (RFC 8259), so the fake would
+    # have sent a body the client refuses. A test that means to send one scripts bytes.
+    with pytest.raises(TypeError, match="Out of range float"):
+        svc.set_answers({"toxic": value})
+    with pytest.raises(TypeError, match="Out of range float"):
+        reply(200, {"answers": {"toxic": True}, "usage": {"x": [value]}})
+    conn = connect(svc)
+    _, body = post(conn, core_body("s", {"toxic": {"criteria": YESNO}}))
+    assert type(body["answers"]["toxic"]) is bool  # the overrides refused were never kept
+
+
 # --- models -------------------------------------------------------------------------------------
 
 
