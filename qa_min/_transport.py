@@ -15,6 +15,7 @@ not gone out whole; through the retry loop (``Resend``), which counts it, when i
 from __future__ import annotations
 
 import _thread
+import os
 
 from ._connection import (
     Connection,
@@ -271,10 +272,36 @@ class Transport:
     def ssl_context(self) -> ssl.SSLContext:
         """The caller's context, or a default one: system trust store, ``SSL_CERT_FILE``/``DIR``."""
         if self.built_context is None:
-            import ssl
-
-            self.built_context = ssl.create_default_context()
+            self.built_context = default_context()
         return self.built_context
+
+
+def default_context() -> ssl.SSLContext:
+    """``ssl.create_default_context()``, a blank ``SSL_CERT_FILE`` or ``SSL_CERT_DIR`` read as unset.
+
+    OpenSSL reads the two variables itself and takes one that is set, even empty or only
+    whitespace, as the place to look instead of its default: a blank ``SSL_CERT_FILE`` left the
+    system's CA bundle unread. The default place of each blank variable is loaded here as well.
+    """
+    import ssl
+
+    context = ssl.create_default_context()
+    blank_file, blank_dir = _blank("SSL_CERT_FILE"), _blank("SSL_CERT_DIR")
+    if blank_file or blank_dir:
+        paths = ssl.get_default_verify_paths()
+        if blank_dir:
+            context.load_verify_locations(capath=paths.openssl_capath)
+        if blank_file:
+            try:
+                context.load_verify_locations(cafile=paths.openssl_cafile)
+            except OSError:
+                pass  # no bundle there: OpenSSL's own default loading skips it too
+    return context
+
+
+def _blank(name: str) -> bool:
+    value = os.environ.get(name)
+    return value is not None and not value.strip()
 
 
 class _Lease:

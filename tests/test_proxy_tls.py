@@ -13,13 +13,14 @@ import ssl
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 from faultservers import RawServer
 from support import no_sleep
 from support import wait_until as poll_until
-from tlshelpers import Certs, Proxy, TLSService
+from tlshelpers import Certs, Proxy, TLSService, hashed_dir
 
 import qa_min as qa
 from qa_min.testing import FakeService
@@ -163,6 +164,32 @@ def test_ssl_cert_file_environment_makes_default_client_trust_the_ca(
     monkeypatch.setenv("SSL_CERT_FILE", str(certs.ca))
     with client(tls_service.url) as c:
         assert c.ask(STATE, Review).answers.toxic is True
+
+
+@pytest.mark.parametrize("blank", ["", " ", "\t "], ids=["empty", "space", "whitespace"])
+@pytest.mark.parametrize("variable", ["SSL_CERT_FILE", "SSL_CERT_DIR"])
+def test_blank_ssl_cert_variable_is_read_as_unset(
+    tls_service: TLSService,
+    certs: Certs,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    variable: str,
+    blank: str,
+) -> None:
+    # OpenSSL reads both variables itself, and a set one replaces its default place even when
+    # blank: nothing in the system's bundle (or directory) was trusted. The default places are
+    # compiled into OpenSSL; here they are made to name the test CA, so that trusting it shows
+    # that the default place of the blank variable was read.
+    capath = hashed_dir(certs.ca, tmp_path / "capath")
+    paths = ssl.get_default_verify_paths()._replace(openssl_cafile=str(certs.ca), openssl_capath=str(capath))
+    monkeypatch.setattr(ssl, "get_default_verify_paths", lambda: paths)
+    monkeypatch.setenv(variable, blank)
+    diagnostics = qa.Diagnostics()
+    with client(tls_service.url) as c:
+        answer = c.ask(STATE, Review, diagnostics=diagnostics)
+    assert answer.answers.toxic is True
+    assert diagnostics.attempts == 1
+    assert diagnostics.transport_error is None
 
 
 @pytest.mark.parametrize("via_proxy", [False, True], ids=["direct", "through-proxy"])

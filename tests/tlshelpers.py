@@ -32,7 +32,7 @@ from types import TracebackType
 from typing import Any, cast
 from urllib.parse import urlsplit
 
-__all__ = ["Certs", "OpenSSLUnavailable", "Proxy", "SeenRequest", "TLSService", "make_certs"]
+__all__ = ["Certs", "OpenSSLUnavailable", "Proxy", "SeenRequest", "TLSService", "hashed_dir", "make_certs"]
 
 HOST = "127.0.0.1"
 LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
@@ -115,6 +115,14 @@ def make_certs(directory: Path) -> Certs:
     server_cert, server_key = _leaf(directory, "server", "IP:127.0.0.1,DNS:localhost")
     other_cert, other_key = _leaf(directory, "other", "DNS:other.invalid")
     return Certs(directory / "ca.pem", server_cert, server_key, other_cert, other_key)
+
+
+def hashed_dir(ca: Path, directory: Path) -> Path:
+    """``directory`` holding ``ca`` under its subject-hash name, as OpenSSL's ``capath`` lookup wants."""
+    directory.mkdir(exist_ok=True)
+    shutil.copy(ca, directory / ca.name)
+    _openssl("rehash", ".", cwd=directory)
+    return directory
 
 
 @dataclass(frozen=True)
