@@ -7,6 +7,7 @@ import io
 import json
 import os
 import runpy
+import select
 import signal
 import socket
 import subprocess
@@ -722,7 +723,7 @@ def _serve_then(action: Any) -> Any:
     return serve
 
 
-def test_fake_serves_until_ctrl_c_then_closes_and_exits_0(
+def test_fake_serves_until_ctrl_c_then_closes_and_exits_130(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     seen: dict[str, Any] = {}
@@ -734,7 +735,8 @@ def test_fake_serves_until_ctrl_c_then_closes_and_exits_0(
             seen["models"] = [m.name for m in client.list_models()]
 
     monkeypatch.setattr(_commands, "_serve_forever", _serve_then(use_it))
-    assert main(["fake", "--port", "0", "--prefix", "/api"]) == 0
+    assert main(["fake", "--port", "0", "--prefix", "/api"]) == 130  # interrupted (Ctrl-C)
+    assert capsys.readouterr().err == "interrupted\n"
     assert seen["url"].startswith("http://127.0.0.1:")
     assert seen["url"].endswith("/api")
     assert seen["models"][0] == "judge-latest"
@@ -766,7 +768,7 @@ def test_fake_requires_the_api_key_it_was_given(
                 statuses.append(exc.status)
 
     monkeypatch.setattr(_commands, "_serve_forever", _serve_then(use_it))
-    assert main(argv) == 0
+    assert main(argv) == 130
     assert statuses == [401, 4]
 
 
@@ -790,7 +792,7 @@ def test_fake_plays_a_rate_limited_service(
 
     monkeypatch.setattr(_commands, "_serve_forever", _serve_then(use_it))
     argv = ["--json", "fake", "--port", "0", "--rate-limit", "0.01", "2", "--retry-after", style]
-    assert main(argv) == 0
+    assert main(argv) == 130
     assert [status for status, _ in seen] == [200, 200, 429]  # a burst of 2, then the limit
     throttled = {name.lower() for name in seen[2][1]}
     assert ("retry-after" in throttled) == (style in ("seconds", "both"))
@@ -842,7 +844,7 @@ def test_fake_announces_with_a_rate_limit(
         seen.update((name.lower(), value) for name, value in diagnostics.headers.items())
 
     monkeypatch.setattr(_commands, "_serve_forever", _serve_then(use_it))
-    assert main(["--json", "fake", "--port", "0", "--rate-limit", "5", "5", "--announce", "openai"]) == 0
+    assert main(["--json", "fake", "--port", "0", "--rate-limit", "5", "5", "--announce", "openai"]) == 130
     assert seen["x-ratelimit-limit-requests"] == "5"
 
 
@@ -912,15 +914,16 @@ def test_python_m_qa_min_failure_exit_code_and_lazy_cli_import() -> None:
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="SIGINT to a child process is POSIX-only here")
-def test_fake_process_stops_cleanly_on_sigint() -> None:
-    # The child resets SIGINT first: a shell that started this test run in the background may
-    # have left it ignored, and Python keeps an ignored SIGINT ignored.
-    code = (
-        "import signal; signal.signal(signal.SIGINT, signal.default_int_handler)\n"
-        "from qa_min._cli import main; raise SystemExit(main(['fake', '--port', '0']))"
+def test_fake_process_exits_130_on_sigint() -> None:
+    # docs/command-line.md: 130 interrupted (Ctrl-C), for fake too (it exited 0). A shell that
+    # started this test run in the background may have left SIGINT ignored, and Python keeps an
+    # ignored SIGINT ignored: a launcher resets it, then becomes `python -m qa_min fake` (exec).
+    launcher = (
+        "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+        "os.execv(sys.executable, [sys.executable, '-m', 'qa_min', *sys.argv[1:]])"
     )
     proc = subprocess.Popen(
-        [sys.executable, "-c", code],
+        [sys.executable, "-c", launcher, "--json", "fake", "--port", "0"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -929,17 +932,22 @@ def test_fake_process_stops_cleanly_on_sigint() -> None:
     )
     try:
         assert proc.stdout is not None
-        url = proc.stdout.readline().split()[4]
+        ready, _, _ = select.select([proc.stdout], [], [], 10)
+        assert ready, "the fake printed no URL"
+        url = json.loads(proc.stdout.readline())["url"]
         with qa.Client(base_url=url, trust_env=False) as client:
-            assert len(client.list_models()) == 4
+            assert len(client.list_models()) == 4  # it serves
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=10)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.communicate()
-    assert proc.returncode == 0, err
-    assert err == ""
+    assert proc.returncode == 130, err
+    assert err == "interrupted\n"
+    client = qa.Client(base_url=url, trust_env=False, retry=qa.RetryPolicy.none)
+    with client, pytest.raises(qa.ConnectionFailed):  # and it closed its socket
+        client.list_models()
 
 
 @pytest.mark.parametrize("key", [" ", "\t"], ids=["space", "tab"])

@@ -199,7 +199,7 @@ def test_demo_and_fake_ignore_connection_options_before_and_refuse_them_after(
     monkeypatch.setattr(_commands, "_serve_forever", serve_once)
     before = ["--base-url", "http://127.0.0.1:9", "--model", "m", "--timeout", "3", "--retries", "1"]
     assert _run_cli(*before, "demo")[0] == 0
-    assert _run_cli(*before, "fake", "--port", "0")[0] == 0
+    assert _run_cli(*before, "fake", "--port", "0")[0] == 130  # served, then Ctrl-C
     assert served == ["served"]
     for command in (["demo"], ["fake", "--port", "0"]):
         for option in (

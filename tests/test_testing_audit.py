@@ -569,7 +569,7 @@ def test_python_m_qa_min_fake_serves_its_rate_limit_at_the_printed_url_and_ends_
             proc.kill()
             proc.communicate()
     assert statuses == [(200, False), (200, False), (429, True)]
-    assert (proc.returncode, out, err) == (0, "", "")
+    assert (proc.returncode, out, err) == (130, "", "interrupted\n")  # command-line.md: Ctrl-C is 130
 
 
 @pytest.mark.parametrize("value", ["a ", "a\t", "a \t"])

@@ -11,13 +11,13 @@ import sys
 import time
 
 from .. import Client, InvalidState, Request
-from ._output import FileError, Terminated, answer_text, client_options
+from ._output import FileError, answer_text, client_options
 from ._questions import collect_questions
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     import argparse
-    from typing import Optional
+    from typing import NoReturn, Optional
 
     from ._output import Output
 
@@ -90,7 +90,7 @@ def demo(args: argparse.Namespace, out: Output) -> int:
     return run_demo(out)
 
 
-def _serve_forever() -> None:  # pragma: no cover - runs in test_fake_process_stops_cleanly_on_sigint
+def _serve_forever() -> NoReturn:  # pragma: no cover - runs in test_fake_process_exits_130_on_sigint
     # time.sleep, unlike a lock wait, is interrupted by Ctrl-C on every platform.
     while True:
         time.sleep(3600)
@@ -120,10 +120,6 @@ def fake(args: argparse.Namespace, out: Output) -> int:
             out.line(f"fake service listening on {service.url} (Ctrl-C stops it)")
             out.line(f"  try: SERVICE_BASE_URL={service.url} {PROG} models")
         _serve_forever()
-    except Terminated:
-        raise  # closed below, then exit code 143
-    except KeyboardInterrupt:
-        pass
     finally:
+        # Ctrl-C or SIGTERM: closed here, then main() prints it and exits 130 or 143.
         service.close()
-    return 0
