@@ -31,7 +31,8 @@ from batchsupport import (
 )
 from support import wait_until
 
-from qa_min._cli import _batch, _progress
+from qa_min._cli import _batch, _output, _progress
+from qa_min._cli._parser import build_parser
 from qa_min.testing import FakeService, delay, hang
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals and terminals")
@@ -54,12 +55,23 @@ class Stalled(NamedTuple):
     written: int  # the lines before the first hung one
 
 
-def stalled_run(svc: FakeService, tmp_path: Path) -> Stalled:
-    """A batch process whose service answered ``ANSWERED`` calls and holds the next ``CONCURRENCY``."""
+def stalled_run(svc: FakeService, tmp_path: Path, *options: str) -> Stalled:
+    """A batch process whose service answered ``ANSWERED`` calls and holds the next ``CONCURRENCY``;
+    ``options`` go before the command."""
     inp = write_input(tmp_path / "in.jsonl", STATES)
     out = tmp_path / "out.jsonl"
     svc.script(*[delay(0)] * ANSWERED, *[hang()] * CONCURRENCY)
-    argv = ["--base-url", svc.url, "batch", str(inp), "-o", str(out), "--concurrency", str(CONCURRENCY)]
+    argv = [
+        "--base-url",
+        svc.url,
+        *options,
+        "batch",
+        str(inp),
+        "-o",
+        str(out),
+        "--concurrency",
+        str(CONCURRENCY),
+    ]
     proc = start_batch(*argv, *QUESTION)
     assert svc.wait_for_requests(ANSWERED + CONCURRENCY, timeout=10)
     # Steps go to requests in arrival order, which two calls in flight may swap: the hung
@@ -80,9 +92,9 @@ def finish(proc: subprocess.Popen[str]) -> str:
     return err
 
 
-def assert_complete_after_resume(svc: FakeService, run: Stalled, command: list[str]) -> None:
+def assert_complete_after_resume(svc: FakeService, run: Stalled, command: list[str], **env: str) -> None:
     resumed = subprocess.run(
-        command, capture_output=True, text=True, env=child_env(), timeout=20, check=False
+        command, capture_output=True, text=True, env={**child_env(), **env}, timeout=20, check=False
     )
     assert resumed.returncode == 0, resumed.stderr
     assert read_rows(run.out) == [{"line": n, "answers": answer(s)} for n, s in enumerate(STATES, 1)]
@@ -120,6 +132,27 @@ def test_signal_writes_the_answers_cancels_the_rest_and_prints_the_resume_comman
     assert argv[-1] == "--resume"
     assert str(run.inp) in argv
     assert_complete_after_resume(svc, run, argv)
+
+
+def test_the_printed_resume_command_holds_no_key_and_runs_with_the_key_from_the_environment(
+    tmp_path: Path,
+) -> None:
+    # The key given with --api-key was printed as `--api-key [redacted]`, which got 401s.
+    with FakeService(api_key=KEY) as svc:
+        run = stalled_run(svc, tmp_path, "--api-key", KEY)
+        run.proc.send_signal(signal.SIGINT)
+        err = finish(run.proc)
+        assert run.proc.returncode == 130, err
+        assert KEY not in err
+        assert "[redacted]" not in err
+        *_, resume, command, note = err.splitlines()
+        assert resume == "resume with:"
+        assert note == (
+            "the key given with --api-key is left out of it: set SERVICE_API_KEY, or add --api-key KEY"
+        )
+        argv = shlex.split(command)
+        assert not [word for word in argv if word.startswith("--a")]
+        assert_complete_after_resume(svc, run, argv, SERVICE_API_KEY=KEY)
 
 
 def test_kill_9_loses_only_what_was_in_flight(svc: FakeService, tmp_path: Path) -> None:
@@ -168,7 +201,50 @@ def test_resume_command(
     monkeypatch: pytest.MonkeyPatch, argv0: str, argv: list[str], expected: list[str]
 ) -> None:
     monkeypatch.setattr(sys, "argv", [argv0])
-    assert shlex.split(_batch.resume_command(argv)) == expected
+    command, key_left_out = _output.resume_command(argv)
+    assert shlex.split(command) == expected
+    assert key_left_out is False
+
+
+KEY = "sk-never-printed-42"
+
+
+@pytest.mark.parametrize(
+    ("argv", "kept"),
+    [
+        (["--api-key", KEY, "batch", "in", "-o", "o"], ["batch", "in", "-o", "o"]),
+        (["batch", "in", "-o", "o", "--api-key", KEY], ["batch", "in", "-o", "o"]),
+        (["--api-key=" + KEY, "batch", "in", "-o", "o"], ["batch", "in", "-o", "o"]),
+        (["batch", "--api-key=" + KEY, "in", "-o", "o"], ["batch", "in", "-o", "o"]),
+        (["--api", KEY, "batch", "in", "-o", "o"], ["batch", "in", "-o", "o"]),
+        (["batch", "in", "--a=" + KEY, "-o", "o"], ["batch", "in", "-o", "o"]),
+        (["--api-key", KEY, "batch", "in", "-o", "o", "--api-k", KEY], ["batch", "in", "-o", "o"]),
+        (["batch", "-o", "o", "--api-key", KEY, "--", "--api-key"], ["batch", "-o", "o", "--", "--api-key"]),
+    ],
+    ids=["before-command", "after-command", "equals", "equals-after-command", "prefix", "shortest-prefix",
+         "twice", "then-a-file-named-like-it"],
+)  # fmt: skip
+def test_resume_command_leaves_out_the_api_key_in_every_spelling(
+    monkeypatch: pytest.MonkeyPatch, argv: list[str], kept: list[str]
+) -> None:
+    # It printed `--api-key [redacted]`: pasted as printed, every call got 401.
+    assert build_parser().parse_args(argv).api_key == KEY  # a spelling argparse takes
+    monkeypatch.setattr(sys, "argv", ["/x/qa_min/__main__.py"])
+    command, key_left_out = _output.resume_command(argv)
+    assert KEY not in command
+    words = shlex.split(command)
+    resumed = kept[:]
+    resumed.insert(resumed.index("--") if "--" in resumed else len(resumed), "--resume")
+    assert words == [sys.executable, "-m", "qa_min", *resumed]
+    assert build_parser().parse_args(words[3:]).api_key is None
+    assert key_left_out is True
+
+
+@pytest.mark.parametrize("word", ["--", "-a", "--b=" + KEY, "--api-keys"])
+def test_resume_command_keeps_what_is_not_the_api_key_option(word: str) -> None:
+    # "--a" is the shortest prefix argparse takes for --api-key; "--" and "-a" are not it.
+    argv = ["batch", "-o", "o", word]
+    assert _output.without_api_key(argv) == (argv, False)
 
 
 # -- progress -------------------------------------------------------------------------------------

@@ -23,9 +23,10 @@ Resuming (``--output FILE --resume``):
 Ctrl-C and SIGTERM:
     Reading stops, calls in flight are cancelled, the answers that can be written in input
     order are written (those after the first cancelled line are asked again on resume, so the
-    file stays in order), the command that resumes is printed on stderr, and the exit code is
-    130 (143). A second signal exits at once. Either way the file holds a prefix of the input's
-    answers, and a resumed run re-asks at most ``WINDOW * --concurrency`` lines.
+    file stays in order), the command that resumes is printed on stderr (without ``--api-key``:
+    a line says so), and the exit code is 130 (143). A second signal exits at once. Either way
+    the file holds a prefix of the input's answers, and a resumed run re-asks at most
+    ``WINDOW * --concurrency`` lines.
 """
 
 from __future__ import annotations
@@ -33,7 +34,6 @@ from __future__ import annotations
 import io
 import os
 import queue
-import shlex
 import signal
 import sys
 import threading
@@ -41,7 +41,7 @@ from collections import deque
 
 from .. import Client, Diagnostics, InvalidState, QAError
 from ._jsonl import DONE, SEEN, WRITTEN, Done, InputLines, check_paths, id_hash, open_output, parse_line
-from ._output import FileError, UsageError, client_options, exit_code, write_stdout
+from ._output import FileError, UsageError, client_options, exit_code, resume_command, write_stdout
 from ._progress import REDRAW_EVERY, Progress, Tally
 from ._questions import collect_questions
 
@@ -255,20 +255,6 @@ class _Batch:
         self.wakeups.put(("signal", signum))
 
 
-def resume_command(argv: list[str]) -> str:
-    """The command line that continues this run, as a shell would take it."""
-    if os.path.basename(sys.argv[0]) == "__main__.py":
-        # `python -m qa_min` (or the name it is vendored under)
-        command = [sys.executable, "-m", __package__.rpartition(".")[0]]
-    else:
-        command = [sys.argv[0]]
-    args = list(argv)
-    if "--resume" not in args:
-        # Before a `--`, after which it would be read as the input file.
-        args.insert(args.index("--") if "--" in args else len(args), "--resume")
-    return shlex.join(command + args)
-
-
 def _report_stop(args: argparse.Namespace, out: Output, tally: Tally, signum: int, unwritten: int) -> None:
     name = "terminated" if signum == signal.SIGTERM else "interrupted"
     where = repr(args.output) if args.output else "stdout"
@@ -280,7 +266,10 @@ def _report_stop(args: argparse.Namespace, out: Output, tally: Tally, signum: in
         out.note("to be able to resume, run with --output FILE")
         return
     stdin = " (with the same input on stdin)" if args.input in (None, "-") else ""
-    out.note(f"resume with{stdin}:\n  {resume_command(args.argv)}")
+    command, key_left_out = resume_command(args.argv)
+    out.note(f"resume with{stdin}:\n  {command}")
+    if key_left_out:
+        out.note("the key given with --api-key is left out of it: set SERVICE_API_KEY, or add --api-key KEY")
 
 
 def _report_duplicates(out: Output, duplicates: list[tuple[int, Union[str, int]]]) -> None:

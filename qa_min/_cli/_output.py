@@ -1,4 +1,5 @@
-"""What every command shares: the printer, the one exit-code table and the client options.
+"""What every command shares: the printer, the one exit-code table and the client options; and
+the command line as it may be printed (``resume_command``: never with the API key).
 
 This module is the bottom of the command line: the command modules import it, and it imports
 only qa_min's public names plus the library's key redaction.
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import sys
 
 from .. import (
@@ -25,7 +27,7 @@ from .._redact import Redactor
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     import argparse
-    from collections.abc import Iterable
+    from collections.abc import Iterable, Sequence
     from typing import Any, Optional
 
 
@@ -241,3 +243,43 @@ def rate_limit_option(max_rate: Optional[float]) -> dict[str, Any]:
     from .. import RateLimit
 
     return {"rate_limit": RateLimit(per_second=max_rate)}
+
+
+def resume_command(argv: Sequence[str]) -> tuple[str, bool]:
+    """The command line that continues this batch run, as a shell would take it, and whether
+    ``--api-key`` was left out of it (the key is never printed; see `without_api_key`)."""
+    if os.path.basename(sys.argv[0]) == "__main__.py":
+        # `python -m qa_min` (or the name it is vendored under)
+        command = [sys.executable, "-m", __package__.rpartition(".")[0]]
+    else:
+        command = [sys.argv[0]]
+    args, left_out = without_api_key(argv)
+    if "--resume" not in args:
+        # Before a `--`, after which it would be read as the input file.
+        args.insert(args.index("--") if "--" in args else len(args), "--resume")
+    return shlex.join(command + args), left_out
+
+
+def without_api_key(argv: Sequence[str]) -> tuple[list[str], bool]:
+    """``argv`` without the ``--api-key`` option and its value, and whether it held one.
+
+    Every spelling argparse takes goes: ``--api-key K``, ``--api-key=K`` and, as the parser
+    allows abbreviations, a prefix (``--api K``, ``--a=K``: no other option starts with ``--a``),
+    before or after the command. After ``--`` every word is an argument, kept.
+    """
+    kept: list[str] = []
+    left_out = False
+    words = iter(argv)
+    for word in words:
+        if word == "--":
+            kept.append(word)
+            kept.extend(words)
+            break
+        name, equals, _ = word.partition("=")
+        if len(name) > 2 and "--api-key".startswith(name):
+            left_out = True
+            if not equals:
+                next(words, None)  # its value, the next word
+            continue
+        kept.append(word)
+    return kept, left_out
