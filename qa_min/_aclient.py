@@ -22,7 +22,7 @@ from ._ascope import WrongLoop
 from ._asender import AioSender
 from ._atransport import AioMock, AioTransport
 from ._call import unsent
-from ._client import Client
+from ._client import Client, refuse_ssl_context
 from ._constants import MAX_RESPONSE_BYTES
 from ._errors import ClientClosed, InvalidOption, QAError
 from ._responses import AskResponse, CoreResponse
@@ -127,7 +127,7 @@ class AsyncClient:
 
     def __reduce__(self) -> tuple[object, ...]:
         """Pickle and copy as the configuration, as ``Client``: a fresh client, the key included."""
-        self._core.__reduce__()  # the same refusal of an ssl_context
+        refuse_ssl_context(self._options, "an AsyncClient")
         return (_rebuild, (self._options,))
 
     @property

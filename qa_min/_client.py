@@ -181,11 +181,7 @@ class Client:
 
         The API key travels with it. Sockets, threads and a closed state never do.
         """
-        if self._options["ssl_context"] is not None:
-            raise ConfigurationError(
-                "a Client with an ssl_context cannot be pickled (an SSLContext cannot be); "
-                "build the client where it is used instead"
-            )
+        refuse_ssl_context(self._options, "a Client")
         return (_rebuild, (self._options,))
 
     @property
@@ -393,3 +389,13 @@ class Client:
         error = InvalidResponse(self._sender.messages.answered(call.status, request, problem))
         self._sender.finish(error, call)
         return error
+
+
+def refuse_ssl_context(options: dict[str, Any], what: str) -> None:
+    """Raise ``ConfigurationError`` naming ``what`` if ``options`` hold an ``ssl_context``: an
+    ``SSLContext`` cannot be pickled, so neither can the client made with it."""
+    if options["ssl_context"] is not None:
+        raise ConfigurationError(
+            f"{what} with an ssl_context cannot be pickled (an SSLContext cannot be); "
+            "build the client where it is used instead"
+        )

@@ -28,6 +28,7 @@ side by side in ``test_scenarios.py``. Here:
       test_connections_are_reused_and_the_idle_pool_is_bounded
   pickles as its configuration; rate_limit as Client's; MockTransport handler on the loop's thread
       test_pickles_as_its_configuration, test_rate_limit_is_the_clients,
+      test_a_client_with_an_ssl_context_refuses_to_pickle_naming_the_async_client,
       test_mock_transport_handler_runs_on_the_loop_thread, test_mock_hang_times_out
   TLS through loop.start_tls, and a CONNECT tunnel through an HTTP proxy: test_async_tls.py
 """
@@ -35,6 +36,7 @@ side by side in ``test_scenarios.py``. Here:
 from __future__ import annotations
 
 import asyncio
+import copy
 import gc
 import os
 import pickle
@@ -588,6 +590,17 @@ def test_pickles_as_its_configuration() -> None:
     assert (copy.base_url, copy.model) == ("http://h:1/p", "judge-2.1")
     assert copy._core._key == "sk-abcdefgh12345678"
     assert "sk-abcdefgh" not in repr(copy)
+
+
+def test_a_client_with_an_ssl_context_refuses_to_pickle_naming_the_async_client() -> None:
+    client = qa.AsyncClient(base_url="https://h:1", ssl_context=ssl.create_default_context())
+    for way in (pickle.dumps, copy.copy, copy.deepcopy):
+        with pytest.raises(qa.ConfigurationError) as caught:
+            way(client)
+        assert str(caught.value) == (
+            "an AsyncClient with an ssl_context cannot be pickled (an SSLContext cannot be); "
+            "build the client where it is used instead"
+        )
 
 
 def test_rate_limit_is_the_clients() -> None:
