@@ -13,7 +13,7 @@ import sys
 from ._constants import DEFAULT_MODEL, PUBLIC_BASE_URL, __version__
 from ._errors import InvalidOption, MissingApiKey
 from ._http import Outgoing
-from ._origin import Origin, shown_url
+from ._origin import Origin
 from ._questions import check_model
 from ._redact import redact
 from ._typing import plain, read, short
@@ -253,11 +253,7 @@ def env_proxy(origin: Origin, env: Mapping[str, str]) -> tuple[Optional[str], Op
 def parse_proxy(url: str, via: Optional[str] = None) -> Origin:
     """The proxy's origin; ``via`` names the environment variable ``url`` came from, if any."""
     full = "http://" + url if isinstance(url, str) and "://" not in url else url
-    proxy = Origin(full, "proxy", via, given=url)
-    if proxy.scheme != "http":
-        name = "proxy" if via is None else f"proxy from {via}"
-        raise InvalidOption(f"only http:// proxies are supported ({name}), got {shown_url(url)}")
-    return proxy
+    return Origin(full, "proxy", via, given=url)  # which refuses any scheme but http
 
 
 # -- the logger -------------------------------------------------------------------------

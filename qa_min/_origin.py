@@ -146,6 +146,8 @@ class Origin:
         if parts is None:
             raise error(f"{name} is not a valid URL ({problem}): {shown_url(given)}")
         scheme = parts.scheme.lower()
+        if what == "proxy" and scheme != "http":  # not "an http or https URL": https is refused too
+            raise error(f"only http:// proxies are supported ({name}), got {shown_url(given)}")
         if scheme not in _DEFAULT_PORTS or not parts.hostname:
             raise error(f"{name} must be an http or https URL with a host, got {shown_url(given)}")
         if parts.query or parts.fragment:

@@ -518,7 +518,7 @@ def test_an_unknown_x_should_retry_value_leaves_the_policy_in_charge(kind: str) 
         ({"extra_headers": [("Host", "x")]}, "extra_headers must not set 'Host'"),
         ({"extra_headers": [("Bad Name", "x")]}, "is not an RFC 9110 token"),
         ({"proxy": "https://p:1"}, "only http:// proxies are supported"),
-        ({"proxy": "socks5://p"}, "proxy must be an http or https URL with a host"),
+        ({"proxy": "socks5://p"}, "only http:// proxies are supported (proxy), got 'socks5://p'"),
         ({"trust_env": "false"}, "trust_env must be True or False, got 'false'"),
         ({"retry": {"max_retries": 1}}, "retry must be a RetryPolicy"),
         ({"retry_budget": 5}, "retry_budget must be a RetryBudget or None, got 5"),

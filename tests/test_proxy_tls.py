@@ -402,10 +402,15 @@ def test_explicit_proxy_wins_over_no_proxy(
     assert [r.method for r in proxy.seen] == ["CONNECT"]
 
 
-@pytest.mark.parametrize("proxy_url", ["https://127.0.0.1:3128", "socks5://127.0.0.1:1080"])
+@pytest.mark.parametrize(
+    "proxy_url", ["https://127.0.0.1:3128", "socks5://127.0.0.1:1080", "SOCKS5H://127.0.0.1:1080", "ftp://p"]
+)
 def test_non_http_proxy_is_refused_at_construction(tls_service: TLSService, proxy_url: str) -> None:
-    with pytest.raises(qa.InvalidOption):
+    # Every other scheme is refused as https is: a socks5 proxy was told it "must be an http
+    # or https URL", and the https one then written was refused as well.
+    with pytest.raises(qa.InvalidOption) as caught:
         qa.Client(base_url=tls_service.url, proxy=proxy_url)
+    assert str(caught.value) == f"only http:// proxies are supported (proxy), got {proxy_url!r}"
 
 
 # -- a stalled TLS setup ------------------------------------------------------------------------
