@@ -134,7 +134,9 @@ class Origin:
         given = url if given is None else given
         error = InvalidBaseUrl if what == "base_url" else InvalidOption
         name = what if via is None else f"{what} from {via}"
-        if not isinstance(url, str) or any(ch.isspace() or ord(ch) < 32 for ch in url):
+        if not isinstance(url, str):
+            raise error(f"{name} must be a str holding an http(s) URL, got {shown_url(given)}")
+        if any(ch.isspace() or ord(ch) < 32 for ch in url):
             raise error(f"{name} must be an http(s) URL without spaces, got {shown_url(given)}")
         if (problem := not_utf8(url)) is not None:
             # Bytes os.environ or sys.argv could not decode; neither a path nor a password could

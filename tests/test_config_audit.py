@@ -173,6 +173,17 @@ def test_malformed_base_urls_are_refused_saying_why(kind: str, url: str, why: st
 
 
 @pytest.mark.parametrize("kind", CLIENTS)
+@pytest.mark.parametrize("option", ["base_url", "proxy"])
+@pytest.mark.parametrize("value", [b"http://h:1", 3128, ["http://h:1"]], ids=["bytes", "int", "list"])
+def test_a_url_that_is_no_str_is_refused_as_no_str(kind: str, option: str, value: object) -> None:
+    # It was told it "must be an http(s) URL without spaces", though it held no space.
+    options: dict[str, Any] = {"base_url": "http://127.0.0.1:9", option: value}
+    with pytest.raises(qa.ConfigurationError if option == "base_url" else qa.InvalidOption) as caught:
+        make(kind, **options)
+    assert str(caught.value) == f"{option} must be a str holding an http(s) URL, got {value!r}"
+
+
+@pytest.mark.parametrize("kind", CLIENTS)
 @pytest.mark.parametrize(
     ("url", "why"),
     [
