@@ -392,8 +392,7 @@ class Client:
 
 
 def refuse_ssl_context(options: dict[str, Any], what: str) -> None:
-    """Raise ``ConfigurationError`` naming ``what`` if ``options`` hold an ``ssl_context``: an
-    ``SSLContext`` cannot be pickled, so neither can the client made with it."""
+    """``ConfigurationError`` naming ``what`` if ``options`` hold an (unpicklable) ``ssl_context``."""
     if options["ssl_context"] is not None:
         raise ConfigurationError(
             f"{what} with an ssl_context cannot be pickled (an SSLContext cannot be); "
