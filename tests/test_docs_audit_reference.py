@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import _thread
 import asyncio
+import re
+from pathlib import Path
 from typing import Any, Union
 
 import pytest
@@ -19,6 +21,8 @@ import qa_min as qa
 from qa_min.testing import reply
 
 KINDS = ["sync", "async"]
+TESTS = Path(__file__).resolve().parent
+DOCS = TESTS.parent / "docs"
 LONGEST = int(_thread.TIMEOUT_MAX)
 
 
@@ -190,3 +194,16 @@ def test_bad_servers_100_header_lines_pass_and_an_error_body_is_cut_and_its_conn
     assert cut.error.status == 500
     assert cut.diagnostics.body == "x" * 10
     assert cut.idle == 0
+
+
+def test_bad_servers_names_test_modules_that_exist_and_the_fuzz_runs_example_counts() -> None:
+    """bad-servers.md: "Each promise has its own test module (`tests/test_interim.py`, ...)", and
+    test_fuzz_responses.py checks the page "on generated raw responses ...: 100 in the suite and
+    650 more in the benchmarks' step"."""
+    page = " ".join((DOCS / "bad-servers.md").read_text(encoding="utf-8").split())
+    named = re.findall(r"`(?:tests/)?(test_\w+\.py)`", page)
+    assert len(named) >= 10, named
+    assert [name for name in named if not (TESTS / name).exists()] == []
+    fuzz = (TESTS / "test_fuzz_responses.py").read_text(encoding="utf-8")
+    suite, more = re.findall(r"max_examples=(\d+)", fuzz)
+    assert f"{suite} in the suite and {more} more in the benchmarks' step" in page
