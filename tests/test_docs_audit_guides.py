@@ -13,6 +13,9 @@ import asyncio
 import configparser
 import contextlib
 import io
+import json
+import subprocess
+import sys
 import threading
 from pathlib import Path
 from typing import Optional
@@ -225,3 +228,45 @@ def test_install_page_names_the_tox_environments_and_the_wheel_version() -> None
     envs = [env.strip() for env in tox["tox"]["envlist"].split(",")]
     assert envs == ["py39", "py310", "py311", "py312", "py313", "lint", "type"]
     assert f"dist/qa_min-{qa.__version__}-py3-none-any.whl" in (ROOT / "docs" / "install.md").read_text()
+
+
+# A retried call, in a fresh interpreter with ``random`` poisoned (None in sys.modules makes any
+# import of it fail): the first attempt is refused (a port bound, then closed), and so is the retry
+# after a 1 ms backoff whose jitter was drawn.
+_RETRY_WITHOUT_RANDOM = r"""
+import json, socket, sys
+sys.path.insert(0, sys.argv[1])
+sys.modules["random"] = None
+import qa_min as qa
+class Review(qa.Questions):
+    toxic = qa.YesNo("The text insults someone", "The text insults no one")
+with socket.socket() as s:
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+policy = qa.RetryPolicy(max_retries=1, backoff_initial_ms=1)
+with qa.Client(base_url=f"http://127.0.0.1:{port}", trust_env=False, retry=policy) as client:
+    try:
+        client.ask("Some text", Review)
+    except qa.ConnectionFailed as exc:
+        delays = [a.delay for a in exc.diagnostics.history]
+        print(json.dumps({"attempts": exc.diagnostics.attempts, "delays": delays, "modules": sorted(
+            name for name in ("threading", "random") if sys.modules.get(name) is not None)}))
+"""
+
+
+def test_a_retrys_jitter_loads_threading_and_not_random() -> None:
+    """install.md, the cold start: "`threading` with the first wait (a backoff, the rate limiter),
+    not `random`: a retry's jitter draws from `os.urandom`"."""
+    root = str(ROOT)
+    done = subprocess.run(
+        [sys.executable, "-I", "-c", _RETRY_WITHOUT_RANDOM, root],
+        capture_output=True,
+        text=True,
+        timeout=20,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout)
+    assert seen["attempts"] == 2
+    assert seen["modules"] == ["threading"]
+    assert 0.00075 <= seen["delays"][1] <= 0.001  # 1 ms, less a jitter of at most 25%
