@@ -14,6 +14,7 @@ import configparser
 import contextlib
 import io
 import json
+import re
 import subprocess
 import sys
 import threading
@@ -215,6 +216,25 @@ def test_demo_and_fake_ignore_connection_options_before_and_refuse_them_after(
             assert code == 2, (command, option)
             assert f"unrecognized arguments: {option[0]}" in err
     assert served == ["served"]
+
+
+def test_the_questions_file_of_the_page_is_one_ask_reads(tmp_path: Path) -> None:
+    """command-line.md: `ask "Some text" --questions questions.json`, "A questions file
+    (`questions.json` above) is one JSON object, question id → question" (its ```json block)."""
+    page = (ROOT / "docs" / "command-line.md").read_text(encoding="utf-8")
+    (block,) = re.findall(r"^```json\n(.*?)^```", page, re.MULTILINE | re.DOTALL)
+    questions = tmp_path / "questions.json"
+    questions.write_text(block, encoding="utf-8")
+    assert 'ask "Some text" --questions questions.json' in page
+    with FakeService() as svc:
+        code, out, err = _run_cli(
+            "--base-url", svc.url, "--json", "ask", "Some text", "--questions", str(questions)
+        )
+    assert (code, err) == (0, "")
+    answers = json.loads(out)["answers"]
+    assert list(answers) == ["toxic", "lang", "quality"]
+    assert answers["lang"] in ("en", "fr")
+    assert answers["quality"] in (0, 1, 2)
 
 
 # -- docs/install.md -------------------------------------------------------------------------
