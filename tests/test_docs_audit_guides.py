@@ -26,6 +26,7 @@ from support import BOUND, executor_threads, make_client
 
 import qa_min as qa
 from qa_min._cli import _commands, main
+from qa_min._cli._output import EXIT_CODES
 from qa_min.testing import FakeService, hang, reply
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -235,6 +236,21 @@ def test_the_questions_file_of_the_page_is_one_ask_reads(tmp_path: Path) -> None
     assert list(answers) == ["toxic", "lang", "quality"]
     assert answers["lang"] in ("en", "fr")
     assert answers["quality"] in (0, 1, 2)
+
+
+def test_the_exit_code_table_has_the_codes_the_command_line_exits_with() -> None:
+    """command-line.md, Exit codes: the table's codes are EXIT_CODES' (what `--help` prints), in
+    order, and each error row names what the code's classes are (busy: 429/529, ...)."""
+    page = (ROOT / "docs" / "command-line.md").read_text(encoding="utf-8")
+    section = page.split("## Exit codes", 1)[1]
+    rows = dict(re.findall(r"^\| (\d+) \| (.*) \|$", section, re.MULTILINE))
+    assert [int(code) for code in rows] == [code for code, _, _ in EXIT_CODES]
+    named = {3: "validation", 4: "429/529", 5: "HTTP", 6: "connection", 7: "InvalidResponse"}
+    for code, word in named.items():
+        assert word in rows[str(code)], (code, rows[str(code)])
+    classes = {code: found for code, _, found in EXIT_CODES}
+    assert (classes[4], classes[6]) == ((qa.ServiceBusy,), (qa.ConnectionFailed,))
+    assert {qa.ValidationError, qa.ConfigurationError} <= set(classes[3])
 
 
 # -- docs/install.md -------------------------------------------------------------------------

@@ -1,14 +1,18 @@
 """Audit of the reference pages against the code: each test quotes the sentence it checks.
 
-Grouped per page (configuration, errors, retries, cancellation, bad servers). Claims another
-module already proves are not repeated here. The backoff is recorded by the ``sleep=`` seam,
+Grouped per page (configuration, errors, retries, cancellation, bad servers), then the drawn
+references read against the code: the error trees of errors.md and README.md, and the
+signature of `Client` on configuration.md. Claims another module already proves are not
+repeated here. The backoff is recorded by the ``sleep=`` seam,
 never slept, so the module runs in well under a second.
 """
 
 from __future__ import annotations
 
 import _thread
+import ast
 import asyncio
+import inspect
 import re
 from pathlib import Path
 from typing import Any, Union
@@ -18,6 +22,7 @@ from rawhttp import BODY_TRUE, Toxic, call_once, response
 from support import InProcessService, Listener, SleepRecorder, make_recording_client
 
 import qa_min as qa
+from qa_min._typing import UNSET
 from qa_min.testing import reply
 
 KINDS = ["sync", "async"]
@@ -207,3 +212,89 @@ def test_bad_servers_names_test_modules_that_exist_and_the_fuzz_runs_example_cou
     fuzz = (TESTS / "test_fuzz_responses.py").read_text(encoding="utf-8")
     suite, more = re.findall(r"max_examples=(\d+)", fuzz)
     assert f"{suite} in the suite and {more} more in the benchmarks' step" in page
+
+
+# --- the reference tables against the code ------------------------------------------------------
+
+_FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.MULTILINE | re.DOTALL)
+
+
+def _block(page: Path, starts: str) -> str:
+    (found,) = [
+        code for _, code in _FENCE.findall(page.read_text(encoding="utf-8")) if code.startswith(starts)
+    ]
+    return found
+
+
+def _error_tree(text: str) -> dict[str, str]:
+    """{class: parent} from a drawn tree: a line's depth is where its name starts; after ``──``
+    (or ``:``) on a line come its first name's children, continued on a line with no branch of
+    its own; a name in parentheses is left out (a base class, or the README's short form)."""
+    parents: dict[str, str] = {}
+    stack: list[tuple[int, str]] = []
+    last = ""
+    for line in text.splitlines():
+        depth = len(line) - len(line.lstrip("│├└─ "))
+        named = re.sub(r"\([^)]*\)", "", line)  # (ValueError), (.status): no node
+        head, tail = [*re.split(r" ── |: ", named, maxsplit=1), ""][:2]
+        if "├" not in line and "└" not in line and depth > 0:  # a continued list of children
+            head, tail = "", named
+        if head.strip():
+            first = re.findall(r"[A-Z]\w+", head)[0]
+            while stack and stack[-1][0] >= depth:
+                stack.pop()
+            if stack:
+                parents[first] = stack[-1][1]
+            stack.append((depth, first))
+            for name in re.findall(r"\b[A-Z][a-z]\w*\b", head)[1:]:
+                parents[name] = stack[-2][1]
+            last = first
+        for name in re.findall(r"\b[A-Z][a-z]\w*\b", tail):
+            parents[name] = last
+    return parents
+
+
+def test_the_error_trees_hold_every_error_under_its_parent() -> None:
+    """errors.md: the tree under "The errors" (every exception of qa_min, each under its base
+    class); README.md: the same tree, shortened (each name it draws is under its parent)."""
+    public = {
+        name: cls
+        for name, cls in vars(qa).items()
+        if isinstance(cls, type) and issubclass(cls, BaseException) and not name.startswith("_")
+    }
+    tree = _error_tree(_block(DOCS / "errors.md", "QAError\n"))
+    assert set(tree) | {"QAError"} == set(public), set(public) ^ (set(tree) | {"QAError"})
+    for name, parent in tree.items():
+        assert public[name].__bases__[0] is public[parent], (name, parent)
+    readme = _block(DOCS.parent / "README.md", "QAError\n")
+    short = _error_tree(readme)
+    assert len(short) >= 20, short
+    for name, parent in short.items():
+        assert issubclass(public[name], public[parent]), (name, parent)
+    drawn = set(re.findall(r"\b[A-Z][a-z]\w*\b", readme)) - {"ValueError"}
+    assert drawn <= set(public), drawn - set(public)
+
+
+def test_the_error_tree_reader_sees_depth_dashes_and_continued_lines() -> None:
+    text = "Qa\n├── Bb (.x)\n│   └── Cc · Dd\n├── Ee (Value) ── Ff · Gg\n                  Hh\n└── Ii: Jj 1\n"
+    assert _error_tree(text) == {
+        **{"Bb": "Qa", "Cc": "Bb", "Dd": "Bb", "Ee": "Qa", "Ff": "Ee", "Gg": "Ee", "Hh": "Ee"},
+        **{"Ii": "Qa", "Jj": "Ii"},
+    }
+
+
+def test_config_the_drawn_signature_of_client_is_its_own() -> None:
+    """configuration.md, "Every option of `Client`": `Client(api_key=None, ..., transport=None)`,
+    the constructor's parameters in its order, `*` where they become keyword-only, and its
+    defaults (`8 MiB`; `RetryBudget()` and `RateLimit()`, which it makes when none is given)."""
+    drawn = " ".join(_block(DOCS / "configuration.md", "Client(").split())
+    items = [item.strip() for item in drawn[len("Client(") : drawn.rindex(")")].split(",")]
+    params = list(inspect.signature(qa.Client).parameters.values())
+    star = items.index("*")
+    items.remove("*")
+    assert [p.kind is p.KEYWORD_ONLY for p in params] == [n >= star for n in range(len(params))]
+    assert [item.partition("=")[0] for item in items] == [p.name for p in params]
+    made = {"8 MiB": 8 * 1024 * 1024, "RetryBudget()": UNSET, "RateLimit()": UNSET}
+    for item, param in zip(items, params):
+        text = item.partition("=")[2]
+        assert param.default == (made[text] if text in made else ast.literal_eval(text)), param
