@@ -7,13 +7,20 @@ limiter, hooks, redaction, ``Diagnostics``, ``MockTransport``. That client's tra
 opens a socket and its executor never starts: the I/O is ``_atransport``'s on the running
 loop, and the waiting is ``_asender``'s. See ``_ascope`` for cancellation.
 
-A client belongs to the event loop it first ran on: its connections are that loop's. Once that
-loop is closed, ``aclose()`` still works, from any loop: the loop can no longer close the
-sockets, so the pool closes them itself; any later call raises ``ClientClosed``.
+A client belongs to one open event loop at a time: its connections are that loop's. Once
+that loop is closed (one ``asyncio.run`` per AWS Lambda invocation, per CLI command, per test),
+nothing of it can run again, and the client follows the next loop a call comes from
+(``_follow``): the pool closes the old loop's sockets itself and a fresh one serves the new loop,
+the old loop's calls are dropped, and the rate limiter restarts its schedule, keeping what it
+learned and any pause in force. A call from another loop while the client's is open (running in
+another thread, or stopped: it may run again) raises ``WrongLoop``. ``aclose()`` works from any
+loop once the client's is closed, the sockets closed the same way; any later call raises
+``ClientClosed``.
 """
 
 from __future__ import annotations
 
+import _thread
 import asyncio
 import inspect
 
@@ -121,6 +128,7 @@ class AsyncClient:
             self._transport = AioMock(sync)  # type: ignore[arg-type]
         self._sender = AioSender(core._sender, self._transport, sleep)
         self._loop: Optional[asyncio.AbstractEventLoop] = None
+        self._binding = _thread.allocate_lock()  # held while the client changes loops
         self.base_url = core.base_url
         self._options = {**core._options, "sleep": sleep}
         del self._options["max_workers"]
@@ -219,8 +227,7 @@ class AsyncClient:
         Calls made afterwards raise ``ClientClosed``. Awaited in any loop once the client's own
         loop is closed (its calls ended with it): the sockets are closed without that loop.
         """
-        if self._loop is not None and self._loop.is_closed():
-            self._close_orphaned()
+        if self._loop is not None and self._loop.is_closed() and self._close_orphaned():
             return
         if self._loop is not None:
             self._bind()
@@ -246,40 +253,59 @@ class AsyncClient:
     ) -> None:
         await self.aclose()
 
-    def _close_orphaned(self) -> None:
+    def _close_orphaned(self) -> bool:
         """``aclose()`` once the loop this client ran on is closed: nothing can run on it, so no
-        call is in flight any more, and each socket is closed here (``AioPool.close_orphaned``)."""
-        self._core.close()
-        scopes = self._sender.scopes
-        for scope in scopes:
-            scope.close()  # a task of the closed loop, which will never run again
-        scopes.clear()
-        if self._pool is not None:
-            self._pool.close_orphaned()
+        call is in flight any more, and each socket is closed here (``AioPool.close_orphaned``).
+        False if another thread's loop took the client meanwhile (``_follow``)."""
+        with self._binding:
+            if self._loop is not None and not self._loop.is_closed():
+                return False
+            self._core.close()
+            self._sender.orphaned()  # the tasks of the closed loop, which will never run again
+            if self._pool is not None:
+                self._pool.close_orphaned()
+            return True
 
     # -- the call machinery -----------------------------------------------------------------
 
     def _bind(self) -> asyncio.AbstractEventLoop:
-        """The running loop, which must be this client's (it becomes so on first use)."""
+        """The running loop, which must be this client's (it becomes so on first use, or once
+        the client's loop is closed: ``_follow``)."""
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
             raise WrongLoop("an AsyncClient call must be awaited inside a running event loop") from None
-        if self._loop is None:
-            self._loop = loop
-        elif loop is not self._loop:
-            if self._core._closing.cancelled and self._loop.is_closed():
-                raise ClientClosed("the client is closed")  # whichever loop runs now
-            raise WrongLoop(
-                f"this AsyncClient belongs to the event loop it first ran on ({_state(self._loop)}), "
-                "not the one running now; create one client per event loop"
-            )
+        if loop is not self._loop:
+            self._follow(loop)
         return loop
+
+    def _follow(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Make ``loop`` the client's: on first use, or once the client's loop is closed (nothing
+        of it can run again, so nothing of it can conflict with ``loop``). Under a lock: two
+        threads' loops racing for the client, one gets it, the other ``WrongLoop``."""
+        with self._binding:
+            old = self._loop
+            if old is not None and old is not loop:
+                if not old.is_closed():
+                    raise WrongLoop(
+                        f"this AsyncClient belongs to another event loop ({_state(old)}), not the one "
+                        "running now; it follows a new loop only once its own is closed: create one "
+                        "client per event loop"
+                    )
+                if self._core._closing.cancelled:
+                    raise ClientClosed("the client is closed")  # whichever loop runs now
+                self._sender.orphaned()  # the old loop's calls, left pending, never run again
+                pool, transport = self._pool, self._transport
+                if pool is not None and isinstance(transport, AioTransport):
+                    pool.close_orphaned()  # its sockets, closed here: that loop cannot
+                    self._pool = transport.pool = AioPool(pool.max_idle, pool.idle_timeout)
+                limiter = self._core._sender.limiter
+                if limiter is not None:
+                    limiter.restart()  # what it learned and any pause stay; the old loop's slots go
+            self._loop = loop
 
 
 def _state(loop: asyncio.AbstractEventLoop) -> str:
-    """What the loop a client belongs to is doing, as ``WrongLoop`` words it."""
-    if loop.is_closed():
-        return "closed"
+    """What the open loop a client belongs to is doing, as ``WrongLoop`` words it."""
     # A loop that ran run_until_complete() and returned is stopped but open: it can run again.
     return "still running" if loop.is_running() else "stopped, not closed"

@@ -33,7 +33,8 @@ if TYPE_CHECKING:
 
 
 class WrongLoop(QAError, RuntimeError):
-    """An ``AsyncClient`` was used from an event loop other than the one it first ran on."""
+    """An ``AsyncClient`` was used outside a running loop's task, or from an event loop other
+    than its own while its own is open (it follows a new loop once its own is closed)."""
 
 
 class Scope:

@@ -51,6 +51,16 @@ class AioSender:
         self._sleep: Sleep = asyncio.sleep if sleep is None else sleep
         self.scopes: set[Scope] = set()  # of the calls in flight
 
+    def orphaned(self) -> None:
+        """The loop the calls in flight ran on is closed: they will never run again. Their
+        scopes are dropped, so that when the garbage collector finalizes one of their tasks, it
+        tells the rate limiter nothing (no slot given back, no answer, no pause dropped): the
+        limiter's schedule was restarted for the next loop, and is not theirs."""
+        scopes = self.scopes
+        for scope in scopes:
+            scope.close()
+        scopes.clear()
+
     async def send(
         self, loop: asyncio.AbstractEventLoop, request: Outgoing, policy: RetryPolicy, call: CallState
     ) -> bytes:
@@ -85,7 +95,7 @@ class AioSender:
                 try:
                     status, headers, body = await attempt(request, call, scope, fresh)
                 except BaseException as exc:
-                    decision = state.on_failure(exc, started, time.monotonic())
+                    decision = self._owned(state, scope).on_failure(exc, started, time.monotonic())
                 else:
                     decision = state.on_response(status, headers, body, started, time.monotonic())
                 if decision.recorded:
@@ -102,7 +112,7 @@ class AioSender:
                 if decision.wait is not None:
                     messages.retrying(decision.wait, call, error)
         except BaseException as exc:
-            state.end(exc)
+            self._owned(state, scope).end(exc)
             if scope.foreign is None:
                 raise
             # Recorded as the Canceled it became; the canceller gets its CancelledError.
@@ -110,6 +120,13 @@ class AioSender:
         finally:
             scope.close()
             self.scopes.discard(scope)
+
+    def _owned(self, state: Attempts, scope: Scope) -> Attempts:
+        """``state``, cut from the rate limiter if its call was orphaned (``orphaned``): its slot
+        and the pause it waits out were in a schedule forgotten since, which it must not touch."""
+        if scope not in self.scopes:
+            state.ticket, state.pending = None, False
+        return state
 
     async def _acquire(
         self, limiter: Limiter, delay: Optional[float], priority: Priority, call: CallState, scope: Scope
@@ -126,7 +143,8 @@ class AioSender:
                     return waiter.slot
                 await self._nap(wait[0], call, scope, wait[0], (limiter, waiter) if wait[1] else None)
         except BaseException:
-            limiter.abandon(waiter)
+            if scope in self.scopes:  # an orphaned call's waiter is not the schedule's any more
+                limiter.abandon(waiter)
             raise
 
     async def _nap(
@@ -167,8 +185,9 @@ class AioSender:
 async def _until_woken(limiter: Limiter, waiter: Waiter, seconds: float) -> bool:
     """Wait ``seconds``, or until the limiter wakes ``waiter`` (an answer it was held for came).
 
-    The limiter belongs to one client, which belongs to one loop: it wakes the waiter on the
-    loop's thread, from ``report``, so the future is set directly.
+    The limiter belongs to one client, which belongs to one loop at a time: it wakes the waiter
+    on the loop's thread, from ``report``, so the future is set directly. The waiters of a loop
+    closed since are forgotten with its schedule (``Limiter.restart``): none is woken.
     """
     loop = asyncio.get_running_loop()
     future: asyncio.Future[bool] = loop.create_future()

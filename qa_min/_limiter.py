@@ -225,13 +225,20 @@ class Limiter:
 
     def forget(self) -> None:
         """In a forked child: the slots taken, the attempts out and the waits are the parent's
-        threads', none of which runs here. A fresh schedule, keeping what was learned or
-        announced and any pause the server asked for (the same account's)."""
+        threads', none of which runs here. A fresh schedule (``restart``)."""
         # The parent's lock may have been held by another of its threads at fork time.
         self._lock = _thread.allocate_lock()
-        paused_until = self.pacer.paused_until
-        self.pacer = Pacer(*self._pacing)
-        self.pacer.paused_until = paused_until
+        self.restart()
+
+    def restart(self) -> None:
+        """A fresh schedule, for calls that will never run again (a forked child's parent
+        threads, an asyncio client's loop once closed): their slots, attempts out and waits are
+        forgotten; what was learned or announced stays, and any pause the server asked for (the
+        same account's). The callers see to it that none of those calls reports here later."""
+        with self._lock:
+            paused_until = self.pacer.paused_until
+            self.pacer = Pacer(*self._pacing)
+            self.pacer.paused_until = paused_until
 
     def snapshot(self) -> tuple[Optional[float], float, int, Optional[Announcement]]:
         """(the ceiling now or None, seconds left of the pause, 429/529s seen, the latest

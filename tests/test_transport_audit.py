@@ -54,7 +54,7 @@ T = TypeVar("T")
 
 class Driver:
     """One client of either kind behind one synchronous face; an AsyncClient runs on a loop of
-    its own, kept for the driver's life (a client belongs to the loop it first ran on)."""
+    its own, kept for the driver's life (a client belongs to one open loop at a time)."""
 
     def __init__(self, kind: str, url: str, **options: Any) -> None:
         self.kind = kind
