@@ -161,8 +161,8 @@ _ASYNC_FLAGS = 0x80 | 0x200
 
 def _async_def(fn: object) -> bool:
     """Whether ``fn`` is an ``async def`` function: itself, a partial or a bound method of one, or
-    an object whose class's ``__call__`` is one. False when that cannot be told: a hook that still
-    returns an awaitable is logged when it runs."""
+    an object whose class's ``__call__`` is one. False when that cannot be told: a hook (or a
+    ``MockTransport`` handler) that still returns an awaitable is caught when it runs."""
     from functools import partial  # loaded with json: free, and only read when hooks are given
     from types import FunctionType, MethodType
 

@@ -8,9 +8,12 @@ scenario the socket tests run against ``FakeService``, and checks the same obser
 from __future__ import annotations
 
 import asyncio
+import functools
+import gc
 import socket
 import threading
-from collections.abc import Iterator
+import warnings
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
@@ -406,6 +409,79 @@ def test_the_api_key_must_be_a_str(api_key: Any) -> None:
 def test_a_handler_must_be_callable() -> None:
     with pytest.raises(TypeError, match="handler must be a function"):
         MockTransport(42)  # type: ignore[arg-type]
+
+
+async def _async_handler(request: RecordedRequest) -> Step | None:
+    raise AssertionError("never runs")
+
+
+async def _async_generator_handler(request: RecordedRequest) -> AsyncIterator[None]:
+    yield
+
+
+class _AsyncHandler:
+    async def __call__(self, request: RecordedRequest) -> Step | None:
+        raise AssertionError("never runs")
+
+    async def method(self, request: RecordedRequest) -> Step | None:
+        raise AssertionError("never runs")
+
+
+@pytest.mark.parametrize(
+    "handler",
+    [
+        _async_handler,
+        functools.partial(_async_handler),
+        functools.partial(functools.partial(_AsyncHandler())),
+        _AsyncHandler(),
+        _AsyncHandler().method,
+        _async_generator_handler,
+    ],
+    ids=["async-def", "partial", "partial-of-object", "object", "bound-method", "async-generator"],
+)
+def test_an_async_def_handler_is_refused_when_the_mock_is_made(handler: Any) -> None:
+    # Nothing awaits a handler, on AsyncClient either: its coroutine was dropped, its body never run.
+    with pytest.raises(TypeError) as caught:
+        MockTransport(handler)
+    message = str(caught.value)
+    assert "async def" in message
+    assert "handlers are plain functions, for AsyncClient too" in message
+
+
+@pytest.mark.parametrize("kind", ["threaded", "asyncio"])
+def test_a_coroutine_a_handler_returns_is_closed_before_the_call_fails(kind: str) -> None:
+    # A plain function handing back a coroutine: not refused when the mock is made. The call fails
+    # as for any other wrong return, and the coroutine is closed: its body never runs, and Python
+    # never warns, later and elsewhere, that it was not awaited.
+    ran: list[str] = []
+
+    async def body() -> None:
+        ran.append("ran")
+
+    def handler(request: RecordedRequest) -> Any:
+        return body()
+
+    options: dict[str, Any] = {"base_url": URL, "trust_env": False, "transport": MockTransport(handler)}
+
+    def threaded() -> None:
+        with qa.Client(**options) as client:
+            client.list_models()
+
+    async def on_asyncio() -> None:
+        async with qa.AsyncClient(**options) as client:
+            await client.list_models()
+
+    with warnings.catch_warnings(record=True) as warned:
+        warnings.simplefilter("always")
+        with pytest.raises(qa.ConfigurationError) as caught:
+            threaded() if kind == "threaded" else asyncio.run(on_asyncio())
+        message = str(caught.value)
+        del caught  # its traceback holds the handler's frame, and so the coroutine
+        gc.collect()
+    assert "(a coroutine)" in message
+    assert "must return a Step" in message
+    assert ran == []
+    assert [str(w.message) for w in warned if "never awaited" in str(w.message)] == []
 
 
 def test_the_handler_sees_what_the_socket_transport_writes() -> None:
