@@ -108,8 +108,8 @@ class Client:
             socket, no thread; everything above the network behaves as it does over one.
         hooks: ``{"before_attempt": [fn, ...], "after_attempt": [fn, ...]}``: functions called
             with a ``HookEvent`` before each attempt and after each response or failure. A hook
-            that raises is logged and ignored. Hooks are plain functions: an ``async def`` one is
-            ``InvalidOption``.
+            that raises is logged and ignored. Hooks are plain functions: a generator or
+            ``async def`` function is refused (``InvalidOption``).
 
     Raises:
         MissingApiKey: The base URL is the public address and no key was found.

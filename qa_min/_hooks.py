@@ -4,9 +4,9 @@
 ``event_hooks``. The retry loop calls each hook with a ``HookEvent``: before every attempt, and
 after every response or failure (cancellation included). A hook that raises is logged and
 ignored; the call goes on. Hooks are plain functions (they run on the I/O path, nothing awaits
-them): an ``async def`` one is refused when the client is made. Events never hold the API key:
-of the request they keep the method, the URL and the body (``event.request_body()``), never its
-fields.
+or iterates what they return): a generator or ``async def`` one is refused when the client is
+made. Events never hold the API key: of the request they keep the method, the URL and the body
+(``event.request_body()``), never its fields.
 """
 
 from __future__ import annotations
@@ -145,24 +145,29 @@ def check_hooks(hooks: object, key: Optional[str] = None) -> Optional[dict[str, 
                 raise InvalidOption(
                     f"hooks[{stage!r}] holds something that is not a function: {short(fn, hide)}"
                 )
-            if _async_def(fn):
+            unrun = _never_runs(fn)
+            if unrun is not None:
                 raise InvalidOption(
-                    f"hooks[{stage!r}] holds an async def function, {short(fn, hide)}: nothing awaits a"
-                    " hook, so its body would never run; hooks must be plain functions"
+                    f"hooks[{stage!r}] holds {unrun[0]}, {short(fn, hide)}: {unrun[1]}, so its body would"
+                    " never run; hooks must be plain functions"
                 )
         checked[stage] = functions
     return checked if any(checked.values()) else None
 
 
-# inspect's CO_COROUTINE | CO_ASYNC_GENERATOR, without importing inspect: calling such a code's
-# function only makes a coroutine (or an async generator), whose body nothing would run.
+# inspect's flags, without importing inspect: calling a function of such a code only makes a
+# coroutine or an async generator (CO_COROUTINE | CO_ASYNC_GENERATOR), or a generator
+# (CO_GENERATOR), whose body nothing would run.
 _ASYNC_FLAGS = 0x80 | 0x200
+_GENERATOR_FLAG = 0x20
 
 
-def _async_def(fn: object) -> bool:
-    """Whether ``fn`` is an ``async def`` function: itself, a partial or a bound method of one, or
-    an object whose class's ``__call__`` is one. False when that cannot be told: a hook (or a
-    ``MockTransport`` handler) that still returns an awaitable is caught when it runs."""
+def _never_runs(fn: object) -> Optional[tuple[str, str]]:
+    """What ``fn`` is, and why its body would never run, when it is an ``async def`` or a
+    generator function: itself, a partial or a bound method of one, or an object whose class's
+    ``__call__`` is one. None when it is neither or that cannot be told: a hook (or a
+    ``MockTransport`` handler) that still returns an awaitable or a generator is caught when it
+    runs."""
     from functools import partial  # loaded with json: free, and only read when hooks are given
     from types import FunctionType, MethodType
 
@@ -174,6 +179,11 @@ def _async_def(fn: object) -> bool:
             fn = type(fn).__call__
         if isinstance(fn, MethodType):
             fn = fn.__func__
-        return isinstance(fn, FunctionType) and bool(fn.__code__.co_flags & _ASYNC_FLAGS)
+        flags = fn.__code__.co_flags if isinstance(fn, FunctionType) else 0
     except Exception:
-        return False
+        return None
+    if flags & _ASYNC_FLAGS:
+        return "an async def function", "its call only makes a coroutine, which nothing awaits"
+    if flags & _GENERATOR_FLAG:
+        return "a generator function", "its call only makes a generator, which nothing iterates"
+    return None

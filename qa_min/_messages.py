@@ -152,8 +152,8 @@ class Messages:
         duration: Optional[float] = None,
         request_id: Optional[str] = None,
     ) -> None:
-        """Run the hooks of ``stage``; one that raises or returns an awaitable is logged, and the call
-        goes on."""
+        """Run the hooks of ``stage``; one that raises or returns an awaitable or a generator is
+        logged, and the call goes on."""
         hooks = self.hooks.get(stage, ()) if self.hooks is not None else ()
         if not hooks:
             return
@@ -167,16 +167,13 @@ class Messages:
             except Exception as exc:
                 self.hook_failed(stage, hook, f"raised {type(exc).__name__}: {_text(exc)}")
             else:
-                if returned is not None and _unawaited(returned):
-                    self.hook_failed(
-                        stage,
-                        hook,
-                        f"returned {type(returned).__name__} (an awaitable), which nothing awaits:"
-                        " hooks must be plain functions",
-                    )
+                unrun = None if returned is None else _unawaited(returned)
+                if unrun is not None:
+                    what = f"returned {type(returned).__name__} {unrun}: hooks must be plain functions"
+                    self.hook_failed(stage, hook, what)
 
     def hook_failed(self, stage: str, hook: object, what: str) -> None:
-        """The warning for a hook that raised or returned an awaitable; the call goes on."""
+        """The warning for a hook that raised or returned what nothing runs; the call goes on."""
         log = get_logger()
         if log is not None:
             # Both as text, redacted: a hook may hold the key (a partial bound to it).
@@ -194,19 +191,24 @@ def _text(exc: BaseException) -> str:
         return _UNSHOWN
 
 
-def _unawaited(returned: object) -> bool:
-    """Whether a hook returned an awaitable (a sync function handing back a coroutine): nothing
-    will await it. A coroutine is closed, so its body never runs and Python does not warn, later
-    and elsewhere, that it was never awaited."""
-    from types import CoroutineType  # loaded with json; read only when a hook returned something
+def _unawaited(returned: object) -> Optional[str]:
+    """What a hook returned that nothing will run, said as "(an awaitable), which nothing awaits"
+    (a sync function handing back a coroutine) or "(a generator), which nothing iterates"; else
+    None. A coroutine or a generator is closed, so its body never runs and Python does not warn,
+    later and elsewhere, that a coroutine was never awaited."""
+    from types import CoroutineType, GeneratorType  # loaded with json; read only when a hook returned
 
     try:
+        if isinstance(returned, GeneratorType):
+            returned.close()
+            return "(a generator), which nothing iterates"
         if isinstance(returned, CoroutineType):
             returned.close()
-            return True
-        return getattr(type(returned), "__await__", None) is not None
+        elif getattr(type(returned), "__await__", None) is None:
+            return None
+        return "(an awaitable), which nothing awaits"
     except Exception:
-        return False
+        return None
 
 
 def _shown(hook: object) -> str:

@@ -21,7 +21,7 @@ from ._failure import failure
 from ._fakecheck import HeaderPairs, not_a_step
 from ._fakehttp import TRUNCATED_HEAD, TRUNCATED_MISSING, Headers, json_bytes
 from ._fakerules import DEFAULT_MODELS, RecordedRequest, Step, apply_rules, check_api_key, model_names
-from ._hooks import _async_def
+from ._hooks import _never_runs
 from ._http import wire_fields
 from ._typing import short
 
@@ -60,8 +60,9 @@ class MockTransport:
     fake service's rules (see ``qa_min.testing``). It may also raise an ``OSError``, which the
     client sees as a dropped connection. With no handler every request gets the normal answer.
     A handler that returns anything else fails the call with ``qa.ConfigurationError``, naming
-    what it returned (a coroutine it returned is closed first, its body never run). The handler
-    is a plain function, for ``AsyncClient`` too: nothing awaits it.
+    what it returned (a coroutine or a generator it returned is closed first, its body never
+    run). The handler is a plain function, for ``AsyncClient`` too: nothing awaits or iterates
+    what it returns.
 
     Args:
         handler: The function that answers; None serves the normal answers.
@@ -69,9 +70,9 @@ class MockTransport:
         models: The models the normal answers list and accept.
 
     Raises:
-        TypeError: ``handler`` is not callable or is an ``async def`` function (a partial or a
-            bound method of one, an object whose ``__call__`` is one), ``api_key`` is not a str
-            or None, or ``models`` is a str or holds something other than str names.
+        TypeError: ``handler`` is not callable or is a generator or ``async def`` function (a
+            partial or a bound method of one, an object whose ``__call__`` is one), ``api_key``
+            is not a str or None, or ``models`` is a str or holds something other than str names.
         ValueError: ``api_key`` is empty (a client cannot send it).
 
     Attributes:
@@ -90,10 +91,11 @@ class MockTransport:
     ) -> None:
         if handler is not None and not callable(handler):
             raise TypeError(f"handler must be a function of a RecordedRequest, got {handler!r}")
-        if handler is not None and _async_def(handler):
+        unrun = None if handler is None else _never_runs(handler)
+        if unrun is not None:
             raise TypeError(
-                f"handler is an async def function, {short(handler)}: nothing awaits a handler, so its"
-                " body would never run; handlers are plain functions, for AsyncClient too"
+                f"handler is {unrun[0]}, {short(handler)}: {unrun[1]}, so its body would never run;"
+                " handlers are plain functions, for AsyncClient too"
             )
         check_api_key(api_key)
         self._handler = handler
@@ -135,7 +137,7 @@ class MockTransport:
         if step is not None and not isinstance(step, Step):
             from ._messages import _unawaited  # here: only a broken handler needs it
 
-            _unawaited(step)  # a coroutine is closed: Python never warns it was not awaited
+            _unawaited(step)  # a coroutine or generator is closed: its body never runs
             raise not_a_step(step)
         failure = None if step is None else _failure(step.kind)
         if failure is not None:

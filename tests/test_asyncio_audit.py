@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import inspect
 import logging
 import os
 import pickle
@@ -49,7 +50,7 @@ import struct
 import threading
 import time
 import warnings
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Generator
 from typing import Any, Callable, Optional
 
 import pytest
@@ -550,6 +551,49 @@ def test_a_hook_returning_a_coroutine_is_closed_and_logged_in_both(caplog: pytes
         == 2
     )
     assert all("returned coroutine" in m and "hooks must be plain functions" in m for m in logs), logs
+
+
+def test_a_hook_returning_a_generator_is_closed_and_logged_in_both(caplog: pytest.LogCaptureFixture) -> None:
+    # A plain function (so not refused when the client is made) handing back a generator: nothing
+    # iterates it, its body would never run. It is closed and logged as a raising hook is; the
+    # call goes on.
+    ran: list[str] = []
+    returned: list[Generator[None, None, None]] = []
+
+    def body(stage: str) -> Generator[None, None, None]:
+        ran.append(stage)
+        yield
+
+    def hook(event: qa.HookEvent) -> Generator[None, None, None]:
+        returned.append(body(event.stage))
+        return returned[-1]
+
+    hooks = {"before_attempt": [hook], "after_attempt": [hook]}
+    caplog.set_level(logging.WARNING, logger="qa_min")
+
+    async def main(url: str) -> bool:
+        async with qa.AsyncClient(base_url=url, trust_env=False, hooks=hooks) as client:
+            return (await client.ask("You idiot", Toxic)).answers.toxic
+
+    with FakeService() as svc:
+        with qa.Client(base_url=svc.url, trust_env=False, hooks=hooks) as client:
+            threaded = client.ask("You idiot", Toxic).answers.toxic
+        on_asyncio = asyncio.run(main(svc.url))
+    assert threaded is on_asyncio is True
+    assert ran == []
+    assert len(returned) == 4
+    assert all(inspect.getgeneratorstate(g) == inspect.GEN_CLOSED for g in returned)
+    logs = [r.getMessage() for r in caplog.records if r.name == "qa_min"]
+    assert len(logs) == 4, logs
+    assert (
+        sum("the before_attempt hook" in m for m in logs)
+        == sum("the after_attempt hook" in m for m in logs)
+        == 2
+    )
+    assert all(
+        "returned generator (a generator), which nothing iterates: hooks must be plain functions" in m
+        for m in logs
+    ), logs
 
 
 def _broken_handler(exc: BaseException) -> Callable[[RecordedRequest], Optional[Step]]:

@@ -11,7 +11,8 @@ Traced to the spec (SPEC.md section 7a, "Diagnostics also carries ..."):
                                                       test_hooks_see_a_cancellation
   a hook that raises does not break the call ....... test_a_raising_hook_is_logged_and_ignored
   hooks are plain functions: async def is refused .. test_plain_callables_are_accepted_as_hooks,
-                                     test_an_async_def_hook_is_refused_when_the_client_is_made
+                                     test_an_async_def_hook_is_refused_when_the_client_is_made,
+                                     test_a_generator_hook_is_refused_when_the_client_is_made
   never the key .................................... test_the_key_reaches_no_hook_and_no_diagnostics
 """
 
@@ -340,6 +341,42 @@ def test_an_async_def_hook_is_refused_when_the_client_is_made(hook: Any, client_
     message = str(caught.value)
     assert "hooks['after_attempt']" in message
     assert "async def" in message
+    assert "hooks must be plain functions" in message
+
+
+def _generator_hook(event: qa.HookEvent) -> Iterator[None]:
+    raise AssertionError("never runs")
+    yield
+
+
+class _GeneratorCallable:
+    def __call__(self, event: qa.HookEvent) -> Iterator[None]:
+        raise AssertionError("never runs")
+        yield
+
+    def method(self, event: qa.HookEvent) -> Iterator[None]:
+        raise AssertionError("never runs")
+        yield
+
+
+@pytest.mark.parametrize("client_class", [qa.Client, qa.AsyncClient])
+@pytest.mark.parametrize(
+    "hook",
+    [
+        _generator_hook,
+        functools.partial(_generator_hook),
+        _GeneratorCallable(),
+        _GeneratorCallable().method,
+    ],
+    ids=["generator", "partial", "object", "bound-method"],
+)
+def test_a_generator_hook_is_refused_when_the_client_is_made(hook: Any, client_class: Any) -> None:
+    # Calling it only makes a generator, which nothing iterates: its body would never run, silently.
+    with pytest.raises(qa.InvalidOption) as caught:
+        client_class(base_url="http://127.0.0.1:9", hooks={"before_attempt": [_plain_hook, hook]})
+    message = str(caught.value)
+    assert "hooks['before_attempt'] holds a generator function" in message
+    assert "makes a generator, which nothing iterates, so its body would never run" in message
     assert "hooks must be plain functions" in message
 
 

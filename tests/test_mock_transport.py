@@ -10,10 +10,11 @@ from __future__ import annotations
 import asyncio
 import functools
 import gc
+import inspect
 import socket
 import threading
 import warnings
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Generator, Iterator
 from typing import Any
 
 import pytest
@@ -446,6 +447,61 @@ def test_an_async_def_handler_is_refused_when_the_mock_is_made(handler: Any) -> 
     message = str(caught.value)
     assert "async def" in message
     assert "handlers are plain functions, for AsyncClient too" in message
+
+
+def _generator_handler(request: RecordedRequest) -> Iterator[Step]:
+    raise AssertionError("never runs")
+    yield
+
+
+class _GeneratorHandler:
+    def __call__(self, request: RecordedRequest) -> Iterator[Step]:
+        raise AssertionError("never runs")
+        yield
+
+
+@pytest.mark.parametrize(
+    "handler",
+    [_generator_handler, functools.partial(_generator_handler), _GeneratorHandler()],
+    ids=["generator", "partial", "object"],
+)
+def test_a_generator_handler_is_refused_when_the_mock_is_made(handler: Any) -> None:
+    # Its call only makes a generator: every call failed, and its body never ran.
+    with pytest.raises(TypeError) as caught:
+        MockTransport(handler)
+    message = str(caught.value)
+    assert "handler is a generator function" in message
+    assert "makes a generator, which nothing iterates, so its body would never run" in message
+    assert "handlers are plain functions, for AsyncClient too" in message
+
+
+@pytest.mark.parametrize("kind", ["threaded", "asyncio"])
+def test_a_generator_a_handler_returns_is_closed_before_the_call_fails(kind: str) -> None:
+    ran: list[str] = []
+    returned: list[Generator[Step, None, None]] = []
+
+    def body() -> Generator[Step, None, None]:
+        ran.append("ran")
+        yield reply(200, {})
+
+    def handler(request: RecordedRequest) -> Any:
+        returned.append(body())
+        return returned[-1]
+
+    options: dict[str, Any] = {"base_url": URL, "trust_env": False, "transport": MockTransport(handler)}
+
+    def threaded() -> None:
+        with qa.Client(**options) as client:
+            client.list_models()
+
+    async def on_asyncio() -> None:
+        async with qa.AsyncClient(**options) as client:
+            await client.list_models()
+
+    with pytest.raises(qa.ConfigurationError, match=r"\(a generator\); it must return a Step"):
+        threaded() if kind == "threaded" else asyncio.run(on_asyncio())
+    assert ran == []
+    assert [inspect.getgeneratorstate(g) for g in returned] == [inspect.GEN_CLOSED]
 
 
 @pytest.mark.parametrize("kind", ["threaded", "asyncio"])
