@@ -145,7 +145,7 @@ def check_hooks(hooks: object, key: Optional[str] = None) -> Optional[dict[str, 
                 raise InvalidOption(
                     f"hooks[{stage!r}] holds something that is not a function: {short(fn, hide)}"
                 )
-            unrun = _never_runs(fn)
+            unrun = never_runs(fn)
             if unrun is not None:
                 raise InvalidOption(
                     f"hooks[{stage!r}] holds {unrun[0]}, {short(fn, hide)}: {unrun[1]}, so its body would"
@@ -162,7 +162,7 @@ _ASYNC_FLAGS = 0x80 | 0x200
 _GENERATOR_FLAG = 0x20
 
 
-def _never_runs(fn: object) -> Optional[tuple[str, str]]:
+def never_runs(fn: object) -> Optional[tuple[str, str]]:
     """What ``fn`` is, and why its body would never run, when it is an ``async def`` or a
     generator function: itself, a partial or a bound method of one, or an object whose class's
     ``__call__`` is one. None when it is neither or that cannot be told: a hook (or a

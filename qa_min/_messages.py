@@ -167,7 +167,7 @@ class Messages:
             except Exception as exc:
                 self.hook_failed(stage, hook, f"raised {type(exc).__name__}: {_text(exc)}")
             else:
-                unrun = None if returned is None else _unawaited(returned)
+                unrun = None if returned is None else unawaited(returned)
                 if unrun is not None:
                     what = f"returned {type(returned).__name__} {unrun}: hooks must be plain functions"
                     self.hook_failed(stage, hook, what)
@@ -191,7 +191,7 @@ def _text(exc: BaseException) -> str:
         return _UNSHOWN
 
 
-def _unawaited(returned: object) -> Optional[str]:
+def unawaited(returned: object) -> Optional[str]:
     """What a hook returned that nothing will run, said as "(an awaitable), which nothing awaits"
     (a sync function handing back a coroutine) or "(a generator), which nothing iterates"; else
     None. A coroutine or a generator is closed, so its body never runs and Python does not warn,

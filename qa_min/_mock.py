@@ -21,7 +21,7 @@ from ._failure import failure
 from ._fakecheck import HeaderPairs, not_a_step
 from ._fakehttp import TRUNCATED_HEAD, TRUNCATED_MISSING, Headers, json_bytes
 from ._fakerules import DEFAULT_MODELS, RecordedRequest, Step, apply_rules, check_api_key, model_names
-from ._hooks import _never_runs
+from ._hooks import never_runs
 from ._http import wire_fields
 from ._typing import short
 
@@ -91,7 +91,7 @@ class MockTransport:
     ) -> None:
         if handler is not None and not callable(handler):
             raise TypeError(f"handler must be a function of a RecordedRequest, got {handler!r}")
-        unrun = None if handler is None else _never_runs(handler)
+        unrun = None if handler is None else never_runs(handler)
         if unrun is not None:
             raise TypeError(
                 f"handler is {unrun[0]}, {short(handler)}: {unrun[1]}, so its body would never run;"
@@ -135,9 +135,9 @@ class MockTransport:
             self._requests.append(recorded)
         step = None if self._handler is None else self._handler(recorded)
         if step is not None and not isinstance(step, Step):
-            from ._messages import _unawaited  # here: only a broken handler needs it
+            from ._messages import unawaited  # here: only a broken handler needs it
 
-            _unawaited(step)  # a coroutine or generator is closed: its body never runs
+            unawaited(step)  # a coroutine or generator is closed: its body never runs
             raise not_a_step(step)
         failure = None if step is None else _failure(step.kind)
         if failure is not None:
