@@ -20,7 +20,9 @@ from qa_min._decide import RAISE, RETRY, RETURN, Attempts, Decision, Rules
 from qa_min._diagnostics import ResponseHeaders
 from qa_min._errors import ProxyError
 from qa_min._http import Outgoing, Resend
+from qa_min._limiter import ABSORBED
 from qa_min._messages import Messages
+from qa_min._pacer import Priority
 from qa_min._redact import Redactor
 
 KEY = "sk-decide-0123456789abcdef"
@@ -408,3 +410,73 @@ def test_a_call_stopped_during_a_backoff_that_no_429_asked_for_drops_no_pause() 
     respond(state, 503)
     state.end(qa.Canceled("the call was cancelled"))
     assert limiter.drops == 0
+
+
+def test_a_backoff_waited_while_another_call_engaged_the_limiter_then_asks_for_its_slot() -> None:
+    # The driver slept the backoff alone (no slot: the limiter was disengaged); a 429 elsewhere
+    # engaged it meanwhile, so the retry asks for its slot now, its own wait already done.
+    limiter = Limiter(engaged=False)
+    state = attempts(limiter=limiter, uniform=0.0)
+    assert respond(state, 503).action == RETRY
+    assert state.slot() is None
+    assert state.wait == pytest.approx(0.5)
+    limiter.engaged = True
+    assert state.rested() == (None, Priority.NEW)
+    assert state.wait is None
+    limiter.engaged = False
+    assert state.rested() is None  # still disengaged: nothing to ask for
+
+
+@pytest.mark.parametrize("status", [429, 529])
+def test_a_throttle_sent_while_the_limiter_is_disengaged_engages_it(status: int) -> None:
+    limiter = Limiter(engaged=False)
+    state = attempts(limiter=limiter)
+    state.slot()
+    assert respond(state, status, retry_after="2").action == RETRY
+    assert limiter.reports == [(None, status, 2.0)]
+
+
+class Absorbing(Limiter):
+    """A limiter pacing a busy client: it absorbs a 429 that carries a delay."""
+
+    def absorbs(self) -> bool:
+        return True
+
+
+@pytest.mark.parametrize("max_retries", [1, 2])
+def test_a_paced_client_absorbs_up_to_ABSORBED_429s_a_call_beyond_max_retries(max_retries: int) -> None:
+    limiter = Absorbing(engaged=True)
+    state = attempts(qa.RetryPolicy(max_retries=max_retries), limiter=limiter)
+    for absorbed in range(1, ABSORBED + 1):
+        state.slot()
+        assert respond(state, 429, retry_after="1").action == RETRY
+        assert (state.absorbed, state.retries) == (absorbed, 0)
+    for retry in range(1, max_retries + 1):  # past ABSORBED, each 429 is a retry again
+        slot: Any = state.slot()
+        assert slot == (pytest.approx(1.0), Priority.RETRY)
+        assert respond(state, 429, retry_after="1").action == RETRY
+        assert (state.absorbed, state.retries) == (ABSORBED, retry)
+    slot = state.slot()
+    assert slot == (pytest.approx(1.0), Priority.LAST)
+    decision = respond(state, 429, retry_after="1")
+    assert decision.action == RAISE
+    assert isinstance(decision.error, qa.RateLimited)
+    assert state.call.attempts == ABSORBED + max_retries + 1
+
+
+def test_a_call_with_no_retries_absorbs_no_429() -> None:
+    limiter = Absorbing(engaged=True)
+    state = attempts(qa.RetryPolicy(max_retries=0), limiter=limiter)
+    assert state.slot() == (None, Priority.NEW)
+    decision = respond(state, 429, retry_after="1")
+    assert decision.action == RAISE
+    assert isinstance(decision.error, qa.RateLimited)
+    assert state.absorbed == 0
+
+
+def test_a_429_without_a_delay_is_never_absorbed() -> None:
+    limiter = Absorbing(engaged=True)
+    state = attempts(qa.RetryPolicy(max_retries=1), limiter=limiter)
+    state.slot()
+    assert respond(state, 429).action == RETRY
+    assert (state.absorbed, state.retries) == (0, 1)
