@@ -13,7 +13,8 @@ Spec line -> tests (SPEC.md 7a; the rate-limit and fleet issue):
   OpenAI x-ratelimit-*-requests (reset a duration); Anthropic (reset an RFC 3339 time);
   GitHub x-ratelimit-* (reset epoch seconds)
       test_openai_durations, test_anthropic_rfc3339_reset, test_github_epoch_reset,
-      test_each_family_as_servers_write_it (real servers' shapes, exact numbers)
+      test_each_family_as_servers_write_it (real servers' shapes, exact numbers),
+      test_an_rfc3339_reset_at_each_fields_limit_is_read (and one past: no reset)
   a malformed field is ignored, never an error
       test_malformed_fields_are_ignored, test_a_reset_at_a_time_that_does_not_exist_is_no_reset,
       test_a_rate_past_the_largest_float_is_no_rate, test_a_duration_is_never_a_time,
@@ -174,6 +175,10 @@ def test_older_draft_forms() -> None:
         ("RateLimit-Limit", "100, 100;w=10"), ("RateLimit-Remaining", "4"), ("RateLimit-Policy", "100;w=50")
     )
     assert told.refill == pytest.approx(2.0)
+    # The limit field as one policy with its window: the number before the parameters.
+    own = one(("RateLimit-Limit", "10;w=1"), ("RateLimit-Remaining", "4"), ("RateLimit-Reset", "2"))
+    assert (own.limit, own.remaining, own.reset) == (10, 4, 2)
+    assert own.refill == pytest.approx(10.0)
 
 
 @pytest.mark.parametrize(
@@ -348,6 +353,7 @@ def test_each_family_as_servers_write_it(
         [("x-ratelimit-remaining-requests", "\x855")],
         [("RateLimit", "limit=100, remaining=\xa05, reset=5")],
         [("RateLimit-Policy", '"p";q=100;w=10'), ("RateLimit", '"p";r=5\xa0;t=1')],
+        [("RateLimit", '"p";r="50')],  # a quote left open: runs to the end, no number
     ],
 )
 def test_malformed_fields_are_ignored(fields: list[tuple[str, str]]) -> None:
@@ -454,6 +460,45 @@ def test_a_reset_at_a_time_that_does_not_exist_is_no_reset(stamp: str) -> None:
         ("anthropic-ratelimit-requests-reset", "2028-02-29T00:00:00Z"),
     )
     assert leap.reset == pytest.approx(1_835_395_200 - WALL)  # a real leap day still reads
+
+
+@pytest.mark.parametrize(
+    ("stamp", "epoch"),
+    [
+        ("2026-01-01T00:00:00Z", 1_767_225_600),  # the first month, day and hour
+        ("2026-12-31T23:59:59Z", 1_798_761_599),  # the last month, day, hour, minute and second
+        ("2026-12-31T23:59:60Z", 1_798_761_600),  # a leap second: second 60 is allowed
+        ("2026-11-30T12:00:00Z", 1_796_040_000),  # the last day of a 30-day month
+        ("2026-06-30T12:00:00+23:59", 1_782_734_460),  # the widest offsets
+        ("2026-06-30T12:00:00-23:59", 1_782_907_140),
+    ],
+)
+def test_an_rfc3339_reset_at_each_fields_limit_is_read(stamp: str, epoch: int) -> None:
+    found = one(
+        ("anthropic-ratelimit-requests-remaining", "5"), ("anthropic-ratelimit-requests-reset", stamp)
+    )
+    assert found.reset == epoch - WALL
+
+
+@pytest.mark.parametrize(
+    "stamp",
+    [
+        "2026-00-10T12:00:00Z",
+        "2026-13-10T12:00:00Z",
+        "2026-06-00T12:00:00Z",
+        "2026-12-32T12:00:00Z",
+        "2026-06-10T24:00:00Z",
+        "2026-06-10T12:60:00Z",
+        "2026-06-10T12:00:61Z",
+        "2026-06-10T12:00:00+24:00",
+        "2026-06-10T12:00:00+00:60",
+    ],
+)
+def test_an_rfc3339_reset_one_past_a_fields_limit_is_no_reset(stamp: str) -> None:
+    found = one(
+        ("anthropic-ratelimit-requests-remaining", "5"), ("anthropic-ratelimit-requests-reset", stamp)
+    )
+    assert (found.remaining, found.reset) == (5, 0.0)
 
 
 def test_year_1_is_a_reset_long_past() -> None:
