@@ -10,8 +10,11 @@ calls when the event loop they ran on goes away without them.
   ...keeping a pause the server asked for, and no slot of the old loop's calls
       test_a_pause_in_force_when_the_loop_closed_holds_the_next_loops_first_call,
       test_calls_left_queued_in_the_limiter_by_a_closed_loop_do_not_delay_the_next_loop
+  ...even once the throttled call the closed loop left waiting out that pause is collected
+      test_a_throttled_call_left_waiting_by_a_closed_loop_keeps_the_pause_when_collected
   ...loops of several threads racing for it: one at a time, nothing leaked
-      test_loops_racing_for_a_client_whose_loop_closed_take_it_one_at_a_time
+      test_loops_racing_for_a_client_whose_loop_closed_take_it_one_at_a_time,
+      test_a_loop_arriving_while_another_takes_the_client_waits_and_is_refused
 """
 
 from __future__ import annotations
@@ -27,9 +30,10 @@ from typing import Any
 
 import pytest
 from faultservers import Holds, RawServer
-from support import until_true
+from support import until_true, wait_until
 
 import qa_min as qa
+from qa_min._aio import AioPool
 from qa_min._ascope import WrongLoop
 from qa_min.testing import FakeService, hang, reply
 
@@ -161,10 +165,11 @@ def test_calls_left_queued_in_the_limiter_by_a_closed_loop_do_not_delay_the_next
     limiter = client._core._sender.limiter
     assert limiter is not None
     loop = asyncio.new_event_loop()
-    tasks = [loop.create_task(client.ask(f"text {n}", Toxic)) for n in range(5)]
+    tasks: list[Any] = [loop.create_task(client.ask(f"text {n}", Toxic)) for n in range(5)]
     assert loop.run_until_complete(until_true(lambda: svc.request_count == 1))
     held = client._transport.pool._busy  # type: ignore[union-attr]
     [conn] = held
+    assert conn.transport is not None
     sock = conn.transport.get_extra_info("socket")
     assert (limiter.pacer.inflight, limiter.pacer.out) == (5, 1)
     loop.close()  # with the five calls in it: they will never run
@@ -190,6 +195,72 @@ def test_calls_left_queued_in_the_limiter_by_a_closed_loop_do_not_delay_the_next
     assert limiter.pacer.inflight == 0
     asyncio.run(client.aclose())
     svc.release()
+
+
+def test_a_throttled_call_left_waiting_by_a_closed_loop_keeps_the_pause_when_collected(
+    svc: FakeService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A call got a 429 asking for a 1.2 s pause and waits it out before its retry when its loop,
+    # run by hand, is closed. The next loop's first call takes the client and waits out the rest
+    # of the pause; the garbage collector finalizes the old call meanwhile (it can only once the
+    # client has let go of it): it gives back no slot, reports no answer and cuts no pause.
+    gc.collect()  # the earlier tests' garbage, collected before this test watches for errors
+    unraisable: list[str] = []
+    monkeypatch.setattr(
+        sys, "unraisablehook", lambda u: unraisable.append(f"{u.exc_type.__name__}: {u.exc_value}")
+    )
+    attempted = threading.Event()
+    client = qa.AsyncClient(
+        base_url=svc.url, trust_env=False, hooks={"after_attempt": [lambda event: attempted.set()]}
+    )
+    limiter = client._core._sender.limiter
+    assert limiter is not None
+    svc.script(reply(429, {"detail": "slow down"}, headers=[("retry-after-ms", "1200")]))
+    loop = asyncio.new_event_loop()
+    task: Any = loop.create_task(client.ask("left behind", Toxic))
+    # The hook runs as the 429's attempt ends; the call then waits in the limiter for its retry.
+    assert loop.run_until_complete(until_true(attempted.is_set))
+    assert not task.done()
+    assert (limiter.pacer.inflight, limiter.pacer.out) == (1, 0)
+    loop.close()  # with the throttled call in it
+    ref = weakref.ref(task)
+    task._log_destroy_pending = False  # asyncio's own report of a pending task: not ours
+    del task
+    paused = client.rate_limit
+    assert paused is not None
+    assert paused.state == "paused"
+    left = paused.paused_for
+    assert 0.6 < left <= 1.2
+    diagnostics = qa.Diagnostics()
+    seen: list[Any] = []
+
+    async def invocation() -> bool:
+        call = asyncio.ensure_future(client.ask("s", Toxic, diagnostics=diagnostics))
+        await asyncio.sleep(0)  # its first step: it took the client, and waits out the pause
+        assert ref() is not None  # let go of by the client, but garbage in a cycle: the collector's
+        gc.collect()
+        seen.append(ref())
+        seen.append(client.rate_limit)
+        return (await call).answers.toxic
+
+    started = time.monotonic()
+    assert isinstance(asyncio.run(invocation()), bool)
+    took = time.monotonic() - started
+    collected, during = seen
+    assert collected is None
+    assert during is not None
+    assert during.state == "paused"  # the pause, uncut by the old call's end
+    assert during.paused_for > left - 0.3
+    # The call waited out the rest of the pause, as the limiter's, then went at once.
+    assert took >= left - 0.1
+    assert left - 0.25 <= diagnostics.rate_limit_wait <= left + 0.25
+    assert svc.request_count == 2
+    after = client.rate_limit
+    assert after is not None
+    assert (after.throttles, after.paused_for) == (1, 0.0)
+    assert (limiter.pacer.inflight, limiter.pacer.out, limiter.pacer.waiters) == (0, 0, {})
+    assert unraisable == []
+    asyncio.run(client.aclose())
 
 
 def test_loops_racing_for_a_client_whose_loop_closed_take_it_one_at_a_time(svc: FakeService) -> None:
@@ -219,6 +290,111 @@ def test_loops_racing_for_a_client_whose_loop_closed_take_it_one_at_a_time(svc: 
         assert "belongs to another event loop (" in refused
         assert "it follows a new loop only once its own is closed" in refused
     assert asyncio.run(client.list_models()).models  # the last loop closed too: this one follows
+    asyncio.run(client.aclose())
+    assert service_sees_open(svc, 0)
+    assert resource_warnings_now() == []
+
+
+class Gate:
+    """Stands for a client's lock (``_binding``), telling when the thread named ``name`` finds it
+    held (``blocked``, then waits for it) or gets through it (``through``)."""
+
+    def __init__(self, inner: Any, name: str) -> None:
+        self.inner = inner
+        self.name = name
+        self.blocked = threading.Event()
+        self.through = threading.Event()
+
+    def __enter__(self) -> None:
+        acquire = getattr(self.inner, "acquire", None)
+        if threading.current_thread().name != self.name or acquire is None:
+            self.inner.__enter__()
+        elif not acquire(False):
+            self.blocked.set()
+            acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.inner.__exit__(*exc)
+        if threading.current_thread().name == self.name:
+            self.through.set()
+
+
+def test_a_loop_arriving_while_another_takes_the_client_waits_and_is_refused(
+    svc: FakeService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The race made certain: the first thread's loop is held inside the client's change of loops
+    # (in the old pool's closing) until the second thread's loop has come for the client too.
+    # The second waits for the first to finish taking it, then finds it that loop's, running.
+    client = qa.AsyncClient(base_url=svc.url, trust_env=False)
+    asyncio.run(client.list_models())  # the client's loop, closed now, its connection idle
+    old_socket = idle_socket(client)
+    inside, proceed, second_done = threading.Event(), threading.Event(), threading.Event()
+    closed: list[str] = []
+    close_orphaned = AioPool.close_orphaned
+
+    def closing(pool: AioPool) -> None:
+        closed.append(threading.current_thread().name)
+        if len(closed) == 1:
+            inside.set()
+            assert proceed.wait(BOUND)
+        close_orphaned(pool)
+
+    monkeypatch.setattr(AioPool, "close_orphaned", closing)
+    restarts: list[str] = []
+    limiter = client._core._sender.limiter
+    assert limiter is not None
+    restart = limiter.restart
+
+    def restarting() -> None:
+        restarts.append(threading.current_thread().name)
+        restart()
+
+    monkeypatch.setattr(limiter, "restart", restarting)
+
+    gate = client._binding = Gate(client._binding, "second")  # type: ignore[assignment]
+    loops: dict[str, asyncio.AbstractEventLoop] = {}
+    outcomes: dict[str, str] = {}
+
+    async def call(name: str) -> str:
+        loops[name] = asyncio.get_running_loop()
+        try:
+            listed = f"{len((await client.list_models()).models)} models"
+        except qa.QAError as exc:
+            return f"{type(exc).__name__}: {exc}"
+        if name == "first":  # its loop stays open (running) until the second is done
+            assert await until_true(second_done.is_set)
+        return listed
+
+    def run(name: str) -> None:
+        try:
+            outcomes[name] = asyncio.run(call(name))
+        finally:
+            if name == "second":
+                second_done.set()
+
+    first = threading.Thread(target=run, args=("first",), name="first")
+    second = threading.Thread(target=run, args=("second",), name="second")
+    first.start()
+    assert inside.wait(BOUND)
+    second.start()
+    # The second loop is at the lock, held by the first; or, were nothing to hold it there,
+    # through the change of loops before the first has finished its own.
+    assert wait_until(lambda: gate.blocked.is_set() or gate.through.is_set())
+    proceed.set()
+    first.join(BOUND)
+    second.join(BOUND)
+    assert not first.is_alive()
+    assert not second.is_alive()
+    assert outcomes["first"].endswith(" models"), outcomes
+    refused = outcomes["second"]
+    assert refused.startswith("WrongLoop: this AsyncClient belongs to another event loop (still running)")
+    assert "it follows a new loop only once its own is closed: create one client per event loop" in refused
+    assert gate.blocked.is_set()
+    assert client._loop is loops["first"]
+    # The old loop's pool closed once, the limiter restarted once: by the first loop alone.
+    assert (closed, restarts) == (["first"], ["first"])
+    assert old_socket.fileno() == -1
+    assert asyncio.run(client.list_models()).models  # the first's loop closed too: this one follows
     asyncio.run(client.aclose())
     assert service_sees_open(svc, 0)
     assert resource_warnings_now() == []
