@@ -220,10 +220,11 @@ _FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.MULTILINE | re.DOTALL)
 
 
 def _block(page: Path, starts: str) -> str:
-    (found,) = [
+    found: list[str] = [
         code for _, code in _FENCE.findall(page.read_text(encoding="utf-8")) if code.startswith(starts)
     ]
-    return found
+    (block,) = found
+    return block
 
 
 def _error_tree(text: str) -> dict[str, str]:

@@ -299,7 +299,7 @@ def test_numbers_json_takes_as_floats_are_answers(svc: FakeService, plain: qa.Cl
 NOT_JSON = [b"NaN", b"Infinity", b"-Infinity"]
 """What Python's ``json`` reads as numbers and RFC 8259 has no place for."""
 
-PLACES = {
+PLACES: dict[str, Callable[[bytes], bytes]] = {
     "usage": lambda literal: b'{"answers": {"toxic": true}, "usage": {"cost": ' + literal + b"}}",
     "answer": lambda literal: b'{"answers": {"toxic": ' + literal + b"}}",
     "extra-answer": lambda literal: b'{"answers": {"toxic": true, "other": ' + literal + b"}}",
@@ -314,7 +314,9 @@ def test_nan_and_infinity_anywhere_are_invalid_response(
     svc: FakeService, plain: qa.Client, literal: bytes, place: str
 ) -> None:
     svc.script(reply(200, PLACES[place](literal), headers=JSON))
-    call = plain.list_models if place == "list-models" else (lambda: plain.ask("x", Review))
+    call: Callable[[], object] = (
+        plain.list_models if place == "list-models" else (lambda: plain.ask("x", Review))
+    )
     with pytest.raises(
         qa.InvalidResponse, match=f"ValueError: {literal.decode()} is not a JSON value"
     ) as caught:
