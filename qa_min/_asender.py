@@ -123,9 +123,10 @@ class AioSender:
 
     def _owned(self, state: Attempts, scope: Scope) -> Attempts:
         """``state``, cut from the rate limiter if its call was orphaned (``orphaned``): its slot
-        and the pause it waits out were in a schedule forgotten since, which it must not touch."""
+        was in a schedule forgotten since, which it must not touch. (Its ``pending`` is already
+        False: ``slot()`` clears it before the call's first await after a 429.)"""
         if scope not in self.scopes:
-            state.ticket, state.pending = None, False
+            state.ticket = None
         return state
 
     async def _acquire(
