@@ -4,6 +4,7 @@ Every case is fed whole, one byte at a time, and at random split points (as h11'
 and must give the same result each way: (status, fields, body, reusable) or the same error.
 
   framing ........................ test_valid_responses_are_read, test_no_body_statuses_and_methods
+                                   test_only_a_2xx_to_connect_has_no_body
   the four classes of issue 21 ... test_transfer_encoding_is_trimmed_of_sp_and_htab_only,
                                    test_chunk_data_must_end_in_crlf, test_field_names_must_be_tokens,
                                    test_http10_with_transfer_encoding_is_refused
@@ -162,6 +163,12 @@ def test_bytes_after_the_message_make_it_not_reusable() -> None:
 def test_no_body_statuses_and_methods(status: int, method: str) -> None:
     data = b"HTTP/1.1 %d X\r\nContent-Length: 5\r\n\r\n" % status
     assert read(data, method) == (status, [("Content-Length", "5")], b"", status != 101)
+
+
+@pytest.mark.parametrize(("status", "body"), [(299, b""), (300, b"hello")])
+def test_only_a_2xx_to_connect_has_no_body(status: int, body: bytes) -> None:
+    data = b"HTTP/1.1 %d X\r\nContent-Length: 5\r\n\r\n" % status + body
+    assert read(data, "CONNECT")[2:] == (body, True)
 
 
 # -- the four classes, each failing on the reader before _protocol (see the closing note) ----------
@@ -400,20 +407,22 @@ BODIES = {
 }
 
 
+@pytest.mark.parametrize("status", [200, 299])
 @pytest.mark.parametrize("framing", sorted(BODIES))
 @pytest.mark.parametrize(("extra", "accepted"), [(0, True), (1, False)])
-def test_body_cap_for_2xx(framing: str, extra: int, accepted: bool) -> None:
-    outcome = read(BODIES[framing](20 + extra), limit=20)
+def test_body_cap_for_2xx(status: int, framing: str, extra: int, accepted: bool) -> None:
+    outcome = read(BODIES[framing](20 + extra).replace(b"200 OK", b"%d OK" % status), limit=20)
     if accepted:
         assert outcome[2] == b"x" * 20
     else:
         refused(outcome, qa.LimitExceeded, "20-byte limit")
 
 
+@pytest.mark.parametrize("status", [300, 503])
 @pytest.mark.parametrize("framing", sorted(BODIES))
-def test_body_cap_for_other_statuses(framing: str) -> None:
-    data = BODIES[framing](25).replace(b"200 OK", b"503 Busy")
-    assert read(data, limit=20) == (503, read(data)[1], b"x" * 20, False)  # cut, not refused
+def test_body_cap_for_other_statuses(status: int, framing: str) -> None:
+    data = BODIES[framing](25).replace(b"200 OK", b"%d Busy" % status)
+    assert read(data, limit=20) == (status, read(data)[1], b"x" * 20, False)  # cut, not refused
 
 
 @pytest.mark.parametrize(("digits", "accepted"), [(MAX_SIZE_DIGITS, True), (MAX_SIZE_DIGITS + 1, False)])
