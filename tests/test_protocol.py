@@ -14,6 +14,8 @@ and must give the same result each way: (status, fields, body, reusable) or the 
                                    test_leading_zeros_of_a_content_length_weigh_nothing,
                                    test_chunk_size_is_hex_digits_only, test_status_line_is_strict,
                                    test_field_values_refuse_controls, test_connection_tokens_are_exact
+  the head's reason and version .. test_the_head_holds_the_reason_after_one_sp_and_the_version
+  what a message shows of a line . test_a_refused_line_shows_its_first_40_bytes_controls_as_question_marks
   ambiguous framing .............. test_ambiguous_framing_is_refused,
                                    test_te_with_cl_is_read_as_chunked_and_not_reused
   caps, at and past the limit .... test_line_cap, test_header_count_cap, test_interim_cap,
@@ -23,7 +25,8 @@ and must give the same result each way: (status, fields, body, reusable) or the 
   caps as the bytes arrive ....... test_caps_are_checked_before_the_line_ends
   the end of the stream .......... test_no_byte_at_all_is_told_apart, test_end_of_stream_inside
   errors ......................... test_protocol_errors_pickle_at_every_protocol
-  requests ....................... test_write_request, test_write_request_refuses_injection
+  requests ....................... test_write_request, test_write_request_refuses_injection,
+                                   test_has_length_says_whether_the_request_is_written_with_a_content_length
   no I/O ......................... test_the_protocol_modules_import_no_io
 """
 
@@ -279,11 +282,43 @@ def test_chunk_extensions_and_the_size_lines_end_follow_rfc_9112(size: bytes, ac
     "line",
     [b"HTTP/1.1  200 OK", b"HTTP/1.1\t200 OK", b"HTTP/1.1 200\tOK", b"HTTP/2.0 200 OK", b"http/1.1 200 OK",
      b"HTTP/1.1 099 X", b"HTTP/1.1 2000 X", b"HTTP/1.1 20 X", b"HTTP/1.1 \xb200 X", b" HTTP/1.1 200 OK",
-     b"HTTP/1.1 200 O\x00K", b"HTTP/1.1 200 O\x0bK", b"HTTP/1.1 200 OK\r", b"", b"ICY 200 OK"],
+     b"HTTP/1.1 200 O\x00K", b"HTTP/1.1 200 O\x0bK", b"HTTP/1.1 200 OK\r", b"", b"ICY 200 OK",
+     b"HTTP/1.1 200 \x00OK", b"HTTP/1.1 200 O\x1fK", b"HTTP/1.1 200 O\x7fK"],
     ids=repr,
 )  # fmt: skip
 def test_status_line_is_strict(line: bytes) -> None:
     refused(read(line + b"\r\nContent-Length: 0\r\n\r\n"), qa.MalformedHead, "status line")
+
+
+def head_of(data: bytes) -> Head:
+    reader = ResponseReader()
+    reader.receive(data)
+    event = reader.next_event()
+    assert type(event) is Head, event
+    return event
+
+
+@pytest.mark.parametrize(
+    ("line", "reason", "http11"),
+    [(b"HTTP/1.1 200 OK", "OK", True), (b"HTTP/1.0 200 OK", "OK", False), (b"HTTP/1.9 200 OK", "OK", True),
+     (b"HTTP/1.1 200  two", " two", True), (b"HTTP/1.1 200 \t~ !\x80\xff", "\t~ !\x80\xff", True),
+     (b"HTTP/1.1 200 ", "", True), (b"HTTP/1.1 200", "", True)],
+    ids=repr,
+)  # fmt: skip
+def test_the_head_holds_the_reason_after_one_sp_and_the_version(
+    line: bytes, reason: str, http11: bool
+) -> None:
+    # The reason is every octet after the one SP (HTAB, SP, VCHAR, obs-text: "~" and 0xFF included).
+    head = head_of(line + b"\r\nContent-Length: 0\r\n\r\n")
+    assert (head.status, head.reason, head.http11) == (200, reason, http11)
+
+
+def test_a_refused_line_shows_its_first_40_bytes_controls_as_question_marks() -> None:
+    # C0 controls, DEL, the C1 controls and NBSP (0x7F-0xA0) show as "?"; SP and 0xA1 as themselves.
+    line = b"ICY \x00\x1f\x7f\x80\x9f\xa0\xa1\xff" + b"x" * 28 + b"y"
+    with pytest.raises(qa.MalformedHead) as caught:
+        head_of(line + b"\r\n\r\n")
+    assert str(caught.value) == "not an HTTP/1.x status line: 'ICY ??????\xa1\xff" + "x" * 28 + "'"
 
 
 @pytest.mark.parametrize("control", [b"\x00", b"\x01", b"\x0b", b"\x0c", b"\r", b"\x1f", b"\x7f"], ids=repr)
@@ -534,6 +569,17 @@ def test_write_request() -> None:
 def test_write_request_refuses_injection(field: tuple[str, str]) -> None:
     with pytest.raises(qa.ProtocolError, match=r"not a valid HTTP/1\.1 field"):
         write_request("GET", "/", (("Host", "h"), field))
+
+
+@pytest.mark.parametrize("method", ["GET", "HEAD", "DELETE", "POST", "PUT", "PATCH"])
+@pytest.mark.parametrize("body", [b"", b"x"], ids=["no-body", "body"])
+def test_has_length_says_whether_the_request_is_written_with_a_content_length(
+    method: str, body: bytes
+) -> None:
+    # The fields the mock transport shows (_http.wire_fields) must be those a socket sends.
+    written = b"\r\nContent-Length: " in write_request(method, "/", (("Host", "h"),), body)
+    assert _wire.has_length(method, body) is written
+    assert written is (bool(body) or method in ("POST", "PUT", "PATCH"))
 
 
 def test_the_protocol_modules_import_no_io() -> None:
