@@ -10,7 +10,9 @@ crash: JSON nesting is refused past ``MAX_NESTING`` levels before ``json`` runs.
       test_deep_answer_or_models_is_invalid_response,
       test_nesting_at_the_limit_is_accepted_and_one_past_is_refused (arrays, objects, mixed),
       test_brackets_inside_strings_do_not_count,
+      test_brackets_inside_every_string_between_arrays_do_not_count,
       test_nesting_of_a_utf16_or_utf32_body_is_checked_too,
+      test_characters_whose_utf16_bytes_are_brackets_and_quotes_are_text,
       test_deep_error_body_is_the_status_error_retried_as_that_status,
       test_deep_error_body_not_retried_when_its_status_is_not,
       test_small_worker_stack_and_high_recursion_limit_do_not_crash (a subprocess: a crash
@@ -148,6 +150,24 @@ def test_brackets_inside_strings_do_not_count(svc: FakeService, plain: qa.Client
     assert body.count(b"[") > 10 * LIMIT
     svc.script(reply(200, body, headers=JSON))
     assert plain.ask("x", Review).usage["x"][0] == text
+
+
+def test_brackets_inside_every_string_between_arrays_do_not_count(svc: FakeService, plain: qa.Client) -> None:
+    # Strings one after another, arrays between them: each string's brackets are text, not only the first's.
+    usage = [["[" * (LIMIT + 1)]] * 3
+    svc.script(reply(200, with_usage(json.dumps(usage).encode()), headers=JSON))
+    assert plain.ask("x", Review).usage["x"] == usage
+
+
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-16-be", "utf-32-le"])
+def test_characters_whose_utf16_bytes_are_brackets_and_quotes_are_text(
+    svc: FakeService, plain: qa.Client, encoding: str
+) -> None:
+    # U+225B is the bytes 0x22 0x5B, a quote and a bracket, in UTF-16: the check reads characters.
+    text = "\u225b" * 4 * LIMIT
+    body = with_usage(json.dumps(text, ensure_ascii=False).encode()).decode()
+    svc.script(reply(200, body.encode(encoding), headers=JSON))
+    assert plain.ask("x", Review).usage["x"] == text
 
 
 @pytest.mark.parametrize("encoding", ["utf-16", "utf-16-be", "utf-32-le"])

@@ -26,7 +26,8 @@ Spec line -> tests:
   r2.get("lang") -> "en"; r2.answers is a read-only mapping of id -> answer
       test_core_returns_answers_by_id, test_core_answers_are_read_only
   models = client.list_models(); [m.name for m in models.models]
-      test_list_models_returns_model_names
+      test_list_models_returns_model_names,
+      test_results_show_what_they_hold_and_a_model_equals_only_its_like
   Per-call retry=, diagnostics=, cancel=, timeout= on every operation; ask/core take model=
       test_every_operation_takes_the_per_call_options
       test_per_call_retry_diagnostics_cancel_and_timeout_take_effect
@@ -412,6 +413,26 @@ def test_list_models_returns_model_names(svc: InProcessService, client: qa.Clien
     assert [m.name for m in models.models] == list(DEFAULT_MODELS)
     assert all(isinstance(m, qa.Model) for m in models.models)
     assert (svc.requests[0].method, svc.requests[0].path) == ("GET", "/v1/models")
+
+
+def test_results_show_what_they_hold_and_a_model_equals_only_its_like(
+    svc: InProcessService, client: qa.Client
+) -> None:
+    from qa_min.testing import DEFAULT_MODELS
+
+    models = client.list_models()
+    assert len(models) == len(DEFAULT_MODELS) >= 2
+    assert repr(models) == f"ModelList({list(DEFAULT_MODELS)!r})"
+    first, second = models.models[:2]
+    assert repr(first) == f"Model(name={first.name!r})"
+    assert first == qa.Model(first.name, dict(first.info))
+    assert first != second
+    assert first != first.name
+    svc.set_answers({"a": True})
+    core = client.core(qa.Request(state="x", questions=[qa.NamedQuestion("a", qa.YesNo("y", "n"))]))
+    assert repr(core) == f"CoreResponse(answers={{'a': True}}, usage={dict(core.usage)!r})"
+    asked = client.ask("x", Review)
+    assert repr(asked) == f"AskResponse(answers={asked.answers!r}, usage={dict(asked.usage)!r})"
 
 
 @pytest.mark.parametrize("operation", ["ask", "core", "list_models"])
