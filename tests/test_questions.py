@@ -45,6 +45,7 @@ Spec line -> tests:
       test_a_yes_no_with_one_text_for_both_answers_is_refused,
       test_a_choice_with_one_text_for_two_options_is_refused,
       test_texts_that_differ_by_one_character_are_distinct,
+      test_questions_are_equal_by_kind_and_criteria_and_hash_alike,
       test_bad_state_for_ask, test_bad_state_for_request, test_bad_question_definition,
       test_a_state_that_is_not_utf8_is_refused_before_sending,
       test_a_state_next_to_the_surrogates_is_sent_as_utf8,
@@ -291,7 +292,7 @@ def test_wrong_answer_is_invalid_response(
 
 def test_wrong_answer_in_ask_is_invalid_response(svc: InProcessService, client: qa.Client) -> None:
     svc.set_answers({"quality": True})
-    with pytest.raises(qa.InvalidResponse):
+    with pytest.raises(qa.InvalidResponse, match=r"'quality': expected a level from 0 to 2, got True"):
         client.ask("x", Review)
 
 
@@ -761,6 +762,20 @@ def test_texts_that_differ_by_one_character_are_distinct() -> None:
     assert qa.YesNo("same", "Same").criteria == {"true": "same", "false": "Same"}
     assert qa.YesNo("same", "same ").criteria == {"true": "same", "false": "same "}
     assert qa.Choice({"a": "same", "b": "same."}).criteria == {"a": "same", "b": "same."}
+
+
+def test_questions_are_equal_by_kind_and_criteria_and_hash_alike() -> None:
+    # A question is a value: one kind and one criteria make one question, in a set or a dict too.
+    assert qa.YesNo("a", "b") == qa.YesNo("a", "b")
+    assert hash(qa.YesNo("a", "b")) == hash(qa.YesNo("a", "b"))
+    assert hash(qa.Choice({"x": "a", "y": "b"})) == hash(qa.Choice({"x": "a", "y": "b"}))
+    assert hash(qa.Score(["a", "b"])) == hash(qa.Score(["a", "b"]))
+    assert qa.YesNo("a", "b") != qa.YesNo("a", "c")
+    assert qa.Choice({"x": "a", "y": "b"}) != qa.Choice({"x": "a", "y": "c"})
+    assert qa.Score(["a", "b"]) != qa.Score(["a", "c"])
+    assert qa.Score(["a", "b"]) != ["a", "b"]
+    assert qa.YesNo("a", "b") != "a"
+    assert len({qa.YesNo("a", "b"), qa.YesNo("a", "b"), qa.YesNo("b", "a")}) == 2
 
 
 def _not_utf8_questions() -> list[tuple[str, Callable[[], object], type[qa.ValidationError], str]]:
