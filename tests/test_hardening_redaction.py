@@ -24,7 +24,8 @@ Passwords in a base URL or proxy URL never appear in a configuration error (``**
   configuration: test_password_in_a_bad_base_url_or_proxy_is_masked,
       test_password_in_an_unsupported_proxy_is_masked,
       test_base_url_with_credentials_names_no_password,
-      test_password_in_a_bad_proxy_from_the_environment_is_masked
+      test_password_in_a_bad_proxy_from_the_environment_is_masked,
+      test_proxy_credential_forms_of_4_characters_are_hidden_and_of_3_left_out
 """
 
 from __future__ import annotations
@@ -499,6 +500,16 @@ BAD_URLS = [
     f"http://user:{SECRET}@",
     f"http://user:{SECRET.replace('-', '/')}@example.com:bad",  # a "/" the parser takes for a path
 ]
+
+
+def test_proxy_credential_forms_of_4_characters_are_hidden_and_of_3_left_out() -> None:
+    # What the redactor is given for a proxy URL's user:password: 3 characters would hide them everywhere.
+    from qa_min._origin import Origin
+
+    at_limit = Origin("http://user:pass@proxy:3128", "proxy").secrets()
+    assert {"pass", "user:pass", "dXNlcjpwYXNz"} <= set(at_limit)
+    assert [len(form) for form in at_limit] == sorted((len(form) for form in at_limit), reverse=True)
+    assert set(Origin("http://u:abc@proxy:3128", "proxy").secrets()) == {"u:abc", "dTphYmM="}
 
 
 @pytest.mark.parametrize("url", BAD_URLS)

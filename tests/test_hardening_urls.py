@@ -89,6 +89,10 @@ def test_label_of_63_is_accepted_and_64_refused() -> None:
     ("url", "shown"),
     [
         ("http://example.com./p", "http://example.com./p"),
+        ("http://localhost.:8080/p", "http://localhost.:8080/p"),
+        ("http://example.com:80/p", "http://example.com/p"),
+        ("https://example.com:443", "https://example.com"),
+        ("http://example.com:443", "http://example.com:443"),
         ("http://[::1]:8080", "http://[::1]:8080"),
         ("http://127.0.0.1:8080", "http://127.0.0.1:8080"),
         ("https://B\u00dcCHER.example", "https://xn--bcher-kva.example"),
@@ -96,6 +100,7 @@ def test_label_of_63_is_accepted_and_64_refused() -> None:
     ],
 )
 def test_trailing_dot_ip_literals_and_unicode_hosts_are_accepted(url: str, shown: str) -> None:
+    # A one-label host keeps its final dot too; a scheme's default port is not shown, another's is.
     with qa.Client(base_url=url, trust_env=False) as client:
         assert client.base_url == shown
 
