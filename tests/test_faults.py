@@ -41,7 +41,10 @@ from faultservers import (
 from support import SleepRecorder, make_recording_client
 
 import qa_min as qa
+from qa_min._call import CallState
 from qa_min._connection import idle_clock
+from qa_min._failure import failure
+from qa_min._origin import Origin
 from qa_min.testing import FakeService, Step, delay, drop, hang, reply, reset, truncate
 
 
@@ -553,3 +556,24 @@ def test_response_cut_inside_headers_is_a_dropped_connection_not_an_empty_200(cu
             client.list_models(retry=qa.RetryPolicy.none, diagnostics=diagnostics)
         assert diagnostics.attempts == 1
         assert diagnostics.transport_error is not None
+
+
+# -- a socket's timeout is the call's deadline -----------------------------------------------
+
+
+def test_a_socket_timeout_just_short_of_the_deadline_is_the_calls_timeout() -> None:
+    # Only the deadline sets a socket's timeout, and the socket's clock may fire a hair before
+    # time.monotonic() reaches it: the call has expired all the same. Canceled naming the
+    # call's timeout, never a dropped connection to retry (no real socket can time that).
+    error = socket.timeout("timed out")  # TimeoutError itself since Python 3.10
+    origin = Origin("http://127.0.0.1:9")
+    got = failure(error, origin, CallState(None, 60.0))
+    assert type(got) is qa.Canceled
+    assert str(got) == "the call's timeout of 60 s expired"
+    # A MockTransport handler's TimeoutError is its dropped connection; a call with no deadline
+    # set no socket timeout, so one is a dropped connection too.
+    for mocked, timeout in ((True, 60.0), (False, None)):
+        dropped = failure(error, origin, CallState(None, timeout), mocked=mocked)
+        assert type(dropped) is qa.ConnectionFailed, (mocked, timeout)
+        assert dropped.retryable
+        assert dropped.diagnostics.transport_error is error
