@@ -133,6 +133,10 @@ KEY_REFUSALS = [
     ("\U0001f642", "a character outside latin-1 (U+1F642)", LATIN1_ONLY),
     ("\ud800", "a surrogate (U+D800)", f"what bytes that do not decode become; {LATIN1_ONLY}"),
     ("\udce9", "a surrogate (U+DCE9)", f"what bytes that do not decode become; {LATIN1_ONLY}"),
+    # The surrogates' range at each end, and one past it on either side.
+    ("\ud7ff", "a character outside latin-1 (U+D7FF)", LATIN1_ONLY),
+    ("\udfff", "a surrogate (U+DFFF)", f"what bytes that do not decode become; {LATIN1_ONLY}"),
+    ("\ue000", "a character outside latin-1 (U+E000)", LATIN1_ONLY),
 ]
 
 

@@ -838,6 +838,18 @@ def test_extra_headers_of_str_subclasses_are_sent_as_their_text(kind: str, dunde
 
 
 @pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("dunder", ["strip", "isascii", "isprintable", "encode", "__format__", "__str__"])
+def test_an_api_key_of_a_str_subclass_is_sent_as_its_text(kind: str, dunder: str) -> None:
+    # configuration.md: a str subclass given for an option is read through str. The key's own
+    # strip() (is it blank?), isascii()/isprintable() (can a header carry it?) and __format__
+    # (the Authorization value) must never run.
+    transport = MockTransport()
+    options = mock_options(kind, transport=transport, api_key=hostile(str, dunder)("sk-subclass-0123"))
+    assert run(kind, options, ask).answers.toxic in (True, False)
+    assert transport.requests[0].headers["Authorization"] == "Bearer sk-subclass-0123"
+
+
+@pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize(("base", "dunder"), [(int, "__gt__"), (float, "__gt__")])
 def test_a_timeout_of_a_number_subclass_is_read_as_its_value(kind: str, base: type, dunder: str) -> None:
     # Comparing it with 0 or TIMEOUT_MAX called its own __gt__/__lt__, whose exception came out.

@@ -232,6 +232,24 @@ def test_service_log_debug_prints_attempts_and_retries_on_stderr(keyed_svc: Fake
         assert marker not in stderr
 
 
+def test_service_log_adds_its_handler_once_a_process_however_many_clients_are_made(
+    keyed_svc: FakeService,
+) -> None:
+    # configuration.md: SERVICE_LOG is read when each Client is made; the handler it adds is one.
+    # A second handler would print every record twice.
+    client = f"qa_min.Client(base_url={keyed_svc.url!r}).close()"
+    made = f"import logging, qa_min\nfor _ in range(2):\n    {client}"
+    stdout, stderr = run_child(
+        keyed_svc,
+        service_log="debug",
+        prelude=made,
+        epilogue="print([type(h).__name__ for h in logging.getLogger('qa_min').handlers])",
+    )
+    assert stdout.strip() == "['NullHandler', 'StreamHandler']"
+    lines = stderr.splitlines()
+    assert [line.split()[3] for line in lines] == ["DEBUG", "INFO", "DEBUG"], stderr
+
+
 @pytest.mark.parametrize("value", ["verbose", "warning", "1"])
 def test_an_unknown_service_log_is_ignored_as_the_official_sdks_ignore_it(
     keyed_svc: FakeService, value: str
