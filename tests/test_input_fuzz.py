@@ -884,6 +884,18 @@ def test_base_url_and_proxy_of_str_subclasses_are_read_as_their_text(kind: str, 
     run(kind, mock_options(kind, proxy=text("http://proxy.test:3128")), lambda client: None)  # parsed
 
 
+@pytest.mark.parametrize("base", [int, float])
+@pytest.mark.parametrize("dunder", ["__ge__", "__lt__", "__float__"])
+def test_a_retry_budget_of_number_subclasses_is_read_as_its_values(base: type, dunder: str) -> None:
+    # Its range check (0 <= value < 1e15) and float(value) must not call the value's own methods.
+    value = hostile(base, dunder)(10)
+    budget = qa.RetryBudget(value, value, value)
+    assert (budget.capacity, budget.retry_cost, budget.success_refund) == (10.0, 10.0, 10.0)
+    assert type(budget.capacity) is float
+    with pytest.raises(qa.InvalidOption, match=r"^RetryBudget capacity must be a number from 0 to below"):
+        qa.RetryBudget(hostile(base, dunder)(-1))
+
+
 @pytest.mark.parametrize("kind", KINDS)
 def test_retry_policy_and_rate_limit_of_number_subclasses_are_read_as_their_values(kind: str) -> None:
     # RetryPolicy's range check called __le__/__ge__, RateLimit's __abs__ and __lt__.

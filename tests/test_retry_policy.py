@@ -737,6 +737,29 @@ def attempts_of(client: qa.Client) -> int:
     return diag.attempts
 
 
+def test_the_default_budget_pays_for_exactly_100_retries(svc: InProcessService) -> None:
+    # retries.md: RetryBudget(capacity=500, retry_cost=5, success_refund=1), "its 500 tokens pay
+    # for 100 retries, after which each call makes one attempt". The client makes that budget.
+    budget = qa.RetryBudget()
+    assert (budget.capacity, budget.retry_cost, budget.success_refund) == (500.0, 5.0, 1.0)
+    svc.script(*[reply(503)] * 102)
+    with make_recording_client(svc.url, retry=qa.RetryPolicy(max_retries=1000)) as client:
+        assert attempts_of(client) == 101  # the first attempt and the 100 retries paid for
+        assert attempts_of(client) == 1
+    assert len(svc.requests) == 102
+
+
+def test_a_retry_is_paid_while_the_tokens_left_reach_its_cost() -> None:
+    budget = qa.RetryBudget(capacity=10, retry_cost=5)
+    assert budget.try_spend() is True
+    assert budget.try_spend() is True  # exactly the cost left
+    assert budget.tokens == 0.0
+    assert budget.try_spend() is False  # refused, taking nothing
+    assert budget.tokens == 0.0
+    short = qa.RetryBudget(capacity=math.nextafter(5.0, 0.0), retry_cost=5)
+    assert short.try_spend() is False
+
+
 def test_drained_budget_allows_one_attempt_per_call_until_successes_refill_it(svc: InProcessService) -> None:
     budget = qa.RetryBudget(capacity=10, retry_cost=5, success_refund=5)
     with make_recording_client(svc.url, retry_budget=budget) as client:
