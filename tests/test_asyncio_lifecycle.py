@@ -128,20 +128,21 @@ def test_a_client_follows_each_new_loop_once_the_last_is_closed(svc: FakeService
 
 def test_a_pause_in_force_when_the_loop_closed_holds_the_next_loops_first_call(svc: FakeService) -> None:
     client = qa.AsyncClient(base_url=svc.url, trust_env=False, retry=qa.RetryPolicy.none)
-    svc.script(reply(429, {"detail": "slow down"}, headers=[("retry-after-ms", "600")]))
+    svc.script(reply(429, {"detail": "slow down"}, headers=[("retry-after-ms", "1500")]))
     with pytest.raises(qa.RateLimited, match="429"):
-        asyncio.run(client.ask("s", Toxic))  # the server asked the client to pause 0.6 s
+        asyncio.run(client.ask("s", Toxic))  # the server asked the client to pause 1.5 s
     state = client.rate_limit
     assert state is not None
     assert state.state == "paused"
     left = state.paused_for
-    assert 0.3 < left <= 0.6
+    assert 0.3 < left <= 1.5  # a loaded machine may take a while to get here
     diagnostics = qa.Diagnostics()
     started = time.monotonic()
     assert isinstance(asyncio.run(client.ask("s", Toxic, diagnostics=diagnostics)).answers.toxic, bool)
-    # The next loop's first call waited out what was left of the pause, as the limiter's.
-    assert time.monotonic() - started >= left - 0.05
-    assert left - 0.1 <= diagnostics.rate_limit_wait <= left + 0.05
+    # The next loop's first call waited out what was left of the pause, as the limiter's (a
+    # forgotten pause: 0.0). Bounds only: starting a loop on a loaded machine takes some of it.
+    assert 0.1 < diagnostics.rate_limit_wait <= left + 0.25
+    assert time.monotonic() - started >= diagnostics.rate_limit_wait - 0.05
     assert svc.request_count == 2
     after = client.rate_limit
     assert after is not None
