@@ -37,6 +37,8 @@ import pytest
 import qa_min as qa
 from qa_min._announced import Announcement, parse
 from qa_min._fakerules import ANNOUNCE_STYLES, announce_headers
+from qa_min._policy import Policy
+from qa_min._steer import BASE, RAMP, SILENT, START, TOP
 from qa_min.testing import FakeService
 
 WALL = 1_764_000_000.0  # 2025-11-24T16:00:00Z
@@ -603,3 +605,43 @@ def test_hear_is_thread_safe_and_cheap_without_fields() -> None:
         thread.join(10)
     assert not errors
     assert lim.engaged
+
+
+# -- the pace announcements set (``_steer``, through ``_policy``), on an injected clock ------
+
+
+def told(remaining: float, refill: float = 1000.0, reset: float = 1.0) -> Announcement:
+    """An OpenAI-style announcement of a bucket of 1000 (its limit less this request)."""
+    return Announcement(1001.0, remaining, reset, refill, "openai")
+
+
+def test_an_announced_pace_ramps_up_then_reads_the_level_from_top_to_base_times_less() -> None:
+    policy = Policy(None, True)
+    policy.heard(0.0, told(1000))
+    assert policy.rate(0.0) == pytest.approx(1000 * START)  # a first pace: START of the refill
+    policy.heard(1.0, told(1000))
+    assert policy.rate(1.0) == pytest.approx(1000 * START * RAMP)  # RAMP-fold a second
+    policy.heard(4.0, told(1000))
+    assert policy.rate(4.0) == pytest.approx(1000 * TOP) == pytest.approx(1500.0)  # a full bucket
+    policy.heard(4.5, told(0))
+    assert policy.rate(4.5) == pytest.approx(1500.0 / BASE) == pytest.approx(11.71875)  # an empty one
+    policy.heard(5.0, told(500))
+    assert policy.rate(5.0) == pytest.approx(1500.0 / BASE**0.5)  # geometric in between
+    # Heard again after STALE seconds of nothing: a fresh start, ramping from START again.
+    policy.heard(10.0, told(1000))
+    assert policy.rate(10.0) == pytest.approx(1000 * START)
+    # Between announcements (less than SILENT s) the pace is the last one's, ramp and all.
+    assert policy.rate(11.9) == pytest.approx(1000 * START)
+
+
+def test_after_silent_seconds_the_level_is_read_as_refilled_since_the_last_announcement() -> None:
+    policy = Policy(None, True)
+    policy.heard(0.0, told(1000))
+    policy.heard(4.0, told(1000))
+    policy.heard(4.5, told(0))
+    assert policy.rate(6.5) == pytest.approx(1500.0 / BASE)  # exactly SILENT s: as announced
+    # A quarter of a second past it: 250 of 1000 back, the pace of a bucket a quarter full.
+    assert policy.rate(6.75) == pytest.approx(1500.0 / BASE**0.75)
+    assert policy.rate(6.75) > policy.rate(6.5)
+    assert SILENT == 2.0
+
