@@ -61,7 +61,7 @@ import pytest
 import qa_min as qa
 from qa_min import _policy
 from qa_min._limiter import Limiter
-from qa_min._pacer import AFTER, ALONE, Pace, Priority, Waiter
+from qa_min._pacer import AFTER, ALONE, LOOK, LOOK_FAR, RISEN, Pace, Pacer, Priority, Waiter
 from qa_min._policy import (
     CUBE,
     CUBE_SHORT,
@@ -609,6 +609,28 @@ def test_a_guess_halved_again_and_again_stays_at_min_guess_and_then_regrows() ->
     assert not lim.policy._guess  # ...and from there it regrows as a measured ceiling
     clock.now += PLATEAU_SHORT
     assert ceiling(lim) == pytest.approx(40.0 + REGROW_SHORT * PLATEAU_SHORT)
+
+
+def test_a_sleeper_looks_again_and_its_slot_comes_nearer_once_the_pace_has_doubled() -> None:
+    # Three calls at 1/s: the third's slot is 1.95 s ahead. Under an announced pace it sleeps
+    # LOOK at most, under a learned one LOOK_FAR, under neither until its slot.
+    pacer, waiters = Pacer(None, False), [Waiter(Priority.NEW) for _ in range(3)]
+    for waiter in waiters:
+        pacer.reserve(100.0, None, waiter, Pace(1.0, follow=True))
+    third = waiters[2]
+    assert third.slot == pytest.approx(101.95)
+    assert pacer.nap(100.0, third, Pace(1.0, follow=True)) == LOOK
+    assert pacer.nap(100.0, third, Pace(1.0, rising=True)) == LOOK_FAR
+    assert pacer.nap(100.0, third, Pace(1.0)) == pytest.approx(1.95)
+    # At its look the pace is just under RISEN-fold: the slot holds...
+    third.look_at = 100.05
+    assert pacer.next(100.05, third, Pace(1.99, follow=True)) == pytest.approx(1.9)
+    assert third.slot == pytest.approx(101.95)
+    # ...and exactly RISEN-fold: the time left to it shrinks by as much.
+    assert RISEN == 2.0
+    third.look_at = 100.1
+    assert pacer.next(100.1, third, Pace(2.0, follow=True)) == pytest.approx(0.925)
+    assert third.slot == pytest.approx(101.025)
 
 
 @pytest.mark.parametrize(("guess", "halved"), [(9.0, 5.0), (10.0, 5.0), (11.0, 5.5)])
