@@ -74,6 +74,8 @@ from qa_min._policy import (
     PLATEAU_SHORT,
     REGROW_MIN,
     REGROW_SHORT,
+    WINDOW,
+    Policy,
 )
 from qa_min.testing import MockTransport
 
@@ -631,6 +633,49 @@ def test_a_sleeper_looks_again_and_its_slot_comes_nearer_once_the_pace_has_doubl
     third.look_at = 100.1
     assert pacer.next(100.1, third, Pace(2.0, follow=True)) == pytest.approx(0.925)
     assert third.slot == pytest.approx(101.025)
+
+
+def test_a_policy_engaged_by_a_429_with_no_ceiling_disengages_silently() -> None:
+    policy = Policy(None, True)
+    assert policy.throttled(0.0, None, 0.005, 0.005, ()) is None  # a lone call: no ceiling
+    assert policy.engaged
+    assert policy.tick(59.9, 0.005)[0] is None
+    assert policy.engaged
+    assert policy.tick(60.0, 0.005)[0] is None  # nothing was cut: nothing to tell
+    assert not policy.engaged
+    assert policy.tick(61.0, 0.005)[0] is None
+
+
+def test_the_longest_short_pause_of_the_first_window_spaces_throttled_calls() -> None:
+    policy = Policy(None, True)
+    policy.throttled(0.0, None, 0.005, 0.005, (), busy=True)  # engages: a first guess
+    assert policy.pace(0.0).spacing == 0.0
+    policy.throttled(0.1, 0.0, 0.02, 0.12, ())
+    policy.throttled(0.2, 0.0, 0.01, 0.21, ())
+    assert policy.pace(0.2).spacing == 0.02  # the longest, not the latest
+    policy.throttled(0.3, 0.0, 0.05, 0.35, ())  # WINDOW after engaging: no longer counted
+    assert WINDOW == 0.3
+    assert policy.pace(0.3).spacing == 0.02
+    policy.throttled(0.31, 0.0, 0.2, 0.51, ())  # a long pause is not a request's worth either
+    assert policy.pace(0.31).spacing == 0.02
+
+
+@pytest.mark.parametrize(("successes", "ceiling"), [(3, None), (4, 32.0)])
+def test_with_no_ceiling_a_throttle_soon_after_engaging_guesses_twice_what_gets_through(
+    successes: int, ceiling: Optional[float]
+) -> None:
+    # A lone call's 429 engaged with no ceiling; within WINDOW another, after COUNTED successes
+    # (4 in 0.25 s: 16/s): a guess of twice that, growing GROW_SHORT-fold a second. Fewer: none.
+    policy = Policy(None, True)
+    policy.throttled(0.0, None, 0.005, 0.005, ())
+    for i in range(successes):
+        policy.succeeded(0.05 * (i + 1), 0.01)
+    policy.throttled(0.25, 0.2, 0.005, 0.255, ())
+    if ceiling is None:
+        assert policy.rate(0.25) == math.inf
+        return
+    assert policy.rate(0.255) == pytest.approx(ceiling)
+    assert policy.rate(1.255) == pytest.approx(ceiling * GROW_SHORT)
 
 
 @pytest.mark.parametrize(("guess", "halved"), [(9.0, 5.0), (10.0, 5.0), (11.0, 5.5)])

@@ -29,6 +29,7 @@ Spec line -> tests (SPEC.md 7a; the rate-limit and fleet issue):
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 
@@ -37,7 +38,7 @@ import pytest
 import qa_min as qa
 from qa_min._announced import Announcement, parse
 from qa_min._fakerules import ANNOUNCE_STYLES, announce_headers
-from qa_min._policy import Policy
+from qa_min._policy import BETA, Policy
 from qa_min._steer import BASE, RAMP, SILENT, START, TOP
 from qa_min.testing import FakeService
 
@@ -645,3 +646,15 @@ def test_after_silent_seconds_the_level_is_read_as_refilled_since_the_last_annou
     assert policy.rate(6.75) > policy.rate(6.5)
     assert SILENT == 2.0
 
+
+def test_a_429_with_no_announced_pace_yet_cuts_to_beta_of_what_gets_through() -> None:
+    # No refill told and no reset: the announcement sets no pace; a 429 then paces at BETA of
+    # the successes of the last second (here 10 in 0.5 s: 20/s), not at none.
+    policy = Policy(None, True)
+    policy.heard(0.0, told(5, refill=0.0, reset=0.0))
+    assert policy.rate(0.0) == math.inf
+    for i in range(10):
+        policy.succeeded(0.05 * (i + 1), 0.05 * i)
+    news = policy.throttled(0.5, 0.45, 0.1, 0.6, ())
+    assert news == "rate limit lowered to 18.0 calls/s after 429/529 responses (was no ceiling)"
+    assert policy.rate(0.5) == pytest.approx(BETA * 20)
