@@ -635,6 +635,102 @@ def test_a_sleeper_looks_again_and_its_slot_comes_nearer_once_the_pace_has_doubl
     assert third.slot == pytest.approx(101.025)
 
 
+def test_a_last_chance_with_others_waiting_goes_two_intervals_after_the_latest_success() -> None:
+    # At 10/s one call is out, another waits; a last chance is due once the first answers
+    # (at 100.0, a success): two intervals (0.2 s) after it, at 100.2, not at once.
+    pacer, pace = Pacer(None, False), Pace(10.0)
+    first, other, last = Waiter(Priority.NEW), Waiter(Priority.NEW), Waiter(Priority.LAST)
+    pacer.reserve(100.0, None, first, pace)
+    first.due = True
+    assert pacer.next(100.0, first, pace) is None  # out
+    pacer.reserve(100.0, None, other, pace)
+    assert pacer.reserve(100.0, 0.0, last, pace) == 100.0
+    assert pacer.answered(100.0, True, pace) is False
+    last.due = True
+    assert pacer.next(100.05, last, pace) == pytest.approx(0.15)
+    assert pacer.next(100.2, last, pace) is None
+
+
+def test_a_lone_call_that_gives_up_gives_its_schedule_back() -> None:
+    # Alone at 10/s, a call uses up an interval of schedule; given up, it is back: the next
+    # lone call and then a second one go as if it had never been (at 100.0 and 100.05, where
+    # the kept interval would have put the second at 100.1).
+    pacer, pace = Pacer(None, False), Pace(10.0)
+    gone, lone, second = Waiter(Priority.NEW), Waiter(Priority.NEW), Waiter(Priority.NEW)
+    assert pacer.reserve(100.0, None, gone, pace) == 100.0
+    pacer.gave_up(100.0, gone)
+    assert pacer.tat == -math.inf
+    assert pacer.reserve(100.0, None, lone, pace) == 100.0
+    assert pacer.reserve(100.0, None, second, pace) == pytest.approx(100.05)
+
+
+def test_cells_given_back_go_to_the_next_new_calls_earliest_first_unless_past() -> None:
+    # At 10/s (50 ms of burst) four calls take the cells 100.0 to 100.3; the second and third
+    # give theirs back: the next new call takes the earliest (100.1, going at 100.05), the one
+    # after the other; a cell whose time passed goes to nobody, the schedule's next instead.
+    pacer, pace = Pacer(None, True), Pace(10.0)
+    waiters = [Waiter(Priority.NEW) for _ in range(4)]
+    slots = [pacer.reserve(100.0, None, waiter, pace) for waiter in waiters]
+    assert slots == pytest.approx([100.0, 100.05, 100.15, 100.25])
+    pacer.gave_up(100.0, waiters[1])
+    pacer.gave_up(100.0, waiters[2])
+    assert pacer.reserve(100.0, None, Waiter(Priority.NEW), pace) == pytest.approx(100.05)
+    assert pacer.reserve(100.0, None, Waiter(Priority.NEW), pace) == pytest.approx(100.15)
+    pacer.gave_up(100.0, waiters[3])  # the schedule's last: its end comes back to 100.3
+    pacer.gave_up(100.0, waiters[0])  # a hole at 100.0
+    assert pacer.reserve(100.01, None, Waiter(Priority.NEW), pace) == pytest.approx(100.25)
+
+
+def test_a_cell_given_back_before_a_pause_is_nobodys_after_it() -> None:
+    # A pause until 100.5 moves the schedule (no burst at its end: its next cell is 100.65); the
+    # cell at 100.1 given back before it is gone, not the next call's at the pause's end.
+    pacer, pace = Pacer(None, True), Pace(10.0)
+    waiters = [Waiter(Priority.NEW) for _ in range(3)]
+    for waiter in waiters:
+        pacer.reserve(100.0, None, waiter, pace)
+    pacer.gave_up(100.0, waiters[1])
+    pacer.pause(100.0, 100.5, pace)
+    assert pacer.reserve(100.0, None, Waiter(Priority.NEW), pace) == pytest.approx(100.6)
+
+
+@pytest.mark.parametrize(("token", "held"), [(0.0, 0.15), (0.15, 0.25)])
+def test_a_last_chance_waits_the_longer_of_two_intervals_and_two_short_delays(
+    token: float, held: float
+) -> None:
+    # At 10/s two intervals are 0.2 s; twice the short server delay asked for (0.3 s) if longer.
+    pacer, pace = Pacer(None, False), Pace(10.0)
+    pacer.token = token
+    first, last = Waiter(Priority.NEW), Waiter(Priority.LAST)
+    pacer.reserve(100.0, None, first, pace)
+    first.due = True
+    assert pacer.next(100.0, first, pace) is None
+    pacer.reserve(100.0, None, Waiter(Priority.NEW), pace)
+    pacer.reserve(100.0, 0.0, last, pace)
+    pacer.answered(100.0, True, pace)
+    last.due = True
+    assert pacer.next(100.05, last, pace) == pytest.approx(held)
+
+
+def test_with_no_ceiling_throttled_calls_with_exact_delays_go_a_short_delay_apart() -> None:
+    # No ceiling yet; the short delay asked for (20 ms) frees about one request: two throttled
+    # calls retry 20 ms apart, from the end of their own delay, not together.
+    pacer, pace = Pacer(None, False), Pace(math.inf, spacing=0.02)
+    first, second = Waiter(Priority.RETRY), Waiter(Priority.RETRY)
+    pacer.inflight = 1  # another call is out
+    assert pacer.reserve(100.0, 0.01, first, pace) == pytest.approx(100.01)
+    assert pacer.reserve(100.0, 0.01, second, pace) == pytest.approx(100.03)
+    assert pacer.front == pytest.approx(100.05)
+
+
+def test_a_learned_ceiling_that_doubled_brings_the_throttled_calls_far_slots_nearer() -> None:
+    # At 1/s three throttled calls took 100, 101, 102 (the next at 103). The ceiling doubles:
+    # beyond LOOK_FAR (101) their schedule shrinks by half, so the next goes at 102, not 103.
+    pacer = Pacer(None, True)
+    slots = [pacer.reserve(100.0, 0.0, Waiter(Priority.RETRY), Pace(1.0, rising=True)) for _ in range(3)]
+    assert slots == pytest.approx([100.0, 101.0, 102.0])
+    assert pacer.reserve(100.0, 0.0, Waiter(Priority.RETRY), Pace(2.0, rising=True)) == pytest.approx(102.0)
+
+
 def test_a_policy_engaged_by_a_429_with_no_ceiling_disengages_silently() -> None:
     policy = Policy(None, True)
     assert policy.throttled(0.0, None, 0.005, 0.005, ()) is None  # a lone call: no ceiling
