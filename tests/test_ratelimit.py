@@ -74,6 +74,7 @@ from qa_min._policy import (
     PLATEAU_SHORT,
     REGROW_MIN,
     REGROW_SHORT,
+    SAMPLE,
     WINDOW,
     Policy,
 )
@@ -772,6 +773,64 @@ def test_with_no_ceiling_a_throttle_soon_after_engaging_guesses_twice_what_gets_
         return
     assert policy.rate(0.255) == pytest.approx(ceiling)
     assert policy.rate(1.255) == pytest.approx(ceiling * GROW_SHORT)
+
+
+def test_the_success_count_is_sampled_at_exactly_sample_s_apart() -> None:
+    # Successes at 0.0 and at exactly SAMPLE later are both samples; from the second on, four
+    # more at 0.45 are 4 in 0.45 s, not 5 in 0.5 s.
+    policy = Policy(None, True)
+    policy.throttled(0.0, None, 0.005, 0.005, ())
+    for when in (0.0, SAMPLE, 0.45, 0.45, 0.45, 0.45):
+        policy.succeeded(when, when)
+    assert policy.seen(0.5, SAMPLE) == pytest.approx(4 / 0.45)
+
+
+def test_a_first_guess_reads_the_pace_of_successes_sent_up_to_the_throttles_instant() -> None:
+    # 4 sends in the 0.1 s before a 429 at 1.0, three of them at 1.0 itself: 40/s, a guess of 20.
+    policy = Policy(None, True)
+    news = policy.throttled(1.0, None, 0.005, 1.005, [0.9, 1.0, 1.0, 1.0])
+    assert news == "rate limit lowered to 20.0 calls/s after 429/529 responses (was no ceiling)"
+
+
+def test_a_newcomers_first_guess_grows_past_a_pace_guessed_from_in_an_earlier_spell() -> None:
+    # A first spell guessed from a pace of 10/s (5, growing to 10 at most), and ended; a busy
+    # newcomer's guess in a second spell (FIRST_GUESS) grows GROW_SHORT-fold, not capped at 10.
+    policy = Policy(None, True)
+    policy.throttled(1.0, None, 0.005, 1.005, [0.6, 0.7, 0.8, 0.9])
+    assert policy.rate(1.005) == pytest.approx(5.0)
+    assert policy.rate(100.0) == pytest.approx(10.0)
+    policy.tick(100.0, 1.005)
+    assert not policy.engaged
+    policy.throttled(200.0, None, 0.005, 200.005, (), busy=True)
+    assert policy.rate(200.005) == FIRST_GUESS
+    assert policy.rate(201.005) == pytest.approx(FIRST_GUESS * GROW_SHORT)
+
+
+@pytest.mark.parametrize(("cap", "news"), [(40.0, None), (41.0, "lowered to 40.0 calls/s")])
+def test_a_cut_to_the_ceiling_in_force_is_no_cut(cap: float, news: Optional[str]) -> None:
+    # A busy newcomer's first guess is FIRST_GUESS: under a ceiling of exactly that, nothing.
+    policy = Policy(cap, True)
+    said = policy.throttled(0.0, None, 0.005, 0.005, (), busy=True)
+    assert said is None if news is None else news in str(said)
+    assert policy.cuts == (0 if news is None else 1)
+
+
+@pytest.mark.parametrize(("when", "halved"), [(0.29, True), (0.3, False)])
+def test_a_throttle_halves_a_guess_within_window_of_it_not_at_window(when: float, halved: bool) -> None:
+    # A first guess (40) at 0; a throttle for an attempt sent since, no successes: within WINDOW
+    # it halves the guess; at exactly WINDOW it is measured, and too few successes cut nothing.
+    policy = Policy(None, True)
+    policy.throttled(0.0, None, 0.005, 0.005, (), busy=True)
+    grown = policy.rate(when)  # growing GROW_SHORT-fold a second since 0.005
+    news = policy.throttled(when, 0.1, 0.005, when + 0.005, ())
+    assert WINDOW == 0.3
+    if halved:
+        assert news is not None
+        assert f"lowered to {grown / 2:.1f} calls/s" in news
+        assert policy.rate(when) == pytest.approx(grown / 2)
+    else:
+        assert news is None
+        assert (policy.cuts, policy.rate(when)) == (1, grown)
 
 
 @pytest.mark.parametrize(("guess", "halved"), [(9.0, 5.0), (10.0, 5.0), (11.0, 5.5)])

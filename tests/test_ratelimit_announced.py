@@ -658,3 +658,33 @@ def test_a_429_with_no_announced_pace_yet_cuts_to_beta_of_what_gets_through() ->
     news = policy.throttled(0.5, 0.45, 0.1, 0.6, ())
     assert news == "rate limit lowered to 18.0 calls/s after 429/529 responses (was no ceiling)"
     assert policy.rate(0.5) == pytest.approx(BETA * 20)
+
+
+def test_what_gets_through_after_engaging_again_is_counted_from_then_not_from_before() -> None:
+    # Engaged by a 429 at 0 with 10 successes, disengaged at 60; engaged again at 100 by an
+    # announcement that sets no pace: a 429 at 100.5 after 10 successes paces at BETA of 20/s,
+    # counted since 100, not over the 100 s since the first engagement's successes.
+    policy = Policy(None, True)
+    policy.throttled(0.0, None, 0.005, 0.005, ())
+    for i in range(10):
+        policy.succeeded(0.05 * (i + 1), 0.05 * i)
+    policy.tick(60.0, 0.005)
+    assert not policy.engaged
+    policy.heard(100.0, told(5, refill=0.0, reset=0.0))
+    for i in range(10):
+        policy.succeeded(100.0 + 0.05 * (i + 1), 100.0 + 0.05 * i)
+    news = policy.throttled(100.5, 100.45, 0.1, 100.6, ())
+    assert news == "rate limit lowered to 18.0 calls/s after 429/529 responses (was no ceiling)"
+    assert policy.rate(100.5) == pytest.approx(BETA * 20)
+
+
+def test_successes_counted_at_the_instant_of_engaging_tell_no_pace_yet() -> None:
+    # Five successes and a 429 all at the instant an announcement engaged the policy: no time
+    # has passed to tell a pace by, so nothing is cut (and nothing divides by zero).
+    policy = Policy(None, True)
+    policy.heard(0.0, told(5, refill=0.0, reset=0.0))
+    for _ in range(5):
+        policy.succeeded(0.0, 0.0)
+    assert policy.seen(0.0, -1.0) is None
+    assert policy.throttled(0.0, 0.0, 0.1, 0.1, ()) is None
+    assert policy.rate(0.0) == math.inf
