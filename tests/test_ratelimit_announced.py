@@ -39,7 +39,7 @@ import qa_min as qa
 from qa_min._announced import Announcement, parse
 from qa_min._fakerules import ANNOUNCE_STYLES, announce_headers
 from qa_min._policy import BETA, Policy
-from qa_min._steer import BASE, RAMP, SILENT, START, TOP
+from qa_min._steer import BASE, RAMP, SILENT, START, TOP, Steer
 from qa_min.testing import FakeService
 
 WALL = 1_764_000_000.0  # 2025-11-24T16:00:00Z
@@ -676,6 +676,81 @@ def test_what_gets_through_after_engaging_again_is_counted_from_then_not_from_be
     news = policy.throttled(100.5, 100.45, 0.1, 100.6, ())
     assert news == "rate limit lowered to 18.0 calls/s after 429/529 responses (was no ceiling)"
     assert policy.rate(100.5) == pytest.approx(BETA * 20)
+
+
+def test_heard_smooths_the_refill_keeps_the_fullest_level_and_restarts_the_ramp_when_first() -> None:
+    steer = Steer()
+    # First: the refill as told, the ramp starts now (START of it), the bucket full at limit - 1.
+    assert steer.heard(10.0, Announcement(1001.0, 1000.0, 1.0, 100.0, "openai"), True) == pytest.approx(12.5)
+    assert (steer.started, steer.refill, steer.capacity) == (10.0, 100.0, 1000.0)
+    # Later: the refill smoothed (0.8 old, 0.2 new); half full: TOP * BASE ** -0.5 of it.
+    paced = steer.heard(11.0, Announcement(1001.0, 500.0, 1.0, 200.0, "openai"), False)
+    assert steer.started == 10.0
+    assert steer.refill == pytest.approx(120.0)
+    assert paced == pytest.approx(120.0 * TOP / math.sqrt(BASE))
+    # No refill told: the smoothed one stays; the fullest level seen stays the bucket's.
+    assert steer.heard(12.0, Announcement(501.0, 250.0, 1.0, 0.0, "openai"), False) == pytest.approx(
+        120.0 * TOP / BASE**0.75
+    )
+    assert steer.refill == pytest.approx(120.0)
+    assert steer.capacity == 1000.0
+    # First again (after a silence): the refill as told, not smoothed, and a fresh ramp.
+    assert steer.heard(30.0, Announcement(1001.0, 1000.0, 1.0, 300.0, "openai"), True) == pytest.approx(
+        300.0 * START
+    )
+    assert (steer.started, steer.refill) == (30.0, 300.0)
+    # The bucket is the limit less the request answered, even when first heard half full; a
+    # bucket of 1 (a limit of 2) at 1 is full.
+    half = Steer()
+    half.heard(0.0, Announcement(1001.0, 500.0, 1.0, 100.0, "openai"), True)
+    assert half.capacity == 1000.0
+    assert half.heard(4.0, Announcement(1001.0, 500.0, 1.0, 100.0, "openai"), False) == pytest.approx(
+        100.0 * TOP / math.sqrt(BASE)
+    )
+    one = Steer()
+    assert one.heard(4.0, Announcement(2.0, 1.0, 2.0, 0.5, "openai"), False) == pytest.approx(0.5 * TOP)
+
+
+def test_heard_reads_an_ietf_limit_as_a_quota_and_a_fixed_window_by_what_is_left() -> None:
+    # An IETF draft limit is a quota, not the bucket: the level is read off the fullest seen. An
+    # empty bucket never seen fuller is empty, BASE times below TOP; once seen at 50, 50 is full.
+    steer = Steer()
+    assert steer.heard(0.0, Announcement(100.0, 0.0, 1.0, 10.0, "ietf"), True) == pytest.approx(
+        10.0 * TOP / BASE
+    )
+    assert steer.capacity == 0.0
+    assert steer.heard(9.0, Announcement(100.0, 50.0, 1.0, 10.0, "ietf"), False) == pytest.approx(10.0 * TOP)
+    assert steer.capacity == 50.0
+    # A fixed window (no refill told): what is left over what is left of it; none at its end.
+    window = Steer()
+    assert window.heard(0.0, Announcement(100.0, 40.0, 2.0, 0.0, "openai"), True) == pytest.approx(
+        20.0 * START
+    )
+    assert window.capacity == 40.0
+    assert Steer().heard(0.0, Announcement(100.0, 40.0, 0.5, 0.0, "openai"), True) == pytest.approx(
+        80.0 * START
+    )
+    assert window.heard(1.0, Announcement(100.0, 40.0, 0.0, 0.0, "openai"), False) is None
+    assert window.heard(2.0, Announcement(100.0, 0.0, 1.0, 0.0, "openai"), False) is None
+
+
+def test_the_level_is_read_as_refilled_only_past_silent_s_and_only_off_a_known_bucket() -> None:
+    # A 429 cut the pace to BETA of it: at exactly SILENT s after the announcement the cut holds.
+    policy = Policy(None, True)
+    policy.heard(1.0, told(1000))
+    assert policy.rate(1.0) == pytest.approx(1000 * START)
+    policy.throttled(1.5, 1.4, 0.1, 1.6, ())
+    assert policy.rate(3.0) == pytest.approx(BETA * 1000 * START)
+    assert policy.rate(3.5) == pytest.approx(1000 * TOP)  # refilled: the bucket full
+    # A slow refill (0.5/s) of a bucket of 1 is a refill too: empty at 0, full 2 s later.
+    slow = Policy(None, True)
+    slow.heard(0.0, Announcement(2.0, 0.0, 2.0, 0.5, "openai"))
+    assert slow.rate(0.0) == 0.5  # the lowest adaptive ceiling
+    assert slow.rate(4.0) == pytest.approx(0.5 * TOP)
+    # A bucket never seen with anything in it (IETF quota): its size unknown, the pace holds.
+    empty = Policy(None, True)
+    empty.heard(0.0, Announcement(100.0, 0.0, 1.0, 100.0, "ietf"))
+    assert empty.rate(4.0) == pytest.approx(100.0 * TOP / BASE)
 
 
 def test_successes_counted_at_the_instant_of_engaging_tell_no_pace_yet() -> None:
