@@ -12,6 +12,11 @@ Passwords in a base URL or proxy URL never appear in a configuration error (``**
       test_a_short_test_key_leaves_model_names_and_answers_as_the_fake_sent_them,
       test_escaped_forms_are_hidden, test_text_without_a_piece_is_returned_as_is,
       test_marker_never_makes_a_piece, test_property_no_piece_survives (hypothesis),
+      test_the_key_s_last_8_characters_at_the_very_end_of_a_text_are_hidden_and_its_last_7_are_not,
+      test_a_piece_just_after_a_block_that_starts_no_piece_is_hidden,
+      test_pieces_of_the_key_side_by_side_make_one_marker,
+      test_values_hide_a_key_of_8_or_more_as_the_call_does, test_holds_looks_4_containers_deep_and_not_5,
+      test_holds_finds_a_piece_in_a_dict_s_keys_and_values_and_in_bytes,
       test_an_8_mib_body_is_redacted_in_bounded_time
   echoes: test_error_body_echo, test_retried_error_body_echo, test_truncated_error_body_echo,
       test_success_body_echo_in_an_answer, test_success_body_echo_in_usage,
@@ -204,7 +209,9 @@ def test_a_short_key_that_spells_a_json_number_or_word_leaves_a_success_body_tha
         assert client.ask("text", Levels).answers.s == 2
 
 
-@pytest.mark.parametrize("key", [SLASH_KEY, LATIN_KEY, B64_KEY, 'sk-"quoted"\\back-0123'])
+@pytest.mark.parametrize(
+    "key", [SLASH_KEY, LATIN_KEY, B64_KEY, 'sk-"quoted"\\back-0123', "sk-with space-0123"]
+)
 def test_escaped_forms_are_hidden(key: str) -> None:
     hide = Redactor(key)
     for form in forms(key):
@@ -255,6 +262,68 @@ def test_property_no_piece_survives(key: str, text: str, cuts: list[tuple[int, i
     assert not [p for p in wanted if p in shown]
     if not any(p in text for p in wanted):
         assert shown == text  # nothing to hide: nothing changed
+
+
+def test_the_key_s_last_8_characters_at_the_very_end_of_a_text_are_hidden_and_its_last_7_are_not() -> None:
+    # A text cut where the key ends: the last piece is hidden; 7 characters are no piece, even there.
+    hide = Redactor(KEY)
+    assert hide(f"cut: {KEY[-PIECE:]}") == "cut: [redacted]"
+    assert hide(f"cut: {KEY[-PIECE + 1 :]}") == f"cut: {KEY[-PIECE + 1 :]}"
+    assert (
+        hide(f"{KEY[: PIECE - 1]} and {KEY[-PIECE + 1 :]}") == f"{KEY[: PIECE - 1]} and {KEY[-PIECE + 1 :]}"
+    )
+    assert hide(f"{KEY[:20]} then {KEY[-PIECE + 1 :]}") == f"[redacted] then {KEY[-PIECE + 1 :]}"
+
+
+def test_a_piece_just_after_a_block_that_starts_no_piece_is_hidden() -> None:
+    # "xabc" is a block of the key that starts no piece of "xabcdefgh"; the piece "abcdefgh" starts
+    # one character later and must be found from there.
+    assert redact("xabcdefgh", "xabcabcdefgh") == "x[redacted]"
+    assert redact("xabcdefg", "xabcabcdefgh") == "xabcdefg"
+
+
+def test_pieces_of_the_key_side_by_side_make_one_marker() -> None:
+    hide = Redactor(KEY)
+    assert hide(f"{KEY[:12]}{KEY[20:30]} x") == "[redacted] x"
+    assert hide(f"{KEY[:20]}{KEY[:20]}{KEY[:20]} x") == "[redacted] x"  # copies of one cut piece
+    assert hide(f"{KEY[:12]} {KEY[20:30]} x") == "[redacted] [redacted] x"
+
+
+@pytest.mark.parametrize("key", [KEY, KEY[:PIECE], KEY[: PIECE + 1]])
+def test_values_hide_a_key_of_8_or_more_as_the_call_does(key: str) -> None:
+    # ``values`` differs from ``__call__`` only for a key shorter than PIECE.
+    hide = Redactor(key)
+    for text in (f"{key}{key}", f"a {key} b {key[1:]}c", f"{key[:PIECE]}{key}", f"word{key}word"):
+        assert hide.values(text) == hide(text), text
+    assert hide.values(f"{key}{key}") == "[redacted][redacted]"
+
+
+def nested(value: object, depth: int) -> object:
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+def test_holds_looks_4_containers_deep_and_not_5() -> None:
+    hide = Redactor(KEY)
+    assert hide.holds(nested(KEY[3:11], 4))
+    assert not hide.holds(nested(KEY[3:11], 5))
+    assert hide.holds(nested({"k": KEY[3:11]}, 3))  # the dict is the 4th container
+    assert not hide.holds(nested({"k": KEY[3:11]}, 4))
+    assert not hide.holds(nested(KEY[3:10], 4))  # 7 characters: no piece
+
+
+def test_holds_finds_a_piece_in_a_dict_s_keys_and_values_and_in_bytes() -> None:
+    hide = Redactor(KEY)
+    assert hide.holds({"k": KEY[3:11]})
+    assert hide.holds({KEY[3:11]: 1})
+    assert hide.holds(({"x": {"y": KEY}},))
+    assert hide.holds(KEY[3:11].encode())
+    assert not hide.holds({"k": "v", 1: (2, b"x")})
+    loop: list[object] = []
+    loop.append(loop)
+    assert not hide.holds(loop)  # a list holding itself: 4 deep, then no further
+    assert not Redactor(None).holds({"k": KEY})
 
 
 @pytest.mark.timeout(60)
