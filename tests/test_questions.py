@@ -778,6 +778,19 @@ def test_questions_are_equal_by_kind_and_criteria_and_hash_alike() -> None:
     assert len({qa.YesNo("a", "b"), qa.YesNo("a", "b"), qa.YesNo("b", "a")}) == 2
 
 
+def test_a_named_question_equals_only_one_of_the_same_name_and_question_and_is_unhashable() -> None:
+    yes_no = qa.YesNo("a", "b")
+    assert qa.NamedQuestion("q", yes_no) == qa.NamedQuestion("q", qa.YesNo("a", "b"))
+    assert qa.NamedQuestion("q", yes_no) != qa.NamedQuestion("r", yes_no)
+    assert qa.NamedQuestion("q", yes_no) != qa.NamedQuestion("q", qa.YesNo("a", "c"))
+    # The pair it unpacks to is not a NamedQuestion: unequal, and comparing raises nothing.
+    assert qa.NamedQuestion("q", yes_no) != ("q", yes_no)
+    assert qa.NamedQuestion("q", yes_no) != "q"
+    assert tuple(qa.NamedQuestion("q", yes_no)) == ("q", yes_no)
+    with pytest.raises(TypeError, match="unhashable"):
+        hash(qa.NamedQuestion("q", yes_no))
+
+
 def _not_utf8_questions() -> list[tuple[str, Callable[[], object], type[qa.ValidationError], str]]:
     # Lambdas: each definition must fail inside the test. "\udce9" is what os.fsdecode makes of
     # the byte 0xE9; json.dumps wrote it as an escape the service cannot read as text.
