@@ -12,7 +12,9 @@ Spec line -> tests:
       test_every_raised_error_carries_diagnostics
   ... and has a message a person can act on (status, short detail; never the key)
       test_status_error_message_names_status_and_detail
-      test_status_error_message_stays_short_for_a_huge_body
+      test_status_error_message_stays_short_for_a_huge_body,
+      test_status_error_message_ends_with_a_detail_of_at_most_200_characters,
+      test_status_error_detail_is_read_from_json_when_labelled_or_brace_led_else_the_text
       test_messages_of_other_errors_say_what_is_wrong
       test_status_error_message_never_shows_the_key (more key cases live in test_config.py)
   Table: 400 BadRequest, 401 Unauthorized, 403 PermissionDenied, 404 NotFound,
@@ -443,6 +445,49 @@ def test_status_error_message_stays_short_for_a_huge_body(svc: InProcessService,
     assert "400" in str(caught.value)
     assert len(str(caught.value)) < 500
     assert diagnostics.body == json.dumps(huge)  # the whole body stays available
+
+
+@pytest.mark.parametrize(
+    ("body", "detail"),
+    [
+        ("x" * 200, "x" * 200),
+        ("x" * 201, "x" * 197 + "..."),
+        (" " * 1998 + "xyz", "xy"),  # read from the first 2000 characters, whitespace folded
+        ("<title>Bad Gateway</title><p>nginx</p>", "Bad Gateway"),
+        ("<p>no page title</title>", "<p>no page title</title>"),
+        (None, "(empty body)"),
+        ("  \n\t ", "(empty body)"),
+    ],
+    ids=["200-kept", "201-cut", "first-2000", "title-first", "title-end-only", "empty", "blank"],
+)
+def test_status_error_message_ends_with_a_detail_of_at_most_200_characters(
+    svc: InProcessService, client: qa.Client, body: object, detail: str
+) -> None:
+    svc.script(reply(404, body))
+    with pytest.raises(qa.NotFound) as caught:
+        client.ask("x", Review)
+    assert str(caught.value).endswith(f"/v1/core: {detail}"), str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("body", "content_type", "detail"),
+    [
+        ('{"detail": "gone"}', "text/plain", "gone"),  # starts with "{": read as JSON
+        (' {"detail": "gone"}', "application/json", "gone"),  # labelled JSON: read as JSON
+        ("not json at all", "application/json", "not json at all"),
+        ('{"error": "gone"}', "application/json", '{"error": "gone"}'),
+        ('["detail"]', "application/json", '["detail"]'),
+        ('{"detail": [{"msg": "field required"}, "state too long"]}', "", "field required; state too long"),
+    ],
+    ids=["brace-as-text", "labelled-json", "unparsable-json", "no-detail", "json-list", "fastapi-joined"],
+)
+def test_status_error_detail_is_read_from_json_when_labelled_or_brace_led_else_the_text(
+    svc: InProcessService, client: qa.Client, body: str, content_type: str, detail: str
+) -> None:
+    svc.script(reply(404, body.encode(), headers=[("Content-Type", content_type)] if content_type else []))
+    with pytest.raises(qa.NotFound) as caught:
+        client.ask("x", Review)
+    assert str(caught.value).endswith(f"/v1/core: {detail}"), str(caught.value)
 
 
 def test_status_error_message_never_shows_the_key(svc: InProcessService) -> None:

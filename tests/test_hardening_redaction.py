@@ -25,6 +25,7 @@ Passwords in a base URL or proxy URL never appear in a configuration error (``**
       test_a_retried_attempt_s_error_shown_to_a_hook_hides_the_key,
       test_status_line_without_the_key_keeps_the_original_transport_error,
       test_a_chained_exception_whose_text_cannot_be_read_is_replaced,
+      test_a_loop_of_chained_exceptions_is_scrubbed_once_each_and_ends,
       test_key_in_the_base_url_path
   configuration: test_password_in_a_bad_base_url_or_proxy_is_masked,
       test_password_in_an_unsupported_proxy_is_masked,
@@ -542,6 +543,21 @@ def test_a_chained_exception_whose_text_cannot_be_read_is_replaced() -> None:
         error.__context__ = Unprintable(KEY)
         client._sender.messages.scrub(error)
     assert repr(error.__context__) == "Unprintable('(an exception whose text cannot be shown)')"
+
+
+def test_a_loop_of_chained_exceptions_is_scrubbed_once_each_and_ends() -> None:
+    # Python makes such loops (a handler raising what an inner handler caught); each is seen once.
+    with qa.Client(base_url="http://127.0.0.1:1", api_key=KEY, trust_env=False) as client:
+        error = qa.InvalidResponse(f"bad {KEY}")
+        first, second = ValueError("no secret"), ValueError("none here either")
+        error.__cause__ = first
+        first.__context__ = second
+        second.__context__ = first
+        client._sender.messages.scrub(error)
+    assert str(error) == "bad [redacted]"
+    assert error.__cause__ is first
+    assert first.__context__ is second
+    assert second.__context__ is first
 
 
 def test_key_in_the_base_url_path(svc: FakeService, caplog: pytest.LogCaptureFixture) -> None:
