@@ -338,9 +338,11 @@ def test_max_rate_is_what_the_service_counts(capsys: pytest.CaptureFixture[str],
     inp.write_text("".join(json.dumps(f"state {i}") + "\n" for i in range(count)))
     # RateLimit(40) spaces attempts 25 ms apart, each allowed to start up to 50 ms early
     # (docs/rate-limits.md): at most 40 T + 3 in any T seconds, arrivals a few ms apart from
-    # that on a loaded machine. The service lets 60 a second through, 4 at once: a client
-    # that sent faster would be answered 429, and with --retries 0 that line would fail.
-    with FakeService(rate_limit=(60.0, 4.0), retry_after="ms") as svc:
+    # that on a loaded machine. The service lets 60 a second through, 8 at once: a client
+    # that sent faster (its 8 workers at once, then more) would be answered 429, and with
+    # --retries 0 that line would fail. A burst of 8 leaves room for calls a loaded machine
+    # sends up to 125 ms late, all at once (with 4, 25 ms late was enough for a 429).
+    with FakeService(rate_limit=(60.0, 8.0), retry_after="ms") as svc:
         started = time.monotonic()
         argv = [str(inp), "--max-rate", str(rate), "--retries", "0", "--concurrency", "8", "-q", *QUESTION]
         result = batch(capsys, svc.url, *argv)
