@@ -636,6 +636,44 @@ def test_a_sleeper_looks_again_and_its_slot_comes_nearer_once_the_pace_has_doubl
     assert third.slot == pytest.approx(101.025)
 
 
+def test_a_sleeper_a_pause_moved_looks_again_against_the_pace_of_its_fresh_slot() -> None:
+    # Three calls at 1/s; a pause to 103.0 covers the third's slot (101.95), and the pace is
+    # 4/s when it wakes: a fresh slot behind the pause, taken at 4/s.
+    pacer, waiters = Pacer(None, False), [Waiter(Priority.NEW) for _ in range(3)]
+    for waiter in waiters:
+        pacer.reserve(100.0, None, waiter, Pace(1.0, follow=True))
+    third = waiters[2]
+    pacer.pause(100.0, 103.0, Pace(4.0, follow=True))
+    assert pacer.next(100.5, third, Pace(4.0, follow=True)) == pytest.approx(2.75)
+    assert third.slot == pytest.approx(103.25)
+    # At its look the pace is still 4/s, the pace its fresh slot was taken at, not RISEN-fold
+    # the 1/s of the slot it lost: the slot holds (not drawn to the pause's end).
+    third.look_at = 100.55
+    assert pacer.next(100.55, third, Pace(4.0, follow=True)) == pytest.approx(2.7)
+    assert third.slot == pytest.approx(103.25)
+
+
+def test_a_pause_with_no_ceiling_leaves_the_schedule_alone_once_lifted() -> None:
+    # A throttled call pauses the client to 105.0 with no ceiling, then gives up: the pause ends.
+    pacer, throttled = Pacer(None, False), Waiter(Priority.RETRY)
+    pacer.reserve(100.0, 5.0, throttled, Pace(math.inf))
+    pacer.pause(100.0, 105.0, Pace(math.inf))
+    pacer.gave_up(100.5, throttled)
+    # Calls at 1/s then go from now, a burst (0.05 s) less an interval apart, not from 105.0.
+    first, second = Waiter(Priority.NEW), Waiter(Priority.NEW)
+    assert pacer.reserve(101.0, None, first, Pace(1.0)) == pytest.approx(101.0)
+    assert pacer.reserve(101.0, None, second, Pace(1.0)) == pytest.approx(101.95)
+
+
+def test_a_ceiling_neither_announced_nor_regrowing_keeps_the_slots_promised_when_it_doubles() -> None:
+    # Four calls at 1/s hold slots to 102.95 (the schedule ends at 104.0); at 2/s the next goes
+    # after them, the slots beyond LOOK_FAR not shrunk as a regrowing ceiling's are.
+    pacer = Pacer(None, False)
+    for _ in range(4):
+        pacer.reserve(100.0, None, Waiter(Priority.NEW), Pace(1.0))
+    assert pacer.reserve(100.0, None, Waiter(Priority.NEW), Pace(2.0)) == pytest.approx(103.95)
+
+
 def test_a_last_chance_with_others_waiting_goes_two_intervals_after_the_latest_success() -> None:
     # At 10/s one call is out, another waits; a last chance is due once the first answers
     # (at 100.0, a success): two intervals (0.2 s) after it, at 100.2, not at once.
