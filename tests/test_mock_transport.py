@@ -15,7 +15,7 @@ import socket
 import threading
 import warnings
 from collections.abc import AsyncIterator, Generator, Iterator
-from typing import Any
+from typing import Any, Optional
 
 import pytest
 from support import BOUND, SleepRecorder
@@ -280,6 +280,23 @@ def test_a_handler_bug_reaches_the_test_unchanged() -> None:
         client.list_models()
 
 
+def list_models_with(
+    kind: str, transport: MockTransport, diagnostics: Optional[qa.Diagnostics] = None
+) -> None:
+    """``list_models()`` on a ``kind`` ("threaded" or "asyncio") client answered by ``transport``."""
+    options: dict[str, Any] = {"base_url": URL, "trust_env": False, "transport": transport}
+    if kind == "threaded":
+        with qa.Client(**options) as client:
+            client.list_models(diagnostics=diagnostics)
+        return
+
+    async def on_asyncio() -> None:
+        async with qa.AsyncClient(**options) as client:
+            await client.list_models(diagnostics=diagnostics)
+
+    asyncio.run(on_asyncio())
+
+
 @pytest.mark.parametrize(
     "returned", [{"status": 200}, "ok", 200, reply], ids=["dict", "str", "int", "the builder, not called"]
 )
@@ -290,18 +307,8 @@ def test_a_handler_returning_something_else_is_told_so_by_both_clients(returned:
     def handler(request: RecordedRequest) -> Any:  # Any: it breaks the handler's type on purpose
         return returned
 
-    options: dict[str, Any] = {"base_url": URL, "trust_env": False, "transport": MockTransport(handler)}
-
-    def threaded() -> None:
-        with qa.Client(**options) as client:
-            client.list_models(diagnostics=diagnostics)
-
-    async def on_asyncio() -> None:
-        async with qa.AsyncClient(**options) as client:
-            await client.list_models(diagnostics=diagnostics)
-
     with pytest.raises(qa.ConfigurationError) as caught:
-        threaded() if kind == "threaded" else asyncio.run(on_asyncio())
+        list_models_with(kind, MockTransport(handler), diagnostics)
     message = str(caught.value)
     # What the handler returned, and what it must return instead.
     assert f"returned {returned!r} (a {type(returned).__name__})" in message
@@ -488,18 +495,8 @@ def test_a_generator_a_handler_returns_is_closed_before_the_call_fails(kind: str
         returned.append(body())
         return returned[-1]
 
-    options: dict[str, Any] = {"base_url": URL, "trust_env": False, "transport": MockTransport(handler)}
-
-    def threaded() -> None:
-        with qa.Client(**options) as client:
-            client.list_models()
-
-    async def on_asyncio() -> None:
-        async with qa.AsyncClient(**options) as client:
-            await client.list_models()
-
     with pytest.raises(qa.ConfigurationError, match=r"\(a generator\); it must return a Step"):
-        threaded() if kind == "threaded" else asyncio.run(on_asyncio())
+        list_models_with(kind, MockTransport(handler))
     assert ran == []
     assert [inspect.getgeneratorstate(g) for g in returned] == [inspect.GEN_CLOSED]
 
@@ -517,20 +514,10 @@ def test_a_coroutine_a_handler_returns_is_closed_before_the_call_fails(kind: str
     def handler(request: RecordedRequest) -> Any:
         return body()
 
-    options: dict[str, Any] = {"base_url": URL, "trust_env": False, "transport": MockTransport(handler)}
-
-    def threaded() -> None:
-        with qa.Client(**options) as client:
-            client.list_models()
-
-    async def on_asyncio() -> None:
-        async with qa.AsyncClient(**options) as client:
-            await client.list_models()
-
     with warnings.catch_warnings(record=True) as warned:
         warnings.simplefilter("always")
         with pytest.raises(qa.ConfigurationError) as caught:
-            threaded() if kind == "threaded" else asyncio.run(on_asyncio())
+            list_models_with(kind, MockTransport(handler))
         message = str(caught.value)
         del caught  # its traceback holds the handler's frame, and so the coroutine
         gc.collect()
