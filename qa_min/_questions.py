@@ -76,7 +76,11 @@ def _enum_texts(options: type[enum.Enum], what: str) -> list[tuple[str, str]]:
 
 
 class _Question(Generic[_T]):
-    """Base of the three question kinds; a descriptor when used in a ``Questions`` class."""
+    """Base of the three question kinds; a descriptor when used in a ``Questions`` class.
+
+    A question is a value: two are equal, and hash alike, when they are of one kind, send the
+    same criteria and decode answers alike (a ``Choice`` of an Enum is not one of a dict).
+    """
 
     __slots__ = ("criteria",)
 
@@ -99,8 +103,18 @@ class _Question(Generic[_T]):
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.criteria!r})"
 
+    def _answers(self) -> Optional[type[enum.Enum]]:
+        """The Enum class the answers are members of, or None for plain values."""
+        return None
+
     def __eq__(self, other: object) -> bool:
-        return type(other) is type(self) and other.criteria == self.criteria
+        # Equal questions ask the same and answer alike: a Choice of an Enum is not the Choice
+        # of a dict with its texts (one answers members, the other keys), nor of another Enum.
+        return (
+            type(other) is type(self)
+            and other.criteria == self.criteria
+            and other._answers() is self._answers()
+        )
 
     def __hash__(self) -> int:
         return hash((type(self), json.dumps(self.criteria, sort_keys=True)))
@@ -168,7 +182,10 @@ class Choice(_Question[_T]):
 
     def __reduce__(self) -> tuple[object, ...]:
         # Built again from what it was built from: the Enum class (by reference), or the dict.
-        return (Choice, (_enum_of(self._options.values()) or self.criteria,))
+        return (Choice, (self._answers() or self.criteria,))
+
+    def _answers(self) -> Optional[type[enum.Enum]]:
+        return _enum_of(self._options.values())
 
     def decode(self, value: object) -> _T:
         if type(value) is str:
@@ -214,7 +231,10 @@ class Score(_Question[_T]):
         self.criteria = texts
 
     def __reduce__(self) -> tuple[object, ...]:
-        return (Score, (_enum_of(self._levels) or list(cast("list[str]", self.criteria)),))
+        return (Score, (self._answers() or list(cast("list[str]", self.criteria)),))
+
+    def _answers(self) -> Optional[type[enum.Enum]]:
+        return _enum_of(self._levels)
 
     def decode(self, value: object) -> _T:
         if type(value) is int and 0 <= value < len(self._levels):

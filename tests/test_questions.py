@@ -778,6 +778,22 @@ def test_questions_are_equal_by_kind_and_criteria_and_hash_alike() -> None:
     assert len({qa.YesNo("a", "b"), qa.YesNo("a", "b"), qa.YesNo("b", "a")}) == 2
 
 
+def test_questions_that_answer_differently_are_unequal_though_they_ask_the_same() -> None:
+    # One wire form, three kinds of answer: the dict's keys, Level's members, Other's members.
+    Level = enum.Enum("Level", {"low": "a", "high": "b"})
+    Other = enum.Enum("Other", {"low": "a", "high": "b"})
+    by_dict, by_level, by_other = qa.Choice({"low": "a", "high": "b"}), qa.Choice(Level), qa.Choice(Other)
+    assert by_dict.criteria == by_level.criteria == by_other.criteria
+    assert by_dict != by_level
+    assert by_level != by_dict  # either way round
+    assert by_level != by_other
+    assert by_level == qa.Choice(Level)
+    assert len({by_dict, by_level, by_other, qa.Choice(Level)}) == 3
+    assert qa.Score(["a", "b"]) != qa.Score(Level)
+    assert qa.Score(Level) != qa.Score(Other)
+    assert qa.Score(Level) == qa.Score(Level)
+
+
 def test_a_named_question_equals_only_one_of_the_same_name_and_question_and_is_unhashable() -> None:
     yes_no = qa.YesNo("a", "b")
     assert qa.NamedQuestion("q", yes_no) == qa.NamedQuestion("q", qa.YesNo("a", "b"))
