@@ -318,6 +318,31 @@ def test_resume_by_id_holds_when_the_input_is_reordered(run: Any, svc: FakeServi
     assert read_rows(out)[-1] == {"line": 11, "id": "new", "answers": answer("a new state")}
 
 
+@pytest.mark.parametrize(
+    "questions",
+    [
+        ["--yes-no", "rude", "It is rude", "It is polite"],  # another question
+        [*QUESTION, "--yes-no", "rude", "It is rude", "It is polite"],  # one more
+    ],
+    ids=["other", "one-more"],
+)
+def test_resume_with_other_questions_is_refused_and_leaves_the_file_alone(
+    run: Any, svc: FakeService, tmp_path: Path, inp: Path, questions: list[str]
+) -> None:
+    out = tmp_path / "out.jsonl"
+    # A failed line first: it answers no question, so the refusal comes from the answered one.
+    rows = [{"line": 1, "error": {"type": "NotFound"}}, {"line": 2, "answers": answer(STATES[1])}]
+    out.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    before = out.read_bytes()
+    result = run(str(inp), "-o", str(out), "--resume", *questions)
+    assert result.code == 2, result.err
+    names = "['rude']" if questions[1] == "rude" else "['rude', 'toxic']"
+    assert f"line 2 answers ['toxic'], not these questions {names}" in result.err
+    assert "resume with the questions the run began with" in result.err
+    assert out.read_bytes() == before
+    assert svc.request_count == 0
+
+
 @pytest.mark.parametrize("skip_failed", [False, True], ids=["asks-again", "skip-failed"])
 def test_resume_asks_failed_lines_again_unless_skip_failed(
     run: Any, svc: FakeService, tmp_path: Path, inp: Path, skip_failed: bool
@@ -362,7 +387,7 @@ SKIP_FAILED_ALONE = "qa-min batch: error: argument --skip-failed: needs --resume
     [
         (["-o", "OUT"], '{"line": 1, "answers": {}}\n', 2, "pass --resume to continue it"),
         (["--resume"], None, 2, "--resume needs --output FILE"),
-        (["-o", "OUT", "--resume"], '{"line": 1, "answers": {}}\n{"note": 1}\n', 3, "line 2 is not a line"),
+        (["-o", "OUT", "--resume"], '{"line": 1, "answers": {"toxic": true}}\n{"note": 1}\n', 3, "line 2 is not a line"),
         (["-o", "OUT", "--resume"], '{"line": 0, "answers": {}}\n', 3, "line 1 is not a line batch"),
         (["-o", "OUT", "--resume"], '{"line": 1, "id": [1], "answers": {}}\n', 3, "not a line batch"),
         (["-o", "OUT", "--resume"], '{"line": 1, "id": true, "error": {}}\n', 3, "not a line batch"),

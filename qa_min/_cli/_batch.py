@@ -18,7 +18,9 @@ Resuming (``--output FILE --resume``):
     ended in an error are asked again, unless ``--skip-failed``; the new line is appended, so a
     reader takes the last line for a key. A line that earned its error without a call (not JSON,
     a bad state, a duplicate id) is written once: a resumed run with nothing left to ask appends
-    nothing. A torn last line (a hard kill mid-write) is cut off and asked again.
+    nothing. A torn last line (a hard kill mid-write) is cut off and asked again. A FILE whose
+    answers are to other questions is refused (exit 2), not mixed with this run's. Whether the
+    input is the one the run began with is not checked: ids and line numbers are all FILE keeps.
 
 Ctrl-C and SIGTERM:
     Reading stops, calls in flight are cancelled, the answers that can be written in input
@@ -318,7 +320,7 @@ class _Signals:
 
 
 def _open_files(
-    args: argparse.Namespace, expected: int
+    args: argparse.Namespace, expected: int, names: frozenset[str]
 ) -> tuple[Optional[IO[bytes]], Done, Optional[IO[bytes]]]:
     if args.resume and not args.output:
         raise UsageError("--resume needs --output FILE: the file to continue")
@@ -327,7 +329,7 @@ def _open_files(
         raise FileError(f"cannot write {what}: stdout is closed; pass --{option} FILE")
     check_paths(args.input, args.output, args.failures)
     if args.output:
-        output, done = open_output(args.output, args.resume, args.skip_failed, expected)
+        output, done = open_output(args.output, args.resume, args.skip_failed, expected, names)
     else:
         output, done = None, Done(expected)
     failures = None
@@ -348,7 +350,8 @@ def run_batch(args: argparse.Namespace, out: Output) -> int:
     output: Optional[IO[bytes]] = None
     failures: Optional[IO[bytes]] = None
     try:
-        output, done, failures = _open_files(args, source.estimate())
+        names = frozenset(question.name for question in questions)
+        output, done, failures = _open_files(args, source.estimate(), names)
         if done.torn:
             out.note(f"{args.output!r}: its last line was cut short; that line is asked again")
         with Client(**client_options(args, max_workers=args.concurrency)) as client:

@@ -280,8 +280,18 @@ def _check_record(path: str, count: int, raw: bytes) -> dict[str, Any]:
     return record
 
 
-def scan_output(file: IO[bytes], path: str, skip_failed: bool, expected: int = 0) -> Done:
-    """Read an earlier run's output; cut a torn last line off the file; leave it at the end."""
+def scan_output(
+    file: IO[bytes], path: str, skip_failed: bool, expected: int = 0, names: Optional[frozenset[str]] = None
+) -> Done:
+    """Read an earlier run's output; cut a torn last line off the file; leave it at the end.
+
+    ``names``, the questions asked now: a line that answers others is refused, since appending
+    would mix two runs' answers in one file (its unanswered lines asked with other questions).
+
+    Raises:
+        FileError: FILE holds a line batch did not write.
+        UsageError: FILE answers other questions than ``names``.
+    """
     done = Done(expected)
     kept = 0
     for count, raw in enumerate(file, 1):
@@ -293,6 +303,7 @@ def scan_output(file: IO[bytes], path: str, skip_failed: bool, expected: int = 0
         record = _check_record(path, count, raw)
         flag = DONE
         if "answers" in record:
+            _check_answers(path, count, record["answers"], names)
             done.answered += 1
         elif skip_failed:
             done.failed += 1
@@ -306,6 +317,15 @@ def scan_output(file: IO[bytes], path: str, skip_failed: bool, expected: int = 0
         file.truncate(kept)
     file.seek(kept)
     return done
+
+
+def _check_answers(path: str, count: int, answers: object, names: Optional[frozenset[str]]) -> None:
+    if names is None or not isinstance(answers, dict) or answers.keys() == names:
+        return
+    raise UsageError(
+        f"{path!r} line {count} answers {sorted(answers)}, not these questions {sorted(names)}: "
+        "resume with the questions the run began with, or give another --output"
+    )
 
 
 def check_paths(source: Optional[str], output: Optional[str], failures: Optional[str]) -> None:
@@ -330,13 +350,15 @@ def _same_file(a: str, b: str) -> bool:
         return os.path.realpath(a) == os.path.realpath(b)
 
 
-def open_output(path: str, resume: bool, skip_failed: bool, expected: int = 0) -> tuple[IO[bytes], Done]:
+def open_output(
+    path: str, resume: bool, skip_failed: bool, expected: int = 0, names: Optional[frozenset[str]] = None
+) -> tuple[IO[bytes], Done]:
     """``--output`` opened for appending, with what it already answers (nothing if new).
 
-    ``expected`` is about how many ids the input holds, if known.
+    ``expected`` is about how many ids the input holds, if known; ``names``, the questions asked.
 
     Raises:
-        UsageError: FILE holds answers but ``--resume`` was not given.
+        UsageError: FILE holds answers but ``--resume`` was not given, or answers other questions.
         FileError: FILE cannot be opened, or holds lines batch did not write.
     """
     try:
@@ -352,7 +374,7 @@ def open_output(path: str, resume: bool, skip_failed: bool, expected: int = 0) -
         if not resume and file.tell() > 0:
             raise UsageError(f"{path!r} already holds answers: pass --resume to continue it")
         file.seek(0)
-        return file, scan_output(file, path, skip_failed, expected)
+        return file, scan_output(file, path, skip_failed, expected, names)
     except BaseException:
         file.close()
         raise
