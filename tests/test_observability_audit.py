@@ -24,7 +24,7 @@ from rawhttp import response
 from support import BOUND
 
 import qa_min as qa
-from qa_min.testing import FakeService, hang, reply
+from qa_min.testing import FakeService, hang, reply, reset
 
 KEY = "sk-observe-0123456789abcdef"
 OK = {"answers": {"toxic": True}, "usage": {}}
@@ -296,6 +296,19 @@ def test_proxy_refusal_records_the_proxys_status_and_no_request_id(kind: str) ->
     assert "Access Denied" in diag.body
     assert records(diag) == [(1, 407, "ProxyError", None)]
     assert_timings_sane(diag)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_retry_that_succeeds_keeps_the_transport_error_and_the_body_it_followed(kind: str) -> None:
+    # docs/errors.md: both are the last met, kept when a retry then succeeds; history says where.
+    with FakeService() as svc:
+        svc.script(reset(), reply(503, {"detail": "warming up"}))
+        error, diag = ask(kind, svc.url)
+    assert error is None
+    assert records(diag) == [(1, None, "ConnectionFailed", None), (2, 503, "ServerError", None), (3, 200, None, None)]
+    assert isinstance(diag.transport_error, ConnectionResetError), repr(diag.transport_error)
+    assert diag.body == '{"detail": "warming up"}'
+    assert diag.status == 200
 
 
 @pytest.mark.parametrize("kind", KINDS)
