@@ -382,12 +382,15 @@ def test_torn_last_line_is_cut_off_and_asked_again(
 SKIP_FAILED_ALONE = "qa-min batch: error: argument --skip-failed: needs --resume, the run whose failed lines"
 
 
+ANSWERED = '{"line": 1, "answers": {"toxic": true}}\n'  # line 1 of a run asking QUESTION
+
+
 @pytest.mark.parametrize(
     ("argv", "content", "code", "message"),
     [
         (["-o", "OUT"], '{"line": 1, "answers": {}}\n', 2, "pass --resume to continue it"),
         (["--resume"], None, 2, "--resume needs --output FILE"),
-        (["-o", "OUT", "--resume"], '{"line": 1, "answers": {"toxic": true}}\n{"note": 1}\n', 3, "line 2 is not a line"),
+        (["-o", "OUT", "--resume"], f'{ANSWERED}{{"note": 1}}\n', 3, "line 2 is not a line"),
         (["-o", "OUT", "--resume"], '{"line": 0, "answers": {}}\n', 3, "line 1 is not a line batch"),
         (["-o", "OUT", "--resume"], '{"line": 1, "id": [1], "answers": {}}\n', 3, "not a line batch"),
         (["-o", "OUT", "--resume"], '{"line": 1, "id": true, "error": {}}\n', 3, "not a line batch"),

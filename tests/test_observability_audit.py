@@ -305,7 +305,11 @@ def test_a_retry_that_succeeds_keeps_the_transport_error_and_the_body_it_followe
         svc.script(reset(), reply(503, {"detail": "warming up"}))
         error, diag = ask(kind, svc.url)
     assert error is None
-    assert records(diag) == [(1, None, "ConnectionFailed", None), (2, 503, "ServerError", None), (3, 200, None, None)]
+    assert records(diag) == [
+        (1, None, "ConnectionFailed", None),
+        (2, 503, "ServerError", None),
+        (3, 200, None, None),
+    ]
     assert isinstance(diag.transport_error, ConnectionResetError), repr(diag.transport_error)
     assert diag.body == '{"detail": "warming up"}'
     assert diag.status == 200
