@@ -225,20 +225,28 @@ class Limiter:
 
     def forget(self) -> None:
         """In a forked child: the slots taken, the attempts out and the waits are the parent's
-        threads', none of which runs here. A fresh schedule (``restart``)."""
+        threads', none of which runs here, and the attempts that went are the parent's, whose
+        client paces on there. A fresh schedule (``restart``), from now."""
         # The parent's lock may have been held by another of its threads at fork time.
         self._lock = _thread.allocate_lock()
-        self.restart()
+        self.restart(carry=False)
 
-    def restart(self) -> None:
+    def restart(self, carry: bool = True) -> None:
         """A fresh schedule, for calls that will never run again (a forked child's parent
         threads, an asyncio client's loop once closed): their slots, attempts out and waits are
         forgotten; what was learned or announced stays, and any pause the server asked for (the
-        same account's). The callers see to it that none of those calls reports here later."""
+        same account's). The callers see to it that none of those calls reports here later.
+
+        ``carry``: the schedule's end stays, up to an interval from now. The attempts that went
+        count against the ceiling still (one call per ``asyncio.run``, each on a new loop, would
+        otherwise go at once every time); the slots of the calls dropped are let go."""
         with self._lock:
-            paused_until = self.pacer.paused_until
+            old, now, policy = self.pacer, self._clock(), self.policy
             self.pacer = Pacer(*self._pacing)
-            self.pacer.paused_until = paused_until
+            self.pacer.paused_until = old.paused_until
+            rate = policy.rate(now) if policy.engaged else policy.cap
+            if carry and rate < INF:
+                self.pacer.tat = min(old.tat, now + 1.0 / rate)
 
     def snapshot(self) -> tuple[Optional[float], float, int, Optional[Announcement]]:
         """(the ceiling now or None, seconds left of the pause, 429/529s seen, the latest

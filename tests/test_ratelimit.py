@@ -459,6 +459,28 @@ def test_throttled_call_overtakes_and_moves_the_sleepers_back() -> None:
     assert near(naps.calls, [(0.3, 0.3), (0.1, 0.1)])
 
 
+def test_a_restart_keeps_the_ceiling_for_the_attempts_that_went_and_lets_the_dropped_slots_go() -> None:
+    # 2 a second, one at a time: the next attempt after one sent at 100.0 goes at 100.5.
+    lim, clock = limiter(2, burst=1)
+    assert lim.acquire(None, Priority.NEW, Naps(clock)) == pytest.approx(100.0)
+    lim.report(clock.now, 200, None)
+    clock.now = 100.1
+    lim.restart()  # an asyncio client's next loop: the attempt sent still counts
+    assert lim.acquire(None, Priority.NEW, Naps(clock)) == pytest.approx(100.5)
+    # Four calls took the slots 101.0 ... 102.5 and were dropped with their loop: the next
+    # loop's first call waits an interval at most, not behind them.
+    lim.report(clock.now, 200, None)
+    for _ in range(4):
+        lim.pacer.reserve(clock.now, None, Waiter(Priority.NEW), Pace(2.0))
+    assert lim.pacer.tat == pytest.approx(103.0)
+    lim.restart()
+    assert lim.acquire(None, Priority.NEW, Naps(clock)) == pytest.approx(101.0)
+    # A forked child's first call goes at once: the attempts that went are the parent's.
+    lim.report(clock.now, 200, None)
+    lim.forget()
+    assert lim.acquire(None, Priority.NEW, Naps(clock)) == pytest.approx(101.0)
+
+
 def test_a_stopped_wait_gives_the_slot_back_and_lifts_an_orphan_pause() -> None:
     lim, clock = limiter(10, burst=1)
     lim.report(None, 429, 30.0)
