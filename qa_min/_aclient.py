@@ -12,10 +12,10 @@ that loop is closed (one ``asyncio.run`` per AWS Lambda invocation, per CLI comm
 nothing of it can run again, and the client follows the next loop a call comes from
 (``_follow``): the pool closes the old loop's sockets itself and a fresh one serves the new loop,
 the old loop's calls are dropped, and the rate limiter restarts its schedule, keeping what it
-learned, any pause in force and the attempts that went (not the old loop's calls' slots). A call from another loop while the client's is open (running in
-another thread, or stopped: it may run again) raises ``WrongLoop``. ``aclose()`` works from any
-loop once the client's is closed, the sockets closed the same way; any later call raises
-``ClientClosed``.
+learned, any pause in force and the attempts that went (not the old loop's calls' slots). A
+call from another loop while the client's is open (running in another thread, or stopped: it
+may run again) raises ``WrongLoop``. ``aclose()`` works from any loop once the client's is
+closed, the sockets closed the same way; any later call raises ``ClientClosed``.
 """
 
 from __future__ import annotations

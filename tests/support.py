@@ -7,11 +7,13 @@ built on these live in ``conftest.py``.
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import re
 import socket
 import threading
 import time
+import warnings
 from collections import deque
 from collections.abc import Callable
 from typing import Any, Optional
@@ -186,3 +188,11 @@ def open_sockets() -> int:
         except OSError:
             pass  # closed while listed (a server thread's selector may come and go)
     return count
+
+
+def resource_warnings_now() -> list[str]:
+    """The ``ResourceWarning``s (unclosed transports) that collecting the garbage now gives."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        gc.collect()
+    return [str(w.message) for w in caught if issubclass(w.category, ResourceWarning)]

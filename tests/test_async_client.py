@@ -38,19 +38,17 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import gc
 import os
 import pickle
 import socket
 import ssl
 import threading
 import time
-import warnings
 from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any, Optional, TypeVar
 
 import pytest
-from support import open_sockets
+from support import open_sockets, resource_warnings_now
 
 import qa_min as qa
 from qa_min._ascope import WrongLoop
@@ -483,14 +481,6 @@ def service_sees_no_connection(svc: FakeService) -> bool:
     state = svc._state
     with state._cond:
         return state._cond.wait_for(lambda: not state._conns, BOUND)
-
-
-def resource_warnings_now() -> list[str]:
-    """The ``ResourceWarning``s (unclosed transports) that collecting the garbage now gives."""
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        gc.collect()
-    return [str(w.message) for w in caught if issubclass(w.category, ResourceWarning)]
 
 
 @pytest.mark.parametrize("how", ["aclose", "async with"])

@@ -30,7 +30,7 @@ from typing import Any
 
 import pytest
 from faultservers import Holds, RawServer
-from support import until_true, wait_until
+from support import resource_warnings_now, until_true, wait_until
 
 import qa_min as qa
 from qa_min._aio import AioPool
@@ -87,14 +87,6 @@ def service_sees_open(svc: FakeService, count: int) -> bool:
     state = svc._state
     with state._cond:
         return state._cond.wait_for(lambda: len(state._conns) == count, BOUND)
-
-
-def resource_warnings_now() -> list[str]:
-    """The ``ResourceWarning``s (unclosed transports) that collecting the garbage now gives."""
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        gc.collect()
-    return [str(w.message) for w in caught if issubclass(w.category, ResourceWarning)]
 
 
 def test_a_client_follows_each_new_loop_once_the_last_is_closed(svc: FakeService) -> None:

@@ -19,7 +19,7 @@ import ssl
 from collections.abc import Iterator
 
 import pytest
-from support import make_client
+from support import make_client, resource_warnings_now
 
 import qa_min as qa
 from qa_min.testing import FakeService
@@ -64,6 +64,22 @@ def test_the_copy_shares_no_pool_and_no_executor(svc: FakeService) -> None:
             assert twin._life.executor is None  # nor a thread
             assert twin._closing is not client._closing
             assert twin.submit(twin.core, REQUEST).result(5).diagnostics.status == 200
+
+
+def test_a_copy_left_open_closes_its_idle_sockets_quietly_when_collected(svc: FakeService) -> None:
+    # docs/engines.md: leave a shipped copy open in the task; Python collects it.
+    with make_client(svc.url) as client:
+        twin = pickle.loads(pickle.dumps(client))
+        assert twin.core(REQUEST).diagnostics.status == 200
+        [conn] = [conn for stack in twin._transport.pool._idle.values() for conn in stack]
+        sock = conn.sock
+        del twin, conn
+        assert resource_warnings_now() == []
+        assert sock.fileno() == -1  # closed by the pool, not left to the socket's own finalizer
+        twin = pickle.loads(pickle.dumps(client))
+        assert twin.core(REQUEST).diagnostics.status == 200
+        del twin
+        assert resource_warnings_now() == []
 
 
 def test_a_closed_client_unpickles_open(svc: FakeService) -> None:
