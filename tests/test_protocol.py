@@ -21,6 +21,7 @@ and must give the same result each way: (status, fields, body, reusable) or the 
   caps, at and past the limit .... test_line_cap, test_header_count_cap, test_interim_cap,
                                    test_trailer_cap_counts_lines_folds_included,
                                    test_body_cap_for_2xx, test_body_cap_for_other_statuses,
+                                   test_a_cut_body_ends_with_the_bytes_received_no_more_asked,
                                    test_chunk_size_digits_cap, test_chunk_size_line_cap
   caps as the bytes arrive ....... test_caps_are_checked_before_the_line_ends
   the end of the stream .......... test_no_byte_at_all_is_told_apart, test_end_of_stream_inside
@@ -458,6 +459,20 @@ def test_body_cap_for_2xx(status: int, framing: str, extra: int, accepted: bool)
 def test_body_cap_for_other_statuses(status: int, framing: str) -> None:
     data = BODIES[framing](25).replace(b"200 OK", b"%d Busy" % status)
     assert read(data, limit=20) == (status, read(data)[1], b"x" * 20, False)  # cut, not refused
+
+
+@pytest.mark.parametrize(
+    "body",
+    [*(BODIES[framing](21) for framing in sorted(BODIES)),
+     ok(CHUNKED, b"a\r\n%s\r\nf\r\n%s\r\n0\r\n\r\n" % (b"x" * 10, b"x" * 15)),
+     ok(CHUNKED, b"14\r\n%s\r\n5\r\nxxxxx\r\n0\r\n\r\n" % (b"x" * 20))],
+    ids=["chunked", "close", "length", "cut-in-the-second-chunk", "cut-at-a-chunk-boundary"],
+)  # fmt: skip
+def test_a_cut_body_ends_with_the_bytes_received_no_more_asked(body: bytes) -> None:
+    # The server may hold the connection open after the rest: the reader, having the bytes up to
+    # the limit, must end the message with them rather than ask for data (a recv that would wait).
+    data = body.replace(b"200 OK", b"503 Busy")
+    assert read(data, limit=20, eof=False)[2:] == (b"x" * 20, False)
 
 
 @pytest.mark.parametrize(("digits", "accepted"), [(MAX_SIZE_DIGITS, True), (MAX_SIZE_DIGITS + 1, False)])
