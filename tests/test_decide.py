@@ -306,6 +306,46 @@ def test_a_resend_is_an_attempt_but_no_retry_no_wait_no_budget_and_keeps_its_slo
     assert state.call.attempts == 2
 
 
+def test_a_resend_after_a_backoff_in_the_limiters_slot_goes_at_once_in_that_slot() -> None:
+    # The retry asked for its slot with its backoff as its own wait; its kept-alive connection
+    # then failed: the re-send waits neither that backoff again nor for a new slot.
+    limiter = Limiter(engaged=True)
+    state = attempts(limiter=limiter, uniform=0.0)
+    assert respond(state, 503).action == RETRY
+    slot: Any = state.slot()
+    assert slot == (pytest.approx(0.5), Priority.NEW)
+    state.ticket = 2.0
+    decision = state.on_failure(Resend(ConnectionResetError(104, "reset")), 1.0, 1.01)
+    assert (decision.action, decision.wait, decision.fresh) == (RETRY, None, True)
+    assert state.wait is None
+    assert state.slot() is None
+
+
+def test_after_a_resend_the_next_retry_asks_the_limiter_for_a_slot_of_its_own() -> None:
+    limiter = Limiter(engaged=True)
+    state = attempts(limiter=limiter, uniform=0.0)
+    state.slot()
+    state.ticket = 4.0
+    state.on_failure(Resend(ConnectionResetError(104, "reset")), 1.0, 1.01)
+    assert state.slot() is None  # the re-send: the slot it repeats
+    assert respond(state, 503).action == RETRY
+    assert limiter.reports == [(4.0, 503, None)]
+    slot: Any = state.slot()
+    assert slot == (pytest.approx(0.5), Priority.NEW)  # its retry: a new one
+
+
+def test_a_call_stopped_before_its_resend_gives_the_slot_it_holds_back() -> None:
+    limiter = Limiter(engaged=True)
+    state = attempts(limiter=limiter)
+    state.slot()
+    state.ticket = 4.0
+    state.on_failure(Resend(BrokenPipeError(32, "pipe")), 1.0, 1.01)
+    assert limiter.reports == []  # kept for the re-send
+    state.end(qa.Canceled("the call was cancelled"))
+    assert limiter.reports == [(4.0, None, None)]
+    assert state.ticket is None
+
+
 # -- the rate limiter seam -------------------------------------------------------------------------
 
 
@@ -322,6 +362,18 @@ def test_a_disengaged_limiter_is_asked_for_no_slot_and_learns_the_successes() ->
     assert limiter.reports == []  # nothing to tell of a 5xx sent disengaged
     respond(state, 429, retry_after_ms="1500")
     assert limiter.reports == [(None, 429, 1.5)]  # a throttle engages it
+
+
+@pytest.mark.parametrize(("status", "learned"), [(200, [3.0]), (299, [3.0]), (300, [])])
+def test_every_2xx_sent_disengaged_and_only_a_2xx_is_learned_as_a_success(
+    status: int, learned: list[float]
+) -> None:
+    limiter = Limiter(engaged=False)
+    state = attempts(limiter=limiter)
+    state.slot()
+    assert (respond(state, status, started=3.0).action == RETURN) == bool(learned)
+    assert limiter.succeeded == learned
+    assert limiter.reports == []
 
 
 @pytest.mark.parametrize("zero", ["0_0", "-0", "0e0", "\xa00"])
