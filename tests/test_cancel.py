@@ -33,6 +33,8 @@ from faultservers import (
 from support import BOUND, executor_threads, make_client, wait_until
 
 import qa_min as qa
+from qa_min import _call
+from qa_min._call import CallState
 from qa_min._transport import _Lease
 from qa_min.testing import FakeService, delay, expected_answer, hang, reply
 
@@ -332,6 +334,54 @@ def test_cancel_is_idempotent_and_safe_without_a_call() -> None:
     token.cancel()
     assert token.cancelled
     assert repr(token) == "CancelToken(cancelled=True)"
+
+
+def test_a_tokens_hook_is_registered_only_while_its_block_is_open() -> None:
+    # A hook left behind would, on a later cancel, abort a socket that has since gone back to
+    # the pool (and a token used for many calls would keep one per attempt).
+    token = qa.CancelToken()
+    ran: list[str] = []
+    with token.hooked(lambda: ran.append("closed block")) as armed:
+        assert armed is True
+    token.cancel()
+    assert ran == []
+    with token.hooked(lambda: ran.append("after cancel")) as armed:
+        assert armed is False  # cancelled already: nothing registered, the blocking work not started
+    assert ran == []
+
+
+@pytest.mark.parametrize("cancelled", ["call", "client"])
+def test_a_wait_with_either_token_already_cancelled_never_sleeps(cancelled: str) -> None:
+    token, closing = qa.CancelToken(), qa.CancelToken()
+    (token if cancelled == "call" else closing).cancel()
+    call = CallState(token, None, closing=closing)
+    slept: list[float] = []
+    reason = "the call was cancelled" if cancelled == "call" else "the client was closed"
+    with pytest.raises(qa.Canceled, match=reason):
+        call.wait(5.0, lambda seconds, wake: slept.append(seconds))
+    assert slept == []
+
+
+class Clock:
+    """``_call``'s ``time``, stopped at ``now``."""
+
+    def __init__(self, now: float) -> None:
+        self.now = now
+
+    def monotonic(self) -> float:
+        return self.now
+
+
+def test_a_calls_timeout_expires_at_exactly_its_deadline(monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = Clock(100.0)
+    monkeypatch.setattr(_call, "time", clock)
+    call = CallState(None, 2.5)
+    clock.now = 102.49
+    assert call.stop_reason() is None
+    clock.now = 102.5  # the deadline itself
+    assert call.stop_reason() == "the call's timeout of 2.5 s expired"
+    with pytest.raises(qa.Canceled, match=r"timeout of 2\.5 s expired"):
+        call.check()
 
 
 def test_call_cancel_on_a_pending_call_resolves_it_with_canceled_and_never_sends(
