@@ -133,6 +133,14 @@ class AsyncClient:
         self._options = {**core._options, "sleep": sleep}
         del self._options["max_workers"]
 
+    def __del__(self) -> None:
+        # Collected unclosed once its loop is closed (the last invocation's, at exit): nothing
+        # runs on that loop, so the sockets are closed here, quietly, as a Client's are. While
+        # the loop is open, only it may close them, and its transports warn as Python's do.
+        loop, pool = getattr(self, "_loop", None), getattr(self, "_pool", None)
+        if loop is not None and loop.is_closed() and pool is not None:
+            pool.close_orphaned()
+
     def __reduce__(self) -> tuple[object, ...]:
         """Pickle and copy as the configuration, as ``Client``: a fresh client, the key included."""
         refuse_ssl_context(self._options, "an AsyncClient")

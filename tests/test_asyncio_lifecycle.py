@@ -134,6 +134,19 @@ def test_an_explicit_ceiling_holds_across_invocations_each_on_its_own_loop(svc: 
     assert sent[1] - sent[0] >= 0.2, sent[1] - sent[0]
 
 
+def test_a_client_dropped_after_its_loop_closed_closes_its_sockets_quietly(svc: FakeService) -> None:
+    # A Lambda handler's module-level client at exit, or a test's client never closed: its
+    # loop is closed, so the client closes its sockets itself when collected.
+    client = qa.AsyncClient(base_url=svc.url, trust_env=False)
+    asyncio.run(client.ask("Have a nice day", Toxic))
+    sock = idle_socket(client)
+    assert service_sees_open(svc, 1)
+    del client
+    assert resource_warnings_now() == []
+    assert sock.fileno() == -1
+    assert service_sees_open(svc, 0)
+
+
 def test_a_pause_in_force_when_the_loop_closed_holds_the_next_loops_first_call(svc: FakeService) -> None:
     client = qa.AsyncClient(base_url=svc.url, trust_env=False, retry=qa.RetryPolicy.none)
     svc.script(reply(429, {"detail": "slow down"}, headers=[("retry-after-ms", "1500")]))
