@@ -10,6 +10,7 @@ C0 controls (CR and LF included), DEL and the C1 controls 0x80-0x9F are refused 
   test_value_outside_latin1_is_refused_without_quoting_it,
   test_header_that_is_not_a_string_is_refused_without_quoting_it,
   test_extra_headers_of_the_wrong_shape_are_refused_without_quoting_them,
+  test_extra_headers_cannot_set_the_fields_qa_min_frames_the_request_with,
   test_api_key_with_a_control_character_is_refused, test_api_key_with_a_tab_is_sent,
   test_api_key_a_header_cannot_carry_is_refused_naming_the_argument,
   test_api_key_from_the_environment_a_header_cannot_carry_is_named_as_the_variable,
@@ -106,6 +107,21 @@ def test_extra_headers_of_the_wrong_shape_are_refused_without_quoting_them(
     assert listener.connections() == 0
     # Two items, the shape of a pair, are taken.
     qa.Client(base_url=listener.url, extra_headers=[["X-Token", "secret"]], trust_env=False).close()  # type: ignore[list-item]
+
+
+# Any case: each is refused as the name is written, lowered only to compare.
+FRAMING = ["Host", "content-length", "Transfer-Encoding", "CONNECTION", "Content-Type"]
+
+
+@pytest.mark.parametrize("name", FRAMING)
+def test_extra_headers_cannot_set_the_fields_qa_min_frames_the_request_with(
+    listener: Listener, name: str
+) -> None:
+    # A second Transfer-Encoding or Connection would change how the server reads the request.
+    with pytest.raises(qa.InvalidOption) as caught:
+        qa.Client(base_url=listener.url, extra_headers=[(name, "secret")], trust_env=False)
+    assert str(caught.value) == f"extra_headers must not set {name!r}: qa_min sets it"
+    assert listener.connections() == 0
 
 
 @pytest.mark.parametrize("char", ["\x00", "\x08", "\n", "\r", "\x1f", "\x7f", "\x85", "\x9f"], ids=repr)
