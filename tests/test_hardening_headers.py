@@ -52,7 +52,7 @@ def test_names_that_are_not_tokens_are_refused(listener: Listener, name: str) ->
 def test_value_control_characters_are_refused(listener: Listener, char: str) -> None:
     with pytest.raises(qa.InvalidOption) as caught:
         qa.Client(base_url=listener.url, extra_headers=[("X-Token", f"secret{char}value")], trust_env=False)
-    assert "control character" in str(caught.value)
+    assert str(caught.value) == "the value of header 'X-Token' has a control character (only HTAB is allowed)"
     assert "secret" not in str(caught.value)
     assert caught.value.__context__ is None
     assert listener.connections() == 0
@@ -71,7 +71,7 @@ def test_value_tab_space_and_latin1_are_accepted(svc: FakeService, value: str) -
 def test_value_outside_latin1_is_refused_without_quoting_it(listener: Listener, value: str) -> None:
     with pytest.raises(qa.InvalidOption) as caught:
         qa.Client(base_url=listener.url, extra_headers=[("X-Value", f"secret{value}")], trust_env=False)
-    assert "latin-1" in str(caught.value)
+    assert str(caught.value) == "the value of header 'X-Value' is not latin-1"  # named, never quoted
     assert "secret" not in repr(caught.value)
     assert caught.value.__context__ is None
 
