@@ -304,12 +304,12 @@ def _http_date(seconds: float) -> tuple[tuple[str, str], float]:
     return ("Retry-After", email.utils.formatdate(when, usegmt=True)), float(when)
 
 
+# Each form once, each client twice: the delay is read and the pause set in code both clients
+# share (``_decide``, ``Limiter.report``), and each client's own wait is what its two cases see.
 PAUSES = [
     ("Client", "429 Retry-After: 1"),
-    ("AsyncClient", "429 Retry-After: 1"),
     ("Client", "429 Retry-After: HTTP-date"),
     ("AsyncClient", "429 retry-after-ms: 600, Retry-After: 5"),
-    ("Client", "529 retry-after-ms: 600"),
     ("AsyncClient", "529 retry-after-ms: 600"),
 ]
 
@@ -421,11 +421,12 @@ STYLED_IDS = [f"{kind}-{style}" for kind, style in STYLED]
 
 @pytest.mark.parametrize(("kind", "style"), STYLED, ids=STYLED_IDS)
 def test_one_call_at_a_time_is_not_paced_by_an_announced_limit(kind: str, style: str) -> None:
-    # A bucket of 3 refilled at 40/s, drained by the lone caller: the announced level reads
-    # empty, a pace of well under 1/s; a lone caller waits for the server's delays alone.
+    # A bucket of 3 refilled at 40/s, drained by the lone caller's third call: the announced
+    # level reads empty, a pace of well under 1/s, and each of the three calls after it is
+    # answered 429 first; a lone caller waits for the server's delays alone.
     bucket = FakeService(rate_limit=(40, 3), announce=style, retry_after="ms")
     with bucket as svc, running(kind, svc.url) as run:
-        for n in range(10):
+        for n in range(6):
             diagnostics = qa.Diagnostics()
             run.ask(f"call {n}", diagnostics=diagnostics).result(timeout=BOUND)
             assert diagnostics.rate_limit_wait < 0.005, (n, diagnostics.history)
@@ -764,7 +765,7 @@ def test_a_paced_call_absorbs_ten_429s_beyond_max_retries(kind: str, paced_by: s
         state = run.client.rate_limit
         assert state is not None
         assert state.per_second is not None
-        svc.script(*[busy(("retry-after-ms", "10"))] * throttles)
+        svc.script(*[busy(("retry-after-ms", "1"))] * throttles)
         diagnostics = qa.Diagnostics()
         call = run.ask("paced", diagnostics=diagnostics)
         if throttles == 12:
@@ -816,12 +817,12 @@ def _most_in_a_second(times: list[float]) -> int:
     ids=["Client", "AsyncClient-split"],
 )
 def test_a_fixed_ceiling_holds_at_the_service(kind: str, limit: qa.RateLimit, rate: float) -> None:
-    # 150 calls: at the ceiling they take 1.45 s, so a second's window holds at most 105 of them.
+    # 130 calls: at the ceiling they take 1.25 s, so a second's window holds at most 105 of them.
     # Arrivals are stamped by the fake's handler threads, which a loaded machine can starve for
     # a tenth of a second: the requests sent meanwhile are stamped together, late, and a window
     # holds up to 10 more (110 calls once fitted in one second under a bound of 108). A ceiling
     # of 120/s puts 125 in a second.
-    calls = 150
+    calls = 130
     with FakeService() as svc, Arrivals(svc) as arrivals, running(kind, svc.url, rate_limit=limit) as run:
         results = run.many(8, calls)
         times = arrivals.wait(calls)
