@@ -729,7 +729,9 @@ def test_several_policies_the_most_restrictive_counts(kind: str, case: str) -> N
 @pytest.mark.parametrize("kind", KINDS)
 def test_no_call_is_lost_while_the_limiter_absorbs_429s(kind: str) -> None:
     # A service of 50 calls/s with no burst to spare: the first calls of 8 workers meet 429s
-    # (with retry-after-ms), which the limiter absorbs while it learns the pace.
+    # (with retry-after-ms) while the limiter learns the pace, and none ends in an error. Whether
+    # one call meets more 429s than max_retries (so that absorbing them is what saves it) depends
+    # on timing here: test_a_paced_call_absorbs_ten_429s_beyond_max_retries pins the absorbing.
     with FakeService(rate_limit=(50, 1), retry_after="ms") as svc, running(kind, svc.url) as run:
         results = run.many(8, 16)
     lost = [result for result in results if not isinstance(result, qa.AskResponse)]
