@@ -222,6 +222,8 @@ def test_escaped_forms_are_hidden(key: str) -> None:
 def test_text_without_a_piece_is_returned_as_is() -> None:
     text = "HTTP 429 from POST http://127.0.0.1/v1/core: slow down " * 100
     assert Redactor(KEY)(text) is text
+    assert Redactor(None)(text) is text
+    assert Redactor(None).values(text) is text
     body = text.encode()
     assert Redactor(KEY).data(body) is body
     assert Redactor(None).data(body) is body
@@ -235,11 +237,17 @@ def test_text_without_a_piece_is_returned_as_is() -> None:
         ("sk-[*]-0123456789", "###"),
         ("sk-[*#]-0123456789", "\u2026"),
         ("redacted", "***"),
+        # Either edge alone rules "[redacted]" out: "x" + "[redacted]" would spell the key "x[" again.
+        ("sk-[abc-0123456789", "***"),
+        ("sk-abc]-0123456789", "***"),
+        ("x[", "***"),
+        ("]y", "***"),
     ],
 )
 def test_marker_never_makes_a_piece(key: str, mark: str) -> None:
     shown = redact(f"x{key}y {key[:9]}", key)
     assert shown == f"x{mark}y {mark}"
+    assert key[:PIECE] not in shown
 
 
 keys = st.text(alphabet='ab/"\\[]*#~\xe9', min_size=1, max_size=24)
@@ -321,6 +329,7 @@ def test_holds_finds_a_piece_in_a_dict_s_keys_and_values_and_in_bytes() -> None:
     assert hide.holds(({"x": {"y": KEY}},))
     assert hide.holds(KEY[3:11].encode())
     assert not hide.holds({"k": "v", 1: (2, b"x")})
+    assert hide.holds(2) is False  # a bool for a value that is no container, as for one
     loop: list[object] = []
     loop.append(loop)
     assert not hide.holds(loop)  # a list holding itself: 4 deep, then no further
