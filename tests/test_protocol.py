@@ -11,6 +11,7 @@ and must give the same result each way: (status, fields, body, reusable) or the 
   obs-fold ....................... test_obs_fold_becomes_one_sp
   Python's generous functions .... test_content_length_is_ascii_digits_only,
                                    test_a_huge_content_length_is_refused_with_its_true_size,
+                                   test_content_length_reads_40_digits_exactly_and_41_as_10_to_the_40,
                                    test_leading_zeros_of_a_content_length_weigh_nothing,
                                    test_chunk_size_is_hex_digits_only, test_status_line_is_strict,
                                    test_field_values_refuse_controls, test_connection_tokens_are_exact
@@ -222,6 +223,9 @@ def test_http10_with_transfer_encoding_is_refused(length: bytes) -> None:
 def test_obs_fold_becomes_one_sp() -> None:
     data = ok(b"X-F: a\r\n  b\r\n\tc \r\nContent-Length: 0\r\n")
     assert read(data)[1] == [("X-F", "a b c"), ("Content-Length", "0")]
+    # A fold continues the field just before it, not the first one.
+    data = ok(b"X-A: 1\r\nX-F: a\r\n b\r\nContent-Length: 0\r\n")
+    assert read(data)[1] == [("X-A", "1"), ("X-F", "a b"), ("Content-Length", "0")]
     refused(read(b"HTTP/1.1 200 OK\r\n folded: first\r\n\r\n"), qa.MalformedHead, "continuation")
 
 
@@ -306,20 +310,22 @@ def head_of(data: bytes) -> Head:
      (b"HTTP/1.1 200 ", "", True), (b"HTTP/1.1 200", "", True)],
     ids=repr,
 )  # fmt: skip
+@pytest.mark.parametrize("end", [b"\r\n", b"\n"], ids=["crlf", "lf"])
 def test_the_head_holds_the_reason_after_one_sp_and_the_version(
-    line: bytes, reason: str, http11: bool
+    line: bytes, reason: str, http11: bool, end: bytes
 ) -> None:
-    # The reason is every octet after the one SP (HTAB, SP, VCHAR, obs-text: "~" and 0xFF included).
-    head = head_of(line + b"\r\nContent-Length: 0\r\n\r\n")
+    # The reason is every octet after the one SP (HTAB, SP, VCHAR, obs-text: "~" and 0xFF included),
+    # up to the line's end, CRLF or a bare LF.
+    head = head_of(line + end + b"Content-Length: 0\r\n\r\n")
     assert (head.status, head.reason, head.http11) == (200, reason, http11)
 
 
 def test_a_refused_line_shows_its_first_40_bytes_controls_as_question_marks() -> None:
-    # C0 controls, DEL, the C1 controls and NBSP (0x7F-0xA0) show as "?"; SP and 0xA1 as themselves.
-    line = b"ICY \x00\x1f\x7f\x80\x9f\xa0\xa1\xff" + b"x" * 28 + b"y"
+    # C0 controls, DEL, the C1 controls and NBSP (0x7F-0xA0) show as "?"; SP, "~" and 0xA1 as themselves.
+    line = b"ICY \x00\x1f~\x7f\x80\x9f\xa0\xa1\xff" + b"x" * 27 + b"y"
     with pytest.raises(qa.MalformedHead) as caught:
         head_of(line + b"\r\n\r\n")
-    assert str(caught.value) == "not an HTTP/1.x status line: 'ICY ??????\xa1\xff" + "x" * 28 + "'"
+    assert str(caught.value) == "not an HTTP/1.x status line: 'ICY ??~????\xa1\xff" + "x" * 27 + "'"
 
 
 @pytest.mark.parametrize("control", [b"\x00", b"\x01", b"\x0b", b"\x0c", b"\r", b"\x1f", b"\x7f"], ids=repr)
@@ -368,6 +374,13 @@ def test_same_content_length_twice_is_one_length() -> None:
 def test_a_huge_content_length_is_refused_with_its_true_size(value: bytes, words: str) -> None:
     # Past 18 digits it was reported as 4611686018427387904 bytes, whatever it said.
     refused(read(ok(b"Content-Length: " + value + b"\r\n", b"{}"), limit=20), qa.LimitExceeded, words)
+
+
+def test_content_length_reads_40_digits_exactly_and_41_as_10_to_the_40() -> None:
+    assert _wire.content_length([b"9" * 40]) == 10**40 - 1
+    assert _wire.content_length([b"0" * 30 + b"9" * 40]) == 10**40 - 1
+    assert _wire.content_length([b"1" + b"0" * 40]) == 10**40
+    assert _wire.content_length([b"9" * 5000]) == 10**40
 
 
 def test_leading_zeros_of_a_content_length_weigh_nothing() -> None:
