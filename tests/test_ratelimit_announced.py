@@ -7,7 +7,8 @@ Spec line -> tests (SPEC.md 7a; the rate-limit and fleet issue):
       test_ietf_structured_fields, test_several_policies_take_the_most_restrictive,
       test_a_field_sent_as_several_lines_is_one_list, test_a_quota_of_another_unit_is_not_a_rate_of_calls,
       test_the_singular_quota_unit_of_an_intermediate_draft_is_requests,
-      test_a_quoted_name_may_hold_commas_and_semicolons, test_a_policy_without_a_window_tells_no_rate
+      test_a_quoted_name_may_hold_commas_and_semicolons, test_a_policy_without_a_window_tells_no_rate,
+      test_a_quota_back_now_is_compared_as_if_back_in_a_millisecond
   older drafts: RateLimit: limit=, remaining=, reset=; RateLimit-Limit/-Remaining/-Reset
       test_older_draft_forms
   OpenAI x-ratelimit-*-requests (reset a duration); Anthropic (reset an RFC 3339 time);
@@ -18,6 +19,7 @@ Spec line -> tests (SPEC.md 7a; the rate-limit and fleet issue):
   a malformed field is ignored, never an error
       test_malformed_fields_are_ignored, test_a_reset_at_a_time_that_does_not_exist_is_no_reset,
       test_a_rate_past_the_largest_float_is_no_rate, test_a_duration_is_never_a_time,
+      test_a_number_from_1e300_up_is_ignored,
       tests/test_fuzz_announced.py (hypothesis: any fields, and each family well formed)
   the fake announces in each style; qa-min fake --announce; bad values refused
       test_fake_announces_its_bucket_in_each_style, test_fake_refuses_a_bad_announce_style,
@@ -71,6 +73,16 @@ def test_several_policies_take_the_most_restrictive() -> None:
         ("RateLimit-Limit", "100"), ("RateLimit-Remaining", "7"), ("RateLimit-Policy", "100;w=10, 50;w=60")
     )
     assert older.refill == pytest.approx(50 / 60)
+
+
+def test_a_quota_back_now_is_compared_as_if_back_in_a_millisecond() -> None:
+    # With no refill told, policies are compared by what is left per second of reset; a reset of 0
+    # counts as 1 ms: 1 left now allows 1000/s, just more than 1.8 left in 2 ms (900/s).
+    tighter = one(("RateLimit", '"now";r=1;t=0, "soon";r=1.8;t=0.002'))
+    assert (tighter.remaining, tighter.reset) == (1.8, 0.002)
+    # ...and just less than 2.2 left in 2 ms (1100/s).
+    looser = one(("RateLimit", '"now";r=1;t=0, "soon";r=2.2;t=0.002'))
+    assert (looser.remaining, looser.reset) == (1, 0.0)
 
 
 def test_a_field_sent_as_several_lines_is_one_list() -> None:
@@ -364,6 +376,16 @@ def test_malformed_fields_are_ignored(fields: list[tuple[str, str]]) -> None:
 
 
 @pytest.mark.parametrize(
+    ("text", "read"), [("9.999999999999999e299", 9.999999999999999e299), ("1e300", None), ("2e300", None)]
+)
+def test_a_number_from_1e300_up_is_ignored(text: str, read: float | None) -> None:
+    # The fields' numbers are read below 1e300, far enough from the largest float that no sum or
+    # product made of them becomes an infinity; from 1e300 up a field is malformed.
+    found = parse([("x-ratelimit-remaining-requests", text)], WALL)
+    assert (None if found is None else found.remaining) == read
+
+
+@pytest.mark.parametrize(
     ("fields", "expected"),
     [
         # A policy's q / w past the largest float: the policy is malformed, r stands alone.
@@ -502,6 +524,15 @@ def test_an_rfc3339_reset_one_past_a_fields_limit_is_no_reset(stamp: str) -> Non
         ("anthropic-ratelimit-requests-remaining", "5"), ("anthropic-ratelimit-requests-reset", stamp)
     )
     assert (found.remaining, found.reset) == (5, 0.0)
+
+
+def test_an_announcement_shows_its_numbers() -> None:
+    found = one(
+        ("x-ratelimit-limit-requests", "10"),
+        ("x-ratelimit-remaining-requests", "5"),
+        ("x-ratelimit-reset-requests", "2s"),
+    )
+    assert repr(found) == "Announcement(openai: 5 of 10 left, back in 2 s, refill 2.5/s)"
 
 
 def test_year_1_is_a_reset_long_past() -> None:
