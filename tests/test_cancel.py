@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, NoReturn, Optional
 
 import pytest
 from faultservers import (
@@ -26,6 +26,7 @@ from faultservers import (
     Handler,
     RawServer,
     hang_then_close,
+    ok_response,
     read_request,
     respond_sequence,
     slow_bytes,
@@ -35,6 +36,7 @@ from support import BOUND, executor_threads, make_client, wait_until
 import qa_min as qa
 from qa_min import _call
 from qa_min._call import CallState
+from qa_min._connection import Connection
 from qa_min._transport import _Lease
 from qa_min.testing import FakeService, delay, expected_answer, hang, reply
 
@@ -780,3 +782,52 @@ def test_cancel_that_loses_the_race_with_the_answer_never_breaks_the_next_call_o
         # The second call was never cancelled: it must get its answer.
         assert second.result(timeout=BOUND).answers.toxic is True
         assert server.connections == 1
+
+
+def test_a_lease_aborted_before_it_ends_unfits_its_connection_and_an_abort_after_does_nothing() -> None:
+    # Unit level: the window the race above needs a held hook to reach, opened and closed by hand.
+    pairs = [socket.socketpair() for _ in range(3)]
+    try:
+        early, late, untouched = (Connection(a, ("k",)) for a, _ in pairs)
+        lease = _Lease(early)
+        lease.abort()
+        lease.abort()  # a second abort is no news
+        assert early.aborted is True
+        assert lease.end() is False  # a cancel came while in use: never pooled
+        lease = _Lease(late)
+        assert lease.end() is True
+        lease.abort()  # too late: the connection may already serve another call
+        assert late.aborted is False
+        assert _Lease(untouched).end() is True
+    finally:
+        for a, b in pairs:
+            a.close()
+            b.close()
+
+
+def test_an_answer_saying_close_is_not_pooled_for_a_call_with_a_cancel_token() -> None:
+    closing = ok_response(extra_headers=b"Connection: close\r\n")
+    with RawServer(respond_sequence(closing, OK_RESPONSE)) as server, make_client(server.url) as client:
+        pool = client._transport.pool
+        client.ask(STATE, Review, cancel=qa.CancelToken())
+        assert pool.idle_count() == 0
+        client.ask(STATE, Review, cancel=qa.CancelToken())  # keep-alive: pooled, token or not
+        assert pool.idle_count() == 1
+
+
+def test_a_base_exception_mid_exchange_closes_the_connection(monkeypatch: pytest.MonkeyPatch) -> None:
+    # KeyboardInterrupt and the like pass through the call as they are; the socket they cut
+    # short is closed and dropped, not left checked out.
+    used: list[Connection] = []
+
+    def interrupted(conn: Connection, *args: object) -> NoReturn:
+        used.append(conn)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Connection, "exchange", interrupted)
+    with RawServer(respond_sequence()) as server, make_client(server.url) as client:
+        with pytest.raises(KeyboardInterrupt):
+            client.ask(STATE, Review, retry=qa.RetryPolicy.none)
+        pool = client._transport.pool
+        assert (len(used), pool.idle_count(), len(pool._busy)) == (1, 0, 0)
+        assert used[0].sock.fileno() == -1

@@ -251,11 +251,30 @@ def test_other_refusals_are_not_retried_by_default(status: str) -> None:
     assert "check the proxy" not in str(error)
 
 
-def test_407_is_not_retried_even_when_retry_status_says_so() -> None:
-    with refusing(REFUSAL_407) as proxy:
-        error, diag = call(HTTPS_ORIGIN, proxy.url(), retry=qa.RetryPolicy(retry_status=lambda status: True))
+@pytest.mark.parametrize("answer", [REFUSAL_407, TINYPROXY_401], ids=["407", "401"])
+@pytest.mark.parametrize("origin", [HTTPS_ORIGIN, HTTP_ORIGIN], ids=["connect", "plain"])
+def test_407_and_401_are_not_retried_even_when_retry_status_says_so(answer: bytes, origin: str) -> None:
+    with refusing(answer) as proxy:
+        error, diag = call(origin, proxy.url(), retry=qa.RetryPolicy(retry_status=lambda status: True))
+        assert proxy.server.connections == 1
     assert type(error) is qa.ProxyError
+    assert error.retryable is False
     assert diag.attempts == 1
+
+
+def test_a_retried_refusal_holds_the_proxy_status_and_page_when_the_hooks_see_it() -> None:
+    seen: list[tuple[int, Optional[int], Optional[str]]] = []
+
+    def after(event: Any) -> None:
+        assert isinstance(event.error, qa.ProxyError)
+        seen.append((event.attempt, event.error.diagnostics.status, event.error.diagnostics.body))
+
+    with refusing(response("503 Service Unavailable", body=b"busy")) as proxy:
+        error, _ = call(
+            HTTPS_ORIGIN, proxy.url(), retry=qa.RetryPolicy(max_retries=1), hooks={"after_attempt": [after]}
+        )
+    assert type(error) is qa.ProxyError
+    assert seen == [(1, 503, "busy"), (2, 503, "busy")]
 
 
 def test_proxy_sending_bytes_after_accepting_the_tunnel_is_a_connection_failure() -> None:
@@ -318,6 +337,35 @@ def test_plain_http_401_is_the_proxy_s_only_when_it_says_so(
     assert type(error) is expected
     assert diag.status == 401
     assert diag.attempts == 1
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [['Proxy-Authenticate: Basic realm="corp"'], ["WWW-Authenticate: Bearer", "Via: 1.1 corp-proxy"]],
+    ids=["the-proxy-s", "forwarded"],
+)
+@pytest.mark.parametrize("status", ["401 Unauthorized", "407 Proxy Authentication Required"])
+def test_a_401_or_407_through_a_plain_http_proxy_is_never_pooled(status: str, headers: list[str]) -> None:
+    # A proxy that refused may leave the request body unread and its connection dead while
+    # calling it keep-alive (squid does); a 400 or 402 says nothing of it and is pooled.
+    with (
+        refusing(response(status, headers, b'{"detail": "no"}')) as proxy,
+        qa.Client(base_url=HTTP_ORIGIN, proxy=proxy.url(), trust_env=False, sleep=no_sleep) as client,
+    ):
+        with pytest.raises(qa.QAError):
+            client.ask("some text", Toxic)
+        assert client._transport.pool.idle_count() == 0
+
+
+@pytest.mark.parametrize("status", ["400 Bad Request", "402 Payment Required"])
+def test_a_400_or_402_through_a_plain_http_proxy_is_pooled(status: str) -> None:
+    with (
+        refusing(response(status, ["Via: 1.1 corp-proxy"], b'{"detail": "no"}')) as proxy,
+        qa.Client(base_url=HTTP_ORIGIN, proxy=proxy.url(), trust_env=False, sleep=no_sleep) as client,
+    ):
+        with pytest.raises(qa.APIStatusError):
+            client.ask("some text", Toxic)
+        assert client._transport.pool.idle_count() == 1
 
 
 @pytest.mark.parametrize("size", [10, 1_048_576], ids=["10B", "1MB"])
