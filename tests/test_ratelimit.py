@@ -44,6 +44,13 @@ Spec line -> tests (SPEC.md 7a; the rate-limit issue):
       test_threads_sharing_a_limiter_get_distinct_evenly_spaced_slots
   which 429s the limiter absorbs (beyond max_retries, ABSORBED at most)
       test_the_limiter_absorbs_429s_only_for_a_busy_or_paced_client
+  the shell: what a report counts, who is woken, how long a wait lasts, what a restart keeps
+      test_only_a_2xx_answer_counts_as_a_success,
+      test_429_and_529_pause_the_client_and_count_as_throttles_their_neighbours_do_not,
+      test_a_last_chance_that_stops_waiting_wakes_the_calls_held_for_it_and_no_other_stop_does,
+      test_arm_ends_the_wait_at_once_when_no_answer_is_awaited_any_more,
+      test_a_sleeper_far_from_its_slot_under_a_learned_ceiling_looks_again_every_look_far,
+      test_a_restart_keeps_the_pause_the_server_asked_for
 """
 
 from __future__ import annotations
@@ -60,7 +67,7 @@ import pytest
 
 import qa_min as qa
 from qa_min import _policy
-from qa_min._limiter import Limiter
+from qa_min._limiter import ABSORBED, Limiter
 from qa_min._pacer import AFTER, ALONE, LOOK, LOOK_FAR, RISEN, Pace, Pacer, Priority, Waiter
 from qa_min._policy import (
     CUBE,
@@ -603,6 +610,18 @@ def test_a_first_ceiling_counts_only_the_successes_of_the_last_second() -> None:
         lim.succeeded.append(sent)
     lim.report(None, 429, 0.005)
     assert ceiling(lim) == pytest.approx(2.0)  # 4 in the last second: 4/s, halved
+
+
+@pytest.mark.parametrize(("successes", "guess"), [(64, 32.0), (65, FIRST_GUESS)])
+def test_a_first_ceiling_reads_the_latest_64_successes(successes: int, guess: float) -> None:
+    # One success sent a second before the 429 (99.0), then the latest 63 within 62 ms of it.
+    # With exactly 64 kept the oldest counts: 64 in 1 s, halved to 32/s. One more sent between
+    # (99.5) pushes it out: 64 in 0.5 s, halved past FIRST_GUESS.
+    lim, _ = limiter(clock=Clock(100.0))
+    for sent in [99.0] + [99.5] * (successes - 64) + [99.9 + 0.001 * i for i in range(63)]:
+        lim.succeeded.append(sent)
+    lim.report(None, 429, 0.005)
+    assert ceiling(lim) == pytest.approx(guess)
 
 
 @pytest.mark.parametrize("rate", [2 * FIRST_GUESS, 2 * FIRST_GUESS + 2, 5000.0])
@@ -1371,6 +1390,145 @@ def test_a_last_chance_that_never_answers_holds_the_others_ten_seconds_at_most()
     assert 110.005 <= other <= 110.005 + 0.1
 
 
+def test_a_second_last_chance_at_the_very_end_of_the_firsts_time_alone_waits_alone_again() -> None:
+    # A last chance went alone at 100.005 and never answers: another, due while it is out,
+    # waits for it. A second before its ALONE ends, the rest of it; at exactly its end, no
+    # zero-length wait (a spin) but ALONE again, an answer ending it sooner.
+    lim, clock = limiter(100)
+    first = lim.acquire(None, Priority.NEW, Naps(clock))
+    lim.report(first, 429, 0.005)
+    assert lim.acquire(0.005, Priority.LAST, Naps(clock)) == pytest.approx(100.005)
+    again, _ = lim.begin(0.0, Priority.LAST)
+    clock.now = lim.pacer.alone_until - 1.0
+    assert lim.step(again) == pytest.approx((1.0, True))
+    clock.now = lim.pacer.alone_until
+    assert lim.step(again) == (ALONE, True)
+
+
+def test_a_last_chance_that_stops_waiting_wakes_the_calls_held_for_it_and_no_other_stop_does() -> None:
+    lim, clock = limiter(100)
+    naps = Naps(clock)
+    first, _out = lim.acquire(None, Priority.NEW, naps), lim.acquire(None, Priority.NEW, naps)
+    lim.report(first, 429, 0.005)
+    last, wait = lim.begin(0.005, Priority.LAST)
+    clock.now += wait[0] if wait else 0.0
+    assert lim.step(last) == (ALONE, True)  # it waits for the attempt out to answer
+    held, wait = lim.begin(None, Priority.NEW)
+    clock.now = held.slot
+    assert lim.step(held) == (ALONE, True)  # due, and held back for the last chance
+    woken: list[str] = []
+    lim.arm(held, lambda: woken.append("held"))
+    stopped, _ = lim.begin(None, Priority.NEW)
+    lim.abandon(stopped)  # a new call that stops waiting holds no one: nobody is woken
+    assert woken == []
+    lim.abandon(last)  # the last chance stops: the call held for it goes on
+    assert woken == ["held"]
+    assert held.woken
+
+
+def test_arm_ends_the_wait_at_once_when_no_answer_is_awaited_any_more() -> None:
+    lim, clock = limiter(100)
+    naps = Naps(clock)
+    first, out = lim.acquire(None, Priority.NEW, naps), lim.acquire(None, Priority.NEW, naps)
+    lim.report(first, 429, 0.005)
+    last, wait = lim.begin(0.005, Priority.LAST)
+    clock.now += wait[0] if wait else 0.0
+    assert lim.step(last) == (ALONE, True)
+    lim.report(out, 200, None)  # the answer comes between ``step`` and ``arm``
+    woken: list[str] = []
+    lim.arm(last, lambda: woken.append("last"))
+    assert woken == ["last"]
+    # A waiter no answer is awaited for (a plain wait for its slot): armed, it is woken at once
+    # rather than left waiting on a wake-up nothing would send.
+    plain, _ = lim.begin(None, Priority.NEW)
+    lim.arm(plain, lambda: woken.append("plain"))
+    assert woken == ["last", "plain"]
+
+
+def test_a_sleeper_far_from_its_slot_under_a_learned_ceiling_looks_again_every_look_far() -> None:
+    # 40 calls at a learned guess of 10/s: the last one's slot is 3.8 s ahead. Each of its waits
+    # lasts LOOK_FAR at most, and no answer ends it (it is not held for one).
+    clock = Clock()
+    lim = engaged_at(20, clock)
+    clock.now += 0.01
+    sleepers = [lim.begin(None, Priority.NEW) for _ in range(40)]
+    far, first = sleepers[-1]
+    assert far.slot == pytest.approx(103.84, abs=0.01)
+    assert first == (LOOK_FAR, LOOK_FAR)
+    clock.now += LOOK_FAR
+    assert lim.step(far) == pytest.approx((LOOK_FAR, False))
+    assert far.look_at == pytest.approx(clock.now + LOOK_FAR)
+    assert far not in lim.pacer.waiters
+
+
+@pytest.mark.parametrize(
+    ("status", "success"), [(199, False), (200, True), (299, True), (300, False), (500, False), (None, False)]
+)
+def test_only_a_2xx_answer_counts_as_a_success(status: Optional[int], success: bool) -> None:
+    # The pace measured (``Policy.succeeded``) and the latest success a last chance is spaced
+    # after (``Pacer.last_ok``) take 200 to 299 only; a failure sent engaged counts nothing.
+    lim, clock = limiter(10)
+    ticket = lim.acquire(None, Priority.NEW, Naps(clock))
+    clock.now += 0.5
+    lim.report(ticket, status, None)
+    assert lim.policy._ok == (1 if success else 0)
+    assert lim.pacer.last_ok == (clock.now if success else -math.inf)
+    lim.report(None, 200, None)  # a success sent disengaged has no ticket: it counts nothing
+    assert lim.policy._ok == (1 if success else 0)
+
+
+@pytest.mark.parametrize(
+    ("status", "throttle"), [(428, False), (429, True), (528, False), (529, True), (530, False)]
+)
+def test_429_and_529_pause_the_client_and_count_as_throttles_their_neighbours_do_not(
+    status: int, throttle: bool
+) -> None:
+    lim, _ = limiter()
+    lim.report(None, status, 1.5)
+    assert lim.snapshot()[1:3] == ((1.5, 1) if throttle else (0.0, 0))
+
+
+@pytest.mark.parametrize(("pause", "token"), [(0.19, 0.19), (0.2, 0.0)])
+def test_a_delay_under_0_2_s_is_a_requests_worth_and_0_2_s_is_not(pause: float, token: float) -> None:
+    # A short server delay is about the time to free one request (it spaces a last chance);
+    # LONG_PAUSE (0.2 s) and more refill a bucket instead.
+    assert _policy.LONG_PAUSE == 0.2
+    lim, _ = limiter(100)
+    lim.report(None, 429, pause)
+    assert lim.pacer.token == token
+
+
+def test_a_first_ceiling_with_no_delay_spreads_the_retries_sent_with_no_ceiling() -> None:
+    # Two throttled calls took the same slot (100.5) with no ceiling; a 429 with no delay sets
+    # the first one before they wake: the second takes a slot at that ceiling, after the first.
+    lim, clock = limiter()
+    lim.report(None, 429, None)
+    lim.begin(None, Priority.NEW)  # another call is out
+    one, _ = lim.begin(0.5, Priority.RETRY)
+    two, _ = lim.begin(0.5, Priority.RETRY)
+    assert one.slot == two.slot == 100.5
+    for i in range(10):
+        lim.succeeded.append(clock.now - 0.25 + 0.025 * i)
+    lim.report(None, 429, None)
+    assert ceiling(lim) == pytest.approx(20.0)
+    clock.now = 100.5
+    assert lim.step(one) is None
+    wait = lim.step(two)
+    assert wait is not None
+    assert wait[0] > 0.01
+    assert two.slot > 100.51
+
+
+def test_a_restart_keeps_the_pause_the_server_asked_for() -> None:
+    lim, clock = limiter()
+    lim.report(None, 429, 30.0)
+    lim.restart()
+    assert lim.snapshot()[1] == pytest.approx(30.0)
+    lim.forget()
+    assert lim.snapshot()[1] == pytest.approx(30.0)
+    assert lim.acquire(None, Priority.NEW, Naps(clock)) == pytest.approx(130.0)
+
+
 def test_the_limiter_absorbs_429s_only_for_a_busy_or_paced_client() -> None:
     lim, clock = limiter()
     assert not lim.absorbs()  # a fresh client: its 429s count against max_retries
@@ -1407,7 +1565,8 @@ def test_a_learned_ceiling_takes_no_draw_from_the_clients_random_seam() -> None:
 
 
 def test_the_figures_the_docs_give_are_the_policys() -> None:
-    """docs/rate-limits.md states the policy's figures in words; each must be the constant's."""
+    """docs/rate-limits.md states the policy's figures (and the limiter's ABSORBED) in words; each must
+    be the constant's."""
     from pathlib import Path
 
     from qa_min import _steer
@@ -1422,6 +1581,8 @@ def test_the_figures_the_docs_give_are_the_policys() -> None:
         f"({cut} where 429s ask for a second, {cut_short} where they ask for milliseconds)",
         f"{_policy.PLATEAU:g} s after a cut, it adds {_policy.CUBE:g} calls/s times the cube",
         f"{words(_steer.START)} of the refill rate, growing {words(_steer.RAMP)} a second",
+        f"**up to {ABSORBED} per call** (`qa_min._limiter.ABSORBED`). So with the default "
+        f"`max_retries=2`, a call makes at most 2 + {ABSORBED} + 1 = {2 + ABSORBED + 1} attempts",
     ]
     for figure in figures:
         assert figure in text, figure
