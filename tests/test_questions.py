@@ -19,6 +19,10 @@ Spec line -> tests:
       test_ask_returns_typed_answers_on_a_questions_instance, test_mypy_infers_answer_types
   a Questions class asks its own questions and every base's
       test_a_questions_class_asks_the_questions_of_every_base
+  Review(toxic=True, ...) by hand: read-only, equal only to the same answers of the same class;
+  class keywords reach a cooperating base
+      test_answers_by_hand_are_read_only_and_equal_only_to_the_same_answers_of_the_same_class,
+      test_a_questions_class_passes_class_keywords_on_to_a_cooperating_base
   r.usage   # mapping, as the server sent it
       test_usage_is_the_servers_mapping
   qa.Request(state=..., questions=[qa.NamedQuestion(...)], model=None); client.core(req)
@@ -330,6 +334,39 @@ def test_ask_returns_typed_answers_on_a_questions_instance(svc: InProcessService
     assert (svc.requests[0].method, svc.requests[0].path) == ("POST", "/v1/core")
     with pytest.raises(AttributeError):
         r.answers.toxic = True
+
+
+class ReviewToo(Review):  # the same questions, another class
+    pass
+
+
+def test_answers_by_hand_are_read_only_and_equal_only_to_the_same_answers_of_the_same_class() -> None:
+    answers = Review(toxic=True, tone=Tone.formal, quality=2)
+    with pytest.raises(AttributeError, match="Review answers are read-only"):
+        answers.toxic = False
+    with pytest.raises(AttributeError, match="Review answers are read-only"):
+        del answers.toxic
+    assert answers.toxic is True
+    assert answers == Review(toxic=True, tone=Tone.formal, quality=2)
+    assert answers != Review(toxic=False, tone=Tone.formal, quality=2)  # one answer differs
+    assert answers != ReviewToo(toxic=True, tone=Tone.formal, quality=2)  # the same answers, another class
+    assert answers != {"toxic": True, "tone": Tone.formal, "quality": 2}
+
+
+def test_a_questions_class_passes_class_keywords_on_to_a_cooperating_base() -> None:
+    # ``__init_subclass__`` calls the next one in the MRO: a mixin's keywords reach it.
+    seen: list[tuple[str, object]] = []
+
+    class Registered:
+        def __init_subclass__(cls, tag: object = None, **kwargs: Any) -> None:
+            super().__init_subclass__(**kwargs)
+            seen.append((cls.__name__, tag))
+
+    class Tagged(qa.Questions, Registered, tag="reviews"):
+        toxic = qa.YesNo("insults someone", "insults no one")
+
+    assert seen == [("Tagged", "reviews")]
+    assert [name for name, _ in Tagged._qa_fields] == ["toxic"]
 
 
 class Tonal(qa.Questions):
