@@ -23,6 +23,9 @@ else:
     class Generic:
         # `class C(Generic[T])` must work without TypeVar objects: any subscript gives back
         # the class itself, and instances of subclasses stay subscriptable for annotations.
+        # No slot of its own, as typing's: a subclass's __slots__ then hold, with no __dict__.
+        __slots__ = ()
+
         def __class_getitem__(cls, _item):
             return cls
 

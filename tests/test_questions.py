@@ -815,6 +815,18 @@ def test_questions_are_equal_by_kind_and_criteria_and_hash_alike() -> None:
     assert len({qa.YesNo("a", "b"), qa.YesNo("a", "b"), qa.YesNo("b", "a")}) == 2
 
 
+@pytest.mark.parametrize(
+    "value",
+    [qa.YesNo("a", "b"), qa.Choice({"x": "a", "y": "b"}), qa.Score(["a", "b"]), qa.AskResponse(None, {})],
+    ids=["YesNo", "Choice", "Score", "AskResponse"],
+)
+def test_a_misspelt_attribute_is_refused_not_kept(value: object) -> None:
+    # Their __slots__ hold at run time as under a type checker: no __dict__ to take a typo.
+    with pytest.raises(AttributeError, match="critera"):
+        value.critera = {}  # type: ignore[attr-defined]
+    assert not hasattr(value, "__dict__")
+
+
 def test_questions_that_answer_differently_are_unequal_though_they_ask_the_same() -> None:
     # One wire form, three kinds of answer: the dict's keys, Level's members, Other's members.
     Level = enum.Enum("Level", {"low": "a", "high": "b"})
