@@ -27,7 +27,7 @@ from collections import deque
 
 from ._announced import parse
 from ._pacer import ALONE, EPSILON, INF, Pacer, Waiter
-from ._policy import Policy
+from ._policy import LONG_PAUSE, Policy
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -194,7 +194,7 @@ class Limiter:
                 if pause is not None and now + pause > pacer.paused_until:
                     policy.paused(now, now + pause)
                     pacer.pause(now, now + pause, policy.pace(now))
-                if pause is not None and pause < 0.2:
+                if pause is not None and pause < LONG_PAUSE:  # a short delay: about a request's worth
                     pacer.token = max(pacer.token, pause)
                 news = policy.throttled(
                     now, ticket, pause, pacer.paused_until, tuple(self.succeeded), pacer.inflight > 0
