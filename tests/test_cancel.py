@@ -36,7 +36,7 @@ from support import BOUND, executor_threads, make_client, wait_until
 import qa_min as qa
 from qa_min import _call
 from qa_min._call import CallState
-from qa_min._connection import Connection
+from qa_min._connection import Connection, Pool, PoolClosed
 from qa_min._transport import _Lease
 from qa_min.testing import FakeService, delay, expected_answer, hang, reply
 
@@ -803,6 +803,18 @@ def test_a_lease_aborted_before_it_ends_unfits_its_connection_and_an_abort_after
         for a, b in pairs:
             a.close()
             b.close()
+
+
+def test_a_connection_opened_as_the_client_closes_is_closed_not_left_open() -> None:
+    closing = qa.CancelToken()
+    pool = Pool(1, 1.0, closing)
+    ours, theirs = socket.socketpair()
+    with theirs:
+        closing.cancel()
+        with pytest.raises(PoolClosed):
+            pool.track(Connection(ours, ("k",)))
+        assert ours.fileno() == -1
+        assert pool.idle_count() == 0
 
 
 def test_an_answer_saying_close_is_not_pooled_for_a_call_with_a_cancel_token() -> None:

@@ -41,8 +41,9 @@ from faultservers import (
 from support import SleepRecorder, make_recording_client
 
 import qa_min as qa
+from qa_min import _connection
 from qa_min._call import CallState
-from qa_min._connection import idle_clock
+from qa_min._connection import Connection, Pool, idle_clock
 from qa_min._failure import failure
 from qa_min._origin import Origin
 from qa_min.testing import FakeService, Step, delay, drop, hang, reply, reset, truncate
@@ -412,12 +413,68 @@ def test_connection_idle_within_idle_timeout_is_reused() -> None:
         assert client._transport.pool.idle_count() == 1
 
 
+@pytest.mark.parametrize(("age", "reused"), [(0.0, True), (5.0, True), (5.001, False), (-0.001, False)])
+def test_an_idle_connection_is_reused_from_age_0_to_exactly_idle_timeout(
+    age: float, reused: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    now = [100.0]
+    monkeypatch.setattr(_connection, "idle_clock", lambda: now[0])
+    pool = Pool(max_idle=1, idle_timeout=5.0, closing=qa.CancelToken())
+    ours, theirs = socket.socketpair()
+    with ours, theirs:
+        conn = Connection(ours, ("k",))
+        pool.release(conn)  # idle since now
+        now[0] += age
+        assert (pool.checkout(("k",)) is conn) is reused
+
+
 def test_client_sockets_have_tcp_keepalive_enabled() -> None:
     with FakeService() as svc, make_recording_client(svc.url) as client:
         assert call(client)[0] is None
         idle = [conn for stack in client._transport.pool._idle.values() for conn in stack]
         assert len(idle) == 1
-        assert idle[0].sock.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE) != 0
+        sock = idle[0].sock
+        assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE) != 0
+        # docs/retries.md: probes after 30 s idle, 3 of them 10 s apart; requests go out unbuffered.
+        probes = {"TCP_KEEPIDLE": 30, "TCP_KEEPINTVL": 10, "TCP_KEEPCNT": 3}
+        for name, value in probes.items():
+            if hasattr(socket, name):
+                assert sock.getsockopt(socket.IPPROTO_TCP, getattr(socket, name)) == value, name
+        assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) != 0
+
+
+def test_an_idle_connection_whose_socket_is_closed_counts_as_closed_by_the_peer() -> None:
+    ours, theirs = socket.socketpair()
+    with theirs:
+        conn = Connection(ours, ("http", "h", 80, None))
+        assert conn.peer_closed() is False  # idle, nothing to read
+        ours.close()  # a closed descriptor: polling it raises, and it must not be reused
+        assert conn.peer_closed() is True
+
+
+def test_a_wait_is_given_to_poll_in_milliseconds_never_negative(monkeypatch: pytest.MonkeyPatch) -> None:
+    asked: list[float] = []
+
+    class Poller:
+        def register(self, sock: socket.socket, events: int) -> None:
+            pass
+
+        def poll(self, timeout: float) -> list[tuple[int, int]]:
+            asked.append(timeout)
+            return []
+
+    monkeypatch.setattr(_connection, "_poll", Poller)
+    ours, theirs = socket.socketpair()
+    with ours, theirs:
+        assert _connection._wait(ours, True, 0.05) is False
+        assert _connection._wait(ours, False, -1.0) is False
+    assert asked == [50.0, 0.0]
+
+
+def test_a_name_with_no_address_is_an_os_error_naming_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(socket, "getaddrinfo", lambda *args: [])
+    with pytest.raises(OSError, match=r"^no address found for nowhere\.test$"):
+        _connection.connect_tcp("nowhere.test", 80, None, lambda: False)
 
 
 # -- a failed or interrupted response never goes back to the pool ----------------------------

@@ -23,6 +23,8 @@ from rawhttp import Toxic, response
 from support import no_sleep
 
 import qa_min as qa
+from qa_min._connection import Connection, open_tunnel
+from qa_min._http import TunnelRefused
 
 USER, PASSWORD = "alice", "s3cret-proxy-pw"
 TOKEN = base64.b64encode(f"{USER}:{PASSWORD}".encode()).decode()
@@ -549,3 +551,18 @@ def test_a_proxy_refusal_after_a_service_answer_takes_no_request_id_from_it(kind
     assert "req-from-service" not in str(error)
     assert str(error).endswith("(after 2 attempts)")
     assert_no_password(error, diag)
+
+
+@pytest.mark.parametrize("status", [299, 300])
+def test_a_connect_answered_with_a_2xx_opens_the_tunnel_and_a_300_refuses_it(status: int) -> None:
+    def tunnel() -> Optional[int]:
+        try:
+            open_tunnel(Connection(ours, ("https", "h", 443, ("p", 8080))), "h:443", b"", None, 1000)
+        except TunnelRefused as exc:
+            return exc.status
+        return None
+
+    ours, theirs = socket.socketpair()
+    with ours, theirs:
+        theirs.sendall(f"HTTP/1.1 {status} X\r\nContent-Length: 0\r\n\r\n".encode())
+        assert tunnel() == (None if status == 299 else 300)

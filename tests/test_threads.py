@@ -23,6 +23,7 @@ from faultservers import OK_RESPONSE, RawServer, read_request
 from support import BOUND, executor_threads, make_client, wait_until
 
 import qa_min as qa
+from qa_min._connection import Pool
 from qa_min.testing import FakeService, delay, expected_answer
 
 TOXIC = ("The text insults someone", "The text insults no one")
@@ -429,3 +430,13 @@ def test_executor_threads_end_with_close() -> None:
 def _no_stray_threads() -> Iterator[None]:
     yield
     assert wait_until(lambda: executor_threads() == [])
+
+
+def test_forget_gives_the_pool_a_lock_of_its_own_when_the_parents_was_held() -> None:
+    # At fork time another thread of the parent may hold the pool's lock: the child's copy of it
+    # would stay held forever, and its first call would hang.
+    pool = Pool(max_idle=1, idle_timeout=5.0, closing=qa.CancelToken())
+    pool._lock.acquire()
+    pool.forget()
+    assert not pool._lock.locked()
+    assert pool.idle_count() == 0
