@@ -555,8 +555,13 @@ def test_aclose_after_the_loop_ended_closes_a_tls_connection_too(certs: Certs) -
 
         assert run(use()) > 0
         sock = idle_socket(client)
+        [conn] = [c for stack in client._transport.pool._idle.values() for c in stack]  # type: ignore[union-attr]
+        tls = conn.transport
+        assert tls is not None
+        assert tls is not conn.raw  # the TLS layer's transport, over the socket's
         run(client.aclose())
         assert sock.fileno() == -1
+        assert tls.is_closing()  # the TLS layer marked closed too, not only the socket under it
         assert resource_warnings_now() == []  # neither the TLS transport nor the socket's
         assert service.handshakes == 1
 

@@ -144,9 +144,11 @@ def test_a_tunnel_refuses_bytes_before_the_tls_handshake() -> None:
     from qa_min._aio import open_tunnel
     from qa_min._http import TunnelBroken
 
-    async def main(answer: bytes) -> Optional[str]:
+    async def main(answer: bytes, unasked: bytes = b"") -> Optional[str]:
         conn = AioConnection(("https", "h", 443, ("p", 8080)))
         conn.connection_made(FakeTransport())
+        if unasked:
+            conn.data_received(unasked)  # the proxy spoke before it was asked
         loop = asyncio.get_running_loop()
         loop.call_soon(conn.data_received, answer)
         try:
@@ -158,3 +160,57 @@ def test_a_tunnel_refuses_bytes_before_the_tls_handshake() -> None:
     assert asyncio.run(main(b"HTTP/1.1 200 Connection established\r\n\r\n")) is None
     refused = asyncio.run(main(b"HTTP/1.1 200 OK\r\n\r\n\x16\x03\x01"))
     assert refused == "MalformedHead: the proxy sent data before the TLS handshake"
+    spoke_first = asyncio.run(main(b"HTTP/1.1 200 Connection established\r\n\r\n", b"\x16\x03\x01"))
+    assert spoke_first == "MalformedHead: the proxy sent data before the TLS handshake"
+
+
+def test_an_idle_connection_whose_socket_is_closed_counts_as_closed_by_the_peer() -> None:
+    ours, theirs = socket.socketpair()
+
+    class SocketTransport(FakeTransport):
+        def get_extra_info(self, name: str, default: Any = None) -> Any:
+            return ours if name == "socket" else default
+
+    with theirs:
+        conn = AioConnection(("http", "h", 80, None))
+        assert conn.peer_closed() is False  # not connected yet: no socket to look at
+        conn.connection_made(SocketTransport())
+        assert conn.peer_closed() is False  # idle, nothing to read
+        ours.close()  # a closed descriptor: polling it raises, and it must not be reused
+        assert conn.peer_closed() is True
+
+
+@pytest.mark.parametrize("status", [299, 300])
+def test_a_connect_answered_with_a_2xx_opens_the_tunnel_and_a_300_refuses_it(status: int) -> None:
+    from qa_min._aio import open_tunnel
+    from qa_min._http import TunnelRefused
+
+    async def main() -> Optional[int]:
+        conn = AioConnection(("https", "h", 443, ("p", 8080)))
+        conn.connection_made(FakeTransport())
+        answer = f"HTTP/1.1 {status} X\r\nContent-Length: 0\r\n\r\n".encode()
+        asyncio.get_running_loop().call_soon(conn.data_received, answer)
+        try:
+            await open_tunnel(conn, "h:443", b"", LIMIT)
+        except TunnelRefused as exc:
+            return exc.status
+        return None
+
+    assert asyncio.run(main()) == (None if status == 299 else 300)
+
+
+def test_an_exchange_waiting_on_an_aborted_connection_fails_with_stopped() -> None:
+    async def main() -> str:
+        conn = AioConnection(("http", "h", 80, None))
+        conn.connection_made(FakeTransport())
+        future = conn.send(b"GET / HTTP/1.1\r\n\r\n", "GET", LIMIT)
+        conn.data_received(b"HTTP/1.1 200 OK\r\nContent-Length: 15\r\n\r\n{")
+        conn.abort()
+        conn.connection_lost(None)  # the end the abort makes, not the server's
+        try:
+            await future
+        except Exception as exc:
+            return type(exc).__name__
+        return "answered"
+
+    assert asyncio.run(main()) == "Stopped"

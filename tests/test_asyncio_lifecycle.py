@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import socket
 import sys
 import threading
 import time
@@ -33,8 +34,10 @@ from faultservers import Holds, RawServer
 from support import resource_warnings_now, until_true, wait_until
 
 import qa_min as qa
-from qa_min._aio import AioPool
+from qa_min import _aio
+from qa_min._aio import AioConnection, AioPool
 from qa_min._ascope import WrongLoop
+from qa_min._connection import PoolClosed
 from qa_min.testing import FakeService, hang, reply
 
 BOUND = 5.0  # seconds: bounds waits for what happens at once, so a bug fails instead of hanging
@@ -422,3 +425,68 @@ def test_a_loop_arriving_while_another_takes_the_client_waits_and_is_refused(
     asyncio.run(client.aclose())
     assert service_sees_open(svc, 0)
     assert resource_warnings_now() == []
+
+
+# -- the pool itself, unit level: connections never connected (no transport, no loop needed) --
+
+
+@pytest.mark.parametrize(("age", "reused"), [(0.0, True), (5.0, True), (5.001, False), (-0.001, False)])
+def test_an_idle_connection_is_reused_from_age_0_to_exactly_idle_timeout(
+    age: float, reused: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    now = [100.0]
+    monkeypatch.setattr(_aio, "idle_clock", lambda: now[0])
+    pool = AioPool(max_idle=1, idle_timeout=5.0)
+    conn = AioConnection("k")
+    pool.release(conn)  # idle since now
+    now[0] += age
+    assert (pool.checkout("k") is conn) is reused
+
+
+def test_a_closed_pool_hands_out_nothing_pools_nothing_and_aborts_what_it_tracks() -> None:
+    pool = AioPool(max_idle=2, idle_timeout=5.0)
+    busy, idle = AioConnection("k"), AioConnection("k")
+    pool.track(busy)
+    pool.release(idle)
+    pool.close()
+    assert (busy.aborted, idle.aborted, pool.busy_count(), pool.idle_count()) == (True, False, 0, 0)
+    with pytest.raises(PoolClosed):
+        pool.checkout("k")
+    late = AioConnection("k")
+    with pytest.raises(PoolClosed):
+        pool.track(late)
+    assert late.aborted
+    pool.release(busy)  # a call that ends after the close: its connection is not kept
+    assert pool.idle_count() == 0
+
+
+def test_close_orphaned_closes_the_busy_connections_and_the_idle_ones() -> None:
+    pool = AioPool(max_idle=2, idle_timeout=5.0)
+    busy, idle = AioConnection("k"), AioConnection("k")
+    pool.track(busy)
+    pool.release(idle)
+    pool.close_orphaned()
+    assert (busy.lost, idle.lost, pool.busy_count(), pool.idle_count()) == (True, True, 0, 0)
+    with pytest.raises(PoolClosed):
+        pool.checkout("k")
+
+
+def test_close_orphaned_of_a_connection_its_loop_already_closed_is_quiet() -> None:
+    # A pool left behind by a loop that ended may hold a connection the server closed while the
+    # loop still ran: its transport closed its socket then, and there is nothing left to close.
+    loop = asyncio.new_event_loop()
+    ours, theirs = socket.socketpair()
+    conn = AioConnection("k")
+    try:
+        loop.run_until_complete(loop.create_connection(conn.itself, sock=ours))
+        theirs.close()
+        for _ in range(100):
+            if conn.lost:
+                break
+            loop.run_until_complete(asyncio.sleep(0.001))
+        assert conn.lost
+    finally:
+        loop.close()
+    assert ours.fileno() == -1
+    conn.close_orphaned()  # nothing raised
+    assert conn.aborted
