@@ -192,6 +192,10 @@ def test_a_url_that_is_no_str_is_refused_as_no_str(kind: str, option: str, value
         ("http://[::1]junk/", "followed by nothing but :port"),
         ("http://x[::1]", "brackets must enclose the whole host"),
         ("http://[::1]]", "brackets must enclose the whole host"),
+        # One bracket after the user info (urlsplit checks the first pair in the whole authority):
+        # this was the host "a]b"
+        ("http://[::1]@a]b:8080", "brackets must enclose the whole host"),
+        ("http://[::1]@a[b:8080", "brackets must enclose the whole host"),
         # IPvFuture: this was the DNS name "v1.x"
         ("http://[v1.x]", "the brackets must hold an IPv6 address"),
         ("http://[]", "not a valid URL"),

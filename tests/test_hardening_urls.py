@@ -8,7 +8,7 @@ CONNECT). A path prefix is percent-encoded as RFC 3986 section 3.3 asks, existin
 
   hosts: test_host_idna_cannot_encode_is_invalid_base_url,
       test_host_idna_cannot_encode_is_invalid_option_for_a_proxy,
-      test_label_of_63_is_accepted_and_64_refused,
+      test_label_of_63_is_accepted_and_64_refused, test_the_last_label_is_held_to_63_too,
       test_trailing_dot_ip_literals_and_unicode_hosts_are_accepted,
       test_internationalised_host_goes_on_the_wire_encoded,
       test_internationalised_host_through_a_connect_tunnel_is_encoded
@@ -83,6 +83,14 @@ def test_label_of_63_is_accepted_and_64_refused() -> None:
         assert client.base_url == f"http://{at_limit}"
     with pytest.raises(qa.InvalidBaseUrl, match=r"label .*too long"):
         qa.Client(base_url=f"http://x{at_limit}", trust_env=False)
+
+
+def test_the_last_label_is_held_to_63_too() -> None:
+    # Only a final dot's empty label is dropped before the check, not the last label itself.
+    with qa.Client(base_url=f"http://example.{'x' * 63}", trust_env=False) as client:
+        assert client.base_url == f"http://example.{'x' * 63}"
+    with pytest.raises(qa.InvalidBaseUrl, match=r"IDNA cannot encode \(label empty or too long\)"):
+        qa.Client(base_url=f"http://example.{'x' * 64}", trust_env=False)
 
 
 @pytest.mark.parametrize(
