@@ -114,8 +114,9 @@ def backoff_ms(policy: RetryPolicy, retry_index: int, uniform: float) -> float:
 
     ``min(initial * 2**k, max) * (1 - jitter * U)``, ``uniform`` being U in [0, 1).
     """
-    # 2**k overflows float conversion for absurd k; the cap applies long before.
-    base = policy.backoff_initial_ms * (2.0 ** min(retry_index, 64))
+    # 2.0**1024 raises OverflowError; 2.0**1023 times a delay is at worst inf, which the cap
+    # brings down. Every retry max_retries allows (up to 999) doubles the delay exactly.
+    base = policy.backoff_initial_ms * (2.0 ** min(retry_index, 1023))
     return min(base, policy.backoff_max_ms) * (1.0 - policy.backoff_jitter * uniform)
 
 

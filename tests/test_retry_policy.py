@@ -91,6 +91,11 @@ def test_backoff_with_jitter_draw_near_one_takes_off_at_most_a_quarter(k: int, b
         pytest.param(100, 1000, 10_000, 1000, id="huge-retry-index-no-overflow"),
         pytest.param(300, 200, 0, 200, id="cap-below-initial"),
         pytest.param(0, 1000, 5, 0, id="zero-initial"),
+        # The formula holds for every retry max_retries allows, however small the first delay.
+        pytest.param(1e-15, 86_400_000, 64, 1e-15 * 2**64, id="tiny-initial-at-2**64"),
+        pytest.param(1e-15, 86_400_000, 65, 1e-15 * 2**65, id="tiny-initial-past-2**64"),
+        pytest.param(5e-324, 86_400_000, 999, 5e-324 * 2**999, id="smallest-initial-at-max-retries"),
+        pytest.param(1e-15, 86_400_000, 10_000, 86_400_000, id="tiny-initial-huge-index-capped"),
     ],
 )
 def test_backoff_cap(initial: float, maximum: float, k: int, expected: float) -> None:
