@@ -26,6 +26,7 @@ asyncio tests leave out.
   a hook or a MockTransport handler that raises: as in Client
       test_a_hook_that_raises_is_logged_and_the_call_goes_on_in_both,
       test_a_hook_returning_a_coroutine_is_closed_and_logged_in_both,
+      test_a_hook_s_other_awaitable_is_named_and_a_plain_value_is_not,
       test_a_mock_handler_that_raises_is_the_same_in_both_clients
   a used client pickles as its configuration and the copy runs on another loop; a call from
   another loop while the client's own is stopped but open names it so
@@ -586,6 +587,20 @@ def test_a_hook_returning_a_generator_is_closed_and_logged_in_both(caplog: pytes
     assert len(returned) == 4
     assert all(inspect.getgeneratorstate(g) == inspect.GEN_CLOSED for g in returned)
     assert_each_hook_logged_twice(caplog, "returned generator (a generator), which nothing iterates")
+
+
+def test_a_hook_s_other_awaitable_is_named_and_a_plain_value_is_not() -> None:
+    # Any object with __await__, not only a coroutine, is what nothing awaits; a value is just a
+    # value a hook happened to return (say, list.append's None or a logger's result), and says nothing.
+    from qa_min._messages import unawaited
+
+    class Later:
+        def __await__(self) -> Generator[None, None, None]:
+            yield
+
+    assert unawaited(Later()) == "(an awaitable), which nothing awaits"
+    for value in (0, True, "done", [], object()):
+        assert unawaited(value) is None, value
 
 
 def _broken_handler(exc: BaseException) -> Callable[[RecordedRequest], Optional[Step]]:

@@ -26,6 +26,7 @@ Passwords in a base URL or proxy URL never appear in a configuration error (``**
       test_status_line_without_the_key_keeps_the_original_transport_error,
       test_a_chained_exception_whose_text_cannot_be_read_is_replaced,
       test_a_loop_of_chained_exceptions_is_scrubbed_once_each_and_ends,
+      test_a_key_two_links_down_a_chain_is_hidden_too,
       test_key_in_the_base_url_path
   configuration: test_password_in_a_bad_base_url_or_proxy_is_masked,
       test_password_in_an_unsupported_proxy_is_masked,
@@ -567,6 +568,21 @@ def test_a_loop_of_chained_exceptions_is_scrubbed_once_each_and_ends() -> None:
     assert error.__cause__ is first
     assert first.__context__ is second
     assert second.__context__ is first
+
+
+def test_a_key_two_links_down_a_chain_is_hidden_too() -> None:
+    # The walk goes on through each exception it keeps, not only the error's own links.
+    with qa.Client(base_url="http://127.0.0.1:1", api_key=KEY, trust_env=False) as client:
+        error = qa.InvalidResponse("bad")
+        first, second = ValueError("no secret"), ValueError("none here either")
+        error.__cause__ = first
+        first.__context__ = second
+        third = second.__cause__ = ValueError(f"echoed {KEY}")
+        client._sender.messages.scrub(error)
+    assert error.__cause__ is first
+    assert first.__context__ is second
+    assert second.__cause__ is not third
+    assert str(second.__cause__) == "echoed [redacted]"
 
 
 def test_key_in_the_base_url_path(svc: FakeService, caplog: pytest.LogCaptureFixture) -> None:

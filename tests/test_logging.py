@@ -87,6 +87,18 @@ def test_each_attempt_logs_one_debug_record(
         assert seconds_in(message), f"no duration in {message!r}"
 
 
+def test_the_debug_record_gives_the_attempt_s_duration_in_ms(
+    keyed_svc: FakeService, keyed_client: qa.Client, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The same duration Diagnostics holds in seconds, written in milliseconds.
+    caplog.set_level(logging.DEBUG, logger="qa_min")
+    diag = qa.Diagnostics()
+    keyed_client.ask(STATE, Review, diagnostics=diag)
+    [record] = records(caplog, logging.DEBUG)
+    [attempt] = diag.history
+    assert f" in {attempt.duration * 1000.0:.1f} ms " in record.getMessage()
+
+
 def test_list_models_attempt_logs_get_and_its_url(
     keyed_svc: FakeService, keyed_client: qa.Client, caplog: pytest.LogCaptureFixture
 ) -> None:
