@@ -9,6 +9,7 @@ crash: JSON nesting is refused past ``MAX_NESTING`` levels before ``json`` runs.
   nesting: test_deep_success_body_is_invalid_response, test_deep_success_body_on_a_submit_worker,
       test_deep_answer_or_models_is_invalid_response,
       test_nesting_at_the_limit_is_accepted_and_one_past_is_refused (arrays, objects, mixed),
+      test_a_body_that_is_all_nesting_from_its_first_byte_is_read_at_the_limit,
       test_brackets_inside_strings_do_not_count,
       test_brackets_inside_every_string_between_arrays_do_not_count,
       test_nesting_of_a_utf16_or_utf32_body_is_checked_too,
@@ -141,6 +142,25 @@ def test_nesting_at_the_limit_is_accepted_and_one_past_is_refused(
     svc.script(reply(200, with_usage(nest(LIMIT - 1)), headers=JSON))
     with pytest.raises(qa.InvalidResponse, match=f"deeper than {LIMIT} levels"):
         plain.ask("x", Review)
+
+
+@pytest.mark.parametrize(
+    ("shape", "sibling"), [(deep_arrays, b",[]]"), (deep_objects, b',"b":{}}')], ids=["arrays", "objects"]
+)
+def test_a_body_that_is_all_nesting_from_its_first_byte_is_read_at_the_limit(
+    shape: Shape, sibling: bytes
+) -> None:
+    # LIMIT openers in one run from the first byte, and a sibling after them (so more openers in
+    # all than the limit): the limit itself, not one past it.
+    from qa_min._responses import BadShape, load_json
+
+    value = load_json(shape(LIMIT)[:-1] + sibling)
+    assert len(value) == 2
+    for _ in range(LIMIT - 1):
+        value = value[0] if isinstance(value, list) else value["a"]
+    assert value in ([], {"a": 1})
+    with pytest.raises(BadShape, match=f"deeper than {LIMIT} levels"):
+        load_json(shape(LIMIT + 1)[:-1] + sibling)
 
 
 def test_brackets_inside_strings_do_not_count(svc: FakeService, plain: qa.Client) -> None:

@@ -817,8 +817,16 @@ def test_questions_are_equal_by_kind_and_criteria_and_hash_alike() -> None:
 
 @pytest.mark.parametrize(
     "value",
-    [qa.YesNo("a", "b"), qa.Choice({"x": "a", "y": "b"}), qa.Score(["a", "b"]), qa.AskResponse(None, {})],
-    ids=["YesNo", "Choice", "Score", "AskResponse"],
+    [
+        qa.YesNo("a", "b"),
+        qa.Choice({"x": "a", "y": "b"}),
+        qa.Score(["a", "b"]),
+        qa.AskResponse(None, {}),
+        qa.CoreResponse({}, {}),
+        qa.Model("m", {}),
+        qa.ModelList([]),
+    ],
+    ids=["YesNo", "Choice", "Score", "AskResponse", "CoreResponse", "Model", "ModelList"],
 )
 def test_a_misspelt_attribute_is_refused_not_kept(value: object) -> None:
     # Their __slots__ hold at run time as under a type checker: no __dict__ to take a typo.
