@@ -181,6 +181,47 @@ def test_a_wait_held_for_an_answer_ends_when_the_answer_comes() -> None:
     assert took < PROMPT  # woken by the answer, not after the 10 s a held wait may last
 
 
+def test_a_wait_held_for_an_answer_gives_the_loop_a_turn_with_a_sleep_that_returns_at_once() -> None:
+    # An injected sleep that returns at once stands for time passing, in which the other calls
+    # go on: the held call yields to the loop each time it asks the limiter again, so the answer
+    # it waits for can come (without that turn it would ask and ask, the loop never running the
+    # rest, until the 10 s a held wait may last were up).
+    from qa_min._ascope import Scope
+    from qa_min._asender import AioSender
+    from qa_min._call import CallState
+    from qa_min._limiter import Limiter
+    from qa_min._pacer import Priority
+
+    naps: list[float] = []
+
+    async def at_once(seconds: float) -> None:
+        naps.append(seconds)
+
+    limiter = Limiter(100, None, True)
+    shell = AioSender(cast(Any, None), cast(Any, None), at_once)
+
+    async def scenario() -> tuple[bool, float, float]:
+        loop = asyncio.get_running_loop()
+        call = CallState(None, None)
+        scope = Scope(loop, call)
+        first = await shell._acquire(limiter, None, Priority.NEW, call, scope)
+        limiter.report(first, 429, 0.005)
+        second = await shell._acquire(limiter, None, Priority.NEW, call, scope)  # out, not answered
+        last = asyncio.ensure_future(
+            shell._acquire(limiter, 0.005, Priority.LAST, CallState(None, None), scope)
+        )
+        for _ in range(3):
+            await asyncio.sleep(0.01)
+        held = not last.done()
+        limiter.report(second, 200, None)
+        return held, await asyncio.wait_for(last, PROMPT), second
+
+    held, ticket, second = asyncio.run(scenario())
+    assert held
+    assert ticket >= second
+    assert naps  # the injected sleep was asked, not asyncio's
+
+
 def test_a_deadline_cuts_a_wait_for_the_limiter() -> None:
     throttle = Throttle()
 
