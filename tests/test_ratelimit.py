@@ -85,6 +85,7 @@ from qa_min._policy import (
     WINDOW,
     Policy,
 )
+from qa_min._ratelimit import RateLimitState
 from qa_min.testing import MockTransport
 
 # -- RateLimit, the value ------------------------------------------------------------------
@@ -193,6 +194,23 @@ def test_rate_limit_is_an_immutable_value() -> None:
     assert limit != qa.RateLimit(190, burst=10)
     assert limit != (190, 10, False)
     assert len({qa.RateLimit(), qa.RateLimit(), qa.RateLimit(1)}) == 2
+    assert not hasattr(limit, "__dict__")  # its __slots__ hold, as for every read-only value here
+    assert not hasattr(RateLimitState(limit, None, 0.0, 0), "__dict__")
+
+
+@pytest.mark.parametrize(
+    ("paused_for", "state", "text"),
+    [
+        (0.0, "unlimited", "RateLimitState(unlimited, throttles=1)"),
+        (0.25, "paused", "RateLimitState(paused for 0.25 s, then unlimited, throttles=1)"),
+        (1e-9, "paused", "RateLimitState(paused for 0.00 s, then unlimited, throttles=1)"),
+    ],
+)
+def test_a_state_with_any_pause_left_is_paused(paused_for: float, state: str, text: str) -> None:
+    # Under a second left is still a pause: "paused" and its repr say so until it is over.
+    snapshot = RateLimitState(qa.RateLimit(), None, paused_for, 1)
+    assert snapshot.state == state
+    assert repr(snapshot) == text
 
 
 @pytest.mark.parametrize(
