@@ -443,11 +443,17 @@ def test_an_idle_connection_is_reused_from_age_0_to_exactly_idle_timeout(
     assert (pool.checkout("k") is conn) is reused
 
 
-def test_a_closed_pool_hands_out_nothing_pools_nothing_and_aborts_what_it_tracks() -> None:
+def _busy_and_idle() -> tuple[AioPool, AioConnection, AioConnection]:
+    """A pool holding one connection in use and one idle."""
     pool = AioPool(max_idle=2, idle_timeout=5.0)
     busy, idle = AioConnection("k"), AioConnection("k")
     pool.track(busy)
     pool.release(idle)
+    return pool, busy, idle
+
+
+def test_a_closed_pool_hands_out_nothing_pools_nothing_and_aborts_what_it_tracks() -> None:
+    pool, busy, idle = _busy_and_idle()
     pool.close()
     assert (busy.aborted, idle.aborted, pool.busy_count(), pool.idle_count()) == (True, False, 0, 0)
     with pytest.raises(PoolClosed):
@@ -461,10 +467,7 @@ def test_a_closed_pool_hands_out_nothing_pools_nothing_and_aborts_what_it_tracks
 
 
 def test_close_orphaned_closes_the_busy_connections_and_the_idle_ones() -> None:
-    pool = AioPool(max_idle=2, idle_timeout=5.0)
-    busy, idle = AioConnection("k"), AioConnection("k")
-    pool.track(busy)
-    pool.release(idle)
+    pool, busy, idle = _busy_and_idle()
     pool.close_orphaned()
     assert (busy.lost, idle.lost, pool.busy_count(), pool.idle_count()) == (True, True, 0, 0)
     with pytest.raises(PoolClosed):

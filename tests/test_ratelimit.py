@@ -1423,15 +1423,21 @@ def test_a_second_last_chance_at_the_very_end_of_the_firsts_time_alone_waits_alo
     assert lim.step(again) == (ALONE, True)
 
 
-def test_a_last_chance_that_stops_waiting_wakes_the_calls_held_for_it_and_no_other_stop_does() -> None:
+def _last_chance_waiting() -> tuple[Limiter, Clock, Waiter, float]:
+    """A last chance due, waiting for the one attempt still out (returned) to answer."""
     lim, clock = limiter(100)
     naps = Naps(clock)
-    first, _out = lim.acquire(None, Priority.NEW, naps), lim.acquire(None, Priority.NEW, naps)
+    first, out = lim.acquire(None, Priority.NEW, naps), lim.acquire(None, Priority.NEW, naps)
     lim.report(first, 429, 0.005)
     last, wait = lim.begin(0.005, Priority.LAST)
     clock.now += wait[0] if wait else 0.0
     assert lim.step(last) == (ALONE, True)  # it waits for the attempt out to answer
-    held, wait = lim.begin(None, Priority.NEW)
+    return lim, clock, last, out
+
+
+def test_a_last_chance_that_stops_waiting_wakes_the_calls_held_for_it_and_no_other_stop_does() -> None:
+    lim, clock, last, _ = _last_chance_waiting()
+    held, _ = lim.begin(None, Priority.NEW)
     clock.now = held.slot
     assert lim.step(held) == (ALONE, True)  # due, and held back for the last chance
     woken: list[str] = []
@@ -1445,13 +1451,7 @@ def test_a_last_chance_that_stops_waiting_wakes_the_calls_held_for_it_and_no_oth
 
 
 def test_arm_ends_the_wait_at_once_when_no_answer_is_awaited_any_more() -> None:
-    lim, clock = limiter(100)
-    naps = Naps(clock)
-    first, out = lim.acquire(None, Priority.NEW, naps), lim.acquire(None, Priority.NEW, naps)
-    lim.report(first, 429, 0.005)
-    last, wait = lim.begin(0.005, Priority.LAST)
-    clock.now += wait[0] if wait else 0.0
-    assert lim.step(last) == (ALONE, True)
+    lim, _, last, out = _last_chance_waiting()
     lim.report(out, 200, None)  # the answer comes between ``step`` and ``arm``
     woken: list[str] = []
     lim.arm(last, lambda: woken.append("last"))
