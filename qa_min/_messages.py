@@ -93,11 +93,11 @@ class Messages:
         try:
             text, shown = str(exc), repr(exc)
         except Exception:
-            return _StandIn(type(exc).__name__, _UNSHOWN)
+            return _stand_in(exc, _UNSHOWN)
         # Pickle keeps an exception's args and attributes, where a server's bytes may be.
         held = (exc.args, getattr(exc, "__dict__", None))
         if self.redact.hides(text) or self.redact.hides(shown) or self.redact.holds(held):
-            return _StandIn(type(exc).__name__, self.redact(text))
+            return _stand_in(exc, self.redact(text))
         return exc
 
     # -- log lines and hooks ------------------------------------------------------------------
@@ -258,3 +258,11 @@ def _detail(body: bytes, text: str, headers: ResponseHeaders, redact: Redactor) 
     if not short:
         return "(empty body)"
     return short if len(short) <= 200 else short[:197] + "..."
+
+
+def _stand_in(exc: BaseException, message: str) -> _StandIn:
+    """A ``_StandIn`` for ``exc`` that keeps what was chained behind it (``scrub`` walks on)."""
+    safe = _StandIn(type(exc).__name__, message)
+    safe.__cause__, safe.__context__ = exc.__cause__, exc.__context__
+    safe.__suppress_context__ = exc.__suppress_context__
+    return safe

@@ -585,6 +585,38 @@ def test_a_key_two_links_down_a_chain_is_hidden_too() -> None:
     assert str(second.__cause__) == "echoed [redacted]"
 
 
+def test_a_stand_in_keeps_what_was_chained_behind_the_exception_it_replaced() -> None:
+    # A redacted link must not cut the chain short: what caused it still shows, redacted in turn.
+    with qa.Client(base_url="http://127.0.0.1:1", api_key=KEY, trust_env=False) as client:
+        error = qa.InvalidResponse("bad")
+        leaky = ValueError(f"echoed {KEY}")
+        root, leaky_root = OSError("no secret"), ValueError(f"also {KEY}")
+        error.__cause__ = leaky
+        leaky.__cause__, leaky.__context__ = root, leaky_root
+        leaky.__suppress_context__ = True
+        client._sender.messages.scrub(error)
+    stand_in = error.__cause__
+    assert stand_in is not leaky
+    assert repr(stand_in) == "ValueError('echoed [redacted]')"
+    assert stand_in.__cause__ is root
+    assert stand_in.__suppress_context__ is True
+    assert stand_in.__context__ is not leaky_root
+    assert repr(stand_in.__context__) == "ValueError('also [redacted]')"
+
+
+def test_a_transport_errors_stand_in_keeps_its_cause() -> None:
+    with qa.Client(base_url="http://127.0.0.1:1", api_key=KEY, trust_env=False) as client:
+        error = qa.ConnectionFailed("failed")
+        raw = OSError(f"echoed {KEY}")
+        root = raw.__cause__ = OSError("no secret")
+        error.diagnostics.transport_error = raw
+        safe = client._sender.messages.safe_cause(error)
+    assert safe is not raw
+    assert safe is error.__cause__ is error.diagnostics.transport_error
+    assert repr(safe) == "OSError('echoed [redacted]')"
+    assert safe.__cause__ is root
+
+
 def test_key_in_the_base_url_path(svc: FakeService, caplog: pytest.LogCaptureFixture) -> None:
     # Some gateways take the key in the path; it must not then show in messages and logs.
     diag = qa.Diagnostics()
