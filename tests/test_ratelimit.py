@@ -75,6 +75,7 @@ from qa_min._policy import (
     CUT,
     CUT_SHORT,
     FIRST_GUESS,
+    FLOOR,
     GROW_SHORT,
     MIN_GUESS,
     PLATEAU,
@@ -840,6 +841,17 @@ def test_a_policy_engaged_by_a_429_with_no_ceiling_disengages_silently() -> None
     assert policy.tick(61.0, 0.005)[0] is None
 
 
+def test_a_quiet_policy_disengages_once_the_pause_has_ended_at_its_very_end() -> None:
+    # Quiet for a minute but paused to 60.5: still engaged at 60.49, back on the fast path at
+    # exactly 60.5 (a pause until t is over at t).
+    policy = Policy(None, True)
+    policy.throttled(0.0, None, 0.005, 0.005, ())
+    assert policy.tick(60.49, 60.5)[0] is None
+    assert policy.engaged
+    assert policy.tick(60.5, 60.5)[0] is None
+    assert not policy.engaged
+
+
 def test_the_longest_short_pause_of_the_first_window_spaces_throttled_calls() -> None:
     policy = Policy(None, True)
     policy.throttled(0.0, None, 0.005, 0.005, (), busy=True)  # engages: a first guess
@@ -889,6 +901,16 @@ def test_a_first_guess_reads_the_pace_of_successes_sent_up_to_the_throttles_inst
     assert news == "rate limit lowered to 20.0 calls/s after 429/529 responses (was no ceiling)"
 
 
+@pytest.mark.parametrize(("busy", "rate"), [(False, math.inf), (True, FIRST_GUESS)])
+def test_successes_all_sent_at_the_throttles_instant_tell_no_pace(busy: bool, rate: float) -> None:
+    # COUNTED sends, all at the instant of the 429: no time to tell a pace by (nothing divides by
+    # zero); a lone call stays unpaced, a busy client guesses FIRST_GUESS as a newcomer does.
+    policy = Policy(None, True)
+    news = policy.throttled(1.0, None, 0.005, 1.005, [1.0] * 4, busy=busy)
+    assert (news is None) is not busy
+    assert policy.rate(1.005) == rate
+
+
 def test_a_newcomers_first_guess_grows_past_a_pace_guessed_from_in_an_earlier_spell() -> None:
     # A first spell guessed from a pace of 10/s (5, growing to 10 at most), and ended; a busy
     # newcomer's guess in a second spell (FIRST_GUESS) grows GROW_SHORT-fold, not capped at 10.
@@ -901,6 +923,29 @@ def test_a_newcomers_first_guess_grows_past_a_pace_guessed_from_in_an_earlier_sp
     policy.throttled(200.0, None, 0.005, 200.005, (), busy=True)
     assert policy.rate(200.005) == FIRST_GUESS
     assert policy.rate(201.005) == pytest.approx(FIRST_GUESS * GROW_SHORT)
+
+
+@pytest.mark.parametrize(("sends", "ceiling", "grown"), [(5, 20.0, 20.0 + REGROW_SHORT), (6, 24.0, 48.0)])
+def test_a_first_guess_no_higher_than_the_last_ceiling_measured_is_that_ceiling(
+    sends: int, ceiling: float, grown: float
+) -> None:
+    # A measured 20/s (half a first guess of 40/s, too little got through), then a quiet spell.
+    # Engaged again by sends at exactly 40/s (5 in 0.125 s): half is the measured 20/s, which
+    # comes back as measured, regrowing by calls/s; at 48/s (6 sends) a guess of 24/s, growing
+    # GROW_SHORT-fold a second up to the 48/s first throttled.
+    policy = Policy(None, True)
+    policy.throttled(0.0, None, 0.5, 0.5, (), busy=True)  # a guess of FIRST_GUESS from 0.5
+    for i in range(4):
+        policy.succeeded(0.1 * (i + 1), 0.1 * i)
+    policy.throttled(0.5, 0.45, 0.005, 0.505, ())  # 4 in 0.5 s got through: half the guess
+    assert policy.rate(0.5) == 20.0
+    assert not policy._guess
+    policy.tick(100.0, 0.505)
+    assert not policy.engaged
+    sent = [199.875] + [200.0] * (sends - 1)
+    news = policy.throttled(200.0, None, 0.005, 200.005, sent)
+    assert news == f"rate limit lowered to {ceiling:.1f} calls/s after 429/529 responses (was no ceiling)"
+    assert policy.rate(201.005) == pytest.approx(grown)
 
 
 @pytest.mark.parametrize(("cap", "news"), [(40.0, None), (41.0, "lowered to 40.0 calls/s")])
@@ -928,6 +973,20 @@ def test_a_throttle_halves_a_guess_within_window_of_it_not_at_window(when: float
     else:
         assert news is None
         assert (policy.cuts, policy.rate(when)) == (1, grown)
+
+
+def test_a_short_pause_measures_what_got_through_from_window_after_the_start_not_before() -> None:
+    # An explicit 100/s engaged at 0; 24 successes by 0.24 s. A throttle at 0.29 is too soon
+    # to measure (nothing cut); at exactly WINDOW it is 80/s got through: 95% of it.
+    policy = Policy(100.0, True)
+    policy.engage(0.0)
+    for i in range(24):
+        policy.succeeded(0.01 * (i + 1), 0.01 * i)
+    assert policy.throttled(0.29, 0.2, 0.005, 0.295, ()) is None
+    assert policy.rate(0.29) == 100.0
+    news = policy.throttled(0.3, 0.2, 0.005, 0.305, ())
+    assert news == "rate limit lowered to 76.0 calls/s after 429/529 responses (was 100.0/s)"
+    assert policy.rate(0.3) == pytest.approx(0.95 * 80)
 
 
 @pytest.mark.parametrize(("guess", "halved"), [(9.0, 5.0), (10.0, 5.0), (11.0, 5.5)])
@@ -1165,6 +1224,10 @@ def test_explicit_ceiling_is_regained_and_told() -> None:
     lim.acquire(None, Priority.NEW, Naps(clock))
     assert ceiling(lim) == 1000.0
     assert news[-1] == "rate limit recovered: back to 1000 calls/s"
+    clock.now += 1.0  # told once: the cap in force, nothing learned below it any more
+    lim.acquire(None, Priority.NEW, Naps(clock))
+    assert news.count("rate limit recovered: back to 1000 calls/s") == 1
+    assert not lim.policy.learned(clock.now)
 
 
 def test_adaptive_ceiling_is_lifted_after_a_quiet_minute() -> None:
@@ -1286,6 +1349,74 @@ def test_short_stretches_make_no_estimate() -> None:
     assert lim.policy._estimate is None
     # ...and the measured ceiling keeps CUT of itself, as after any throttle once measured.
     assert ceiling(lim) == pytest.approx(CUT * 0.95 * 800, rel=0.01)
+
+
+@pytest.mark.parametrize(("successes", "cut"), [(3, False), (4, True)])
+def test_a_stretch_with_too_few_successes_to_measure_cuts_nothing(successes: int, cut: bool) -> None:
+    # Measured at 95% of 800/s; the next stretch, ended by a long pause, counts its own
+    # successes only (not the last stretch's too): 3 cut nothing, COUNTED (4) keep CUT.
+    clock = Clock()
+    lim = engaged_at(2000, clock, pause=1.0)
+    clock.now = lim.pacer.paused_until
+    measured(clock, lim, 800, 0.2)
+    lim.report(clock.now - 0.001, 429, 1.0)
+    assert ceiling(lim) == pytest.approx(0.95 * 800, rel=0.01)
+    clock.now = lim.pacer.paused_until
+    measured(clock, lim, successes / 0.2, 0.2)
+    before = ceiling(lim)
+    assert before is not None
+    lim.report(clock.now - 0.001, 429, 1.0)
+    assert ceiling(lim) == pytest.approx(CUT * before if cut else before)
+
+
+def test_a_long_stretch_quiet_in_its_last_second_cuts_by_the_estimate_it_had() -> None:
+    # Measured by a long stretch (an estimate of 250/s); the next one lasts three 1 s pauses but
+    # its 6 successes all came in its first second: the last second tells nothing, the estimate
+    # stands, and the measured ceiling keeps CUT of itself.
+    clock = Clock()
+    lim = engaged_at(2000, clock, pause=1.0)
+    clock.now = lim.pacer.paused_until
+    measured(clock, lim, 250, 20.0)
+    lim.report(clock.now - 0.001, 429, 1.0)
+    assert lim.policy._estimate == pytest.approx(250, rel=0.01)
+    clock.now = lim.pacer.paused_until
+    measured(clock, lim, 6, 1.0)
+    clock.now += 2.0
+    before = ceiling(lim)
+    assert before is not None
+    lim.report(clock.now - 0.001, 429, 1.0)
+    assert ceiling(lim) == pytest.approx(CUT * before)
+    assert lim.policy._estimate == pytest.approx(250, rel=0.01)
+
+
+@pytest.mark.parametrize(("pause", "least"), [(0.2, REGROW_MIN), (0.199, REGROW_SHORT)])
+def test_a_pause_of_exactly_long_pause_regrows_as_a_long_ones_does(pause: float, least: float) -> None:
+    # Under an explicit 100/s, 5/s got through; a 429 asking for LONG_PAUSE (0.2 s) keeps CUT of
+    # the ceiling and regrows it by REGROW_MIN calls/s a second; 0.199 s is a short pause:
+    # FLOOR of it, regrown by REGROW_SHORT.
+    lim, clock = limiter(100)
+    clock.now += 0.5
+    measured(clock, lim, 5, 1.0)
+    lim.report(clock.now - 0.002, 429, pause)
+    low = ceiling(lim)
+    assert low is not None
+    assert low == pytest.approx(100 * (CUT if pause >= 0.2 else FLOOR))
+    clock.now += pause + 1.0
+    assert ceiling(lim) == pytest.approx(low + least)
+
+
+def test_a_long_pause_with_no_ceiling_yet_measures_what_got_through() -> None:
+    # A lone call's 429 engaged with no ceiling; 10 successes in the second after its pause,
+    # then a 429 asking for 1 s: 95% of those 10/s, a first ceiling (not CUT of none).
+    policy = Policy(None, True)
+    policy.paused(0.0, 1.0)
+    assert policy.throttled(0.0, None, 1.0, 1.0, ()) is None
+    for i in range(10):
+        policy.succeeded(1.0 + 0.1 * (i + 1), 1.0 + 0.1 * i)
+    policy.paused(2.0, 3.0)
+    news = policy.throttled(2.0, 1.95, 1.0, 3.0, ())
+    assert news == "rate limit lowered to 9.5 calls/s after 429/529 responses (was no ceiling)"
+    assert policy.rate(3.0) == pytest.approx(9.5)
 
 
 def test_failed_attempts_give_their_slot_back_and_few_throttled_slots_are_remembered() -> None:

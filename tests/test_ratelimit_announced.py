@@ -40,7 +40,7 @@ import pytest
 import qa_min as qa
 from qa_min._announced import Announcement, parse
 from qa_min._fakerules import ANNOUNCE_STYLES, announce_headers
-from qa_min._policy import BETA, Policy
+from qa_min._policy import BETA, STALE, Policy
 from qa_min._steer import BASE, RAMP, SILENT, START, TOP, Steer
 from qa_min.testing import FakeService
 
@@ -689,6 +689,21 @@ def test_a_429_with_no_announced_pace_yet_cuts_to_beta_of_what_gets_through() ->
     news = policy.throttled(0.5, 0.45, 0.1, 0.6, ())
     assert news == "rate limit lowered to 18.0 calls/s after 429/529 responses (was no ceiling)"
     assert policy.rate(0.5) == pytest.approx(BETA * 20)
+
+
+@pytest.mark.parametrize(("when", "share"), [(4.99, BETA), (5.0, 0.95)])
+def test_a_429_is_read_under_the_announcement_only_within_stale_s_of_it(when: float, share: float) -> None:
+    # An announcement with no pace at 0, then 10 successes in the second before a 429: within
+    # STALE s it cuts to BETA of those 10/s, as announced paces are cut; at exactly STALE the
+    # announcement is old, and the 429 teaches as one with none does (95% of them).
+    policy = Policy(None, True)
+    policy.heard(0.0, told(5, refill=0.0, reset=0.0))
+    for i in range(10):
+        policy.succeeded(when - 0.5 + 0.05 * (i + 1), when - 0.5 + 0.05 * i)
+    news = policy.throttled(when, when - 0.05, 0.1, when + 0.1, ())
+    assert news is not None
+    assert policy.rate(when) == pytest.approx(share * 10)
+    assert STALE == 5.0
 
 
 def test_what_gets_through_after_engaging_again_is_counted_from_then_not_from_before() -> None:
