@@ -1260,6 +1260,13 @@ def test_key_prefix_host_and_port_are_checked(
         FakeService(**options)
 
 
+@pytest.mark.parametrize("port", [0, 1, 65535])
+def test_ports_0_to_65535_are_taken(port: int) -> None:
+    # Checked when made, bound only by start(): -1 and 65536 are refused above.
+    svc = FakeService(port=port)
+    svc.close()
+
+
 def ipv6_loopback() -> bool:
     try:
         with socket.socket(socket.AF_INET6) as probe:

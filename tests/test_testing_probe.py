@@ -14,7 +14,7 @@ import pytest
 
 import qa_min as qa
 from qa_min._fakehttp import Headers
-from qa_min._fakerules import announce_headers
+from qa_min._fakerules import announce_headers, throttle_headers
 from qa_min.testing import FakeService, MockTransport, RecordedRequest, Step, reply
 
 WALL = 1_764_000_000.0
@@ -68,11 +68,33 @@ def test_a_window_or_rate_below_one_is_written_without_an_exponent() -> None:
         (1.0, 1 / 90.25, "1m30.25s"),
         (0.0, 50.0, "40ms"),  # an empty bucket of 2
         (2.0, 10.0, "0s"),  # a full bucket: "0ms" before, which Go never writes
+        (1.0, 1000.0, "1ms"),  # the shortest time a bucket not full is told in: one millisecond
+        (1.0, 1000 / 999, "999ms"),  # the longest in milliseconds...
+        (1.0, 1.0, "1s"),  # ...and a whole second is told in seconds
     ],
 )
 def test_openai_reset_is_a_duration_as_go_writes_it(tokens: float, rate: float, reset: str) -> None:
     fields = dict(announce_headers("openai", tokens, rate, 2.0, WALL))
     assert fields["x-ratelimit-reset-requests"] == reset
+
+
+@pytest.mark.parametrize(
+    ("wait", "seconds", "millis"),
+    [
+        (1e-6, "1", "0.001"),  # a delay under a second is still one: never "Retry-After: 0"
+        (0.5, "1", "500.000"),
+        (1.0, "1", "1000.000"),  # exactly a second: one
+        (1.000001, "2", "1000.001"),  # a microsecond past: two, and the exact delay rounded up
+        (2.0, "2", "2000.000"),
+    ],
+)
+def test_a_429s_delay_is_whole_seconds_rounded_up_and_exact_milliseconds(
+    wait: float, seconds: str, millis: str
+) -> None:
+    assert throttle_headers(wait, "seconds") == (("Retry-After", seconds),)
+    assert throttle_headers(wait, "ms") == (("retry-after-ms", millis),)
+    assert throttle_headers(wait, "both") == (("retry-after-ms", millis), ("Retry-After", seconds))
+    assert throttle_headers(wait, "none") == ()
 
 
 def _busy_diagnostics(step: Step, over: str) -> qa.Diagnostics:
