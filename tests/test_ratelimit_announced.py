@@ -194,6 +194,10 @@ def test_older_draft_forms() -> None:
     own = one(("RateLimit-Limit", "10;w=1"), ("RateLimit-Remaining", "4"), ("RateLimit-Reset", "2"))
     assert (own.limit, own.remaining, own.reset) == (10, 4, 2)
     assert own.refill == pytest.approx(10.0)
+    # The limit is the list's first number, not a policy's quota after it.
+    listed = one(("RateLimit-Limit", "10, 1000;w=3600, 10;w=1"), ("RateLimit-Remaining", "4"))
+    assert (listed.limit, listed.remaining) == (10, 4)
+    assert listed.refill == pytest.approx(1000 / 3600)
 
 
 @pytest.mark.parametrize(
@@ -369,6 +373,7 @@ def test_each_family_as_servers_write_it(
         [("RateLimit", "limit=100, remaining=\xa05, reset=5")],
         [("RateLimit-Policy", '"p";q=100;w=10'), ("RateLimit", '"p";r=5\xa0;t=1')],
         [("RateLimit", '"p";r="50')],  # a quote left open: runs to the end, no number
+        [("RateLimit", '"p";r=150"')],  # quoted at its end only: no number (not 50)
     ],
 )
 def test_malformed_fields_are_ignored(fields: list[tuple[str, str]]) -> None:
@@ -538,6 +543,16 @@ def test_an_announcement_shows_its_numbers() -> None:
 def test_year_1_is_a_reset_long_past() -> None:
     found = one(("x-ratelimit-remaining", "5"), ("x-ratelimit-reset", "0001-01-01T00:00:00Z"))
     assert found.reset == 0.0
+    # Read as a time (year 0 is not): five seconds away on a clock five seconds before it.
+    year_1 = -62_135_596_800.0
+    early = parse([("x-ratelimit-remaining", "5"), ("x-ratelimit-reset", "0001-01-01T00:00:00Z")], year_1 - 5)
+    assert early is not None
+    assert early.reset == 5.0
+
+
+def test_an_announcement_keeps_to_its_slots() -> None:
+    found = one(("x-ratelimit-remaining-requests", "5"))
+    assert not hasattr(found, "__dict__")
 
 
 @pytest.mark.parametrize("style", [s for s in ANNOUNCE_STYLES if s != "none"])
