@@ -68,7 +68,7 @@ import pytest
 import qa_min as qa
 from qa_min import _policy
 from qa_min._limiter import ABSORBED, Limiter
-from qa_min._pacer import AFTER, ALONE, LOOK, LOOK_FAR, RISEN, Pace, Pacer, Priority, Waiter
+from qa_min._pacer import AFTER, ALONE, JUMPS, LOOK, LOOK_FAR, RISEN, Pace, Pacer, Priority, Waiter
 from qa_min._policy import (
     CUBE,
     CUBE_SHORT,
@@ -828,6 +828,124 @@ def test_a_learned_ceiling_that_doubled_brings_the_throttled_calls_far_slots_nea
     slots = [pacer.reserve(100.0, 0.0, Waiter(Priority.RETRY), Pace(1.0, rising=True)) for _ in range(3)]
     assert slots == pytest.approx([100.0, 101.0, 102.0])
     assert pacer.reserve(100.0, 0.0, Waiter(Priority.RETRY), Pace(2.0, rising=True)) == pytest.approx(102.0)
+
+
+@pytest.mark.parametrize(("others", "slot"), [(0, 100.01), (1, 100.03)])
+def test_with_no_ceiling_a_throttled_call_alone_goes_at_its_delays_end_not_a_short_delay_after_the_last(
+    others: int, slot: float
+) -> None:
+    # No ceiling; with another call out a throttled call went at the end of its delay (100.01).
+    # The next, with another call out, goes the short delay asked for (20 ms) after it; alone
+    # (nothing else waiting or out), at the end of its own delay.
+    pacer, pace = Pacer(None, False), Pace(math.inf, spacing=0.02)
+    pacer.inflight = 1  # another call is out
+    assert pacer.reserve(100.0, 0.01, Waiter(Priority.RETRY), pace) == pytest.approx(100.01)
+    pacer.inflight = others  # the first went and answered; ``others`` still out
+    assert pacer.reserve(100.0, 0.01, Waiter(Priority.RETRY), pace) == pytest.approx(slot)
+
+
+@pytest.mark.parametrize(("rate", "slot"), [(1.99, 103.95), (2.0, 102.45)])
+def test_a_learned_ceiling_that_doubled_brings_the_new_calls_far_schedule_nearer(
+    rate: float, slot: float
+) -> None:
+    # Four calls at 1/s hold slots to 102.95 (the schedule ends at 104.0). A learned ceiling
+    # RISEN-fold (2/s) shrinks the schedule beyond LOOK_FAR (101.0) by half, to end at 102.5:
+    # the next new call goes at 102.45; just under RISEN-fold it goes after them (103.95).
+    pacer = Pacer(None, False)
+    for _ in range(4):
+        pacer.reserve(100.0, None, Waiter(Priority.NEW), Pace(1.0, rising=True))
+    assert pacer.reserve(100.0, None, Waiter(Priority.NEW), Pace(rate, rising=True)) == pytest.approx(slot)
+
+
+@pytest.mark.parametrize(("rate", "slot"), [(2.0, 101.45), (0.5, 105.95)])
+def test_an_announced_ceiling_that_moves_stretches_or_shrinks_the_slots_promised_to_it(
+    rate: float, slot: float
+) -> None:
+    # Three calls at an announced 1/s hold slots to 101.95 (the schedule ends at 103.0). The
+    # announced ceiling doubles: the 3 s promised after now shrink to 1.5 s and the next call
+    # goes at 101.45; it halves: they stretch to 6 s, and the next goes at 105.95.
+    pacer = Pacer(None, True)
+    for _ in range(3):
+        pacer.reserve(100.0, None, Waiter(Priority.NEW), Pace(1.0, follow=True))
+    assert pacer.reserve(100.0, None, Waiter(Priority.NEW), Pace(rate, follow=True)) == pytest.approx(slot)
+
+
+@pytest.mark.parametrize(("now", "apart"), [(100.99, 0.5), (101.0, 0.1)])
+def test_throttled_calls_go_no_faster_than_the_short_delay_until_the_guess_settles(
+    now: float, apart: float
+) -> None:
+    # A guess of 10/s, unsettled until 101.0, with a short delay of 0.5 s asked for: two
+    # throttled calls go 0.5 s apart while it is unsettled, an interval (0.1 s) apart from 101.0.
+    pacer, pace = Pacer(None, True), Pace(10.0, settles=101.0, spacing=0.5)
+    first = pacer.reserve(now, 0.0, Waiter(Priority.RETRY), pace)
+    second = pacer.reserve(now, 0.0, Waiter(Priority.RETRY), pace)
+    assert (first, second) == pytest.approx((now, now + apart))
+
+
+def test_a_sleeper_moves_back_only_for_the_throttled_calls_that_jumped_after_its_slot_was_taken() -> None:
+    # At 1/s with no burst: a throttled call takes 100.0, then a new call 101.0, then another
+    # throttled call 101.0, ahead of it: the sleeper moves back one interval (to 102.0), not
+    # two (the first throttled call was ahead of it when it took its slot).
+    pacer, pace = Pacer(1, True), Pace(1.0)
+    sleeper = Waiter(Priority.NEW)
+    assert pacer.reserve(100.0, 0.0, Waiter(Priority.RETRY), pace) == 100.0
+    assert pacer.reserve(100.0, None, sleeper, pace) == 101.0
+    assert pacer.reserve(100.0, 0.0, Waiter(Priority.RETRY), pace) == 101.0
+    sleeper.due = True  # its wait ran to its slot
+    assert pacer.next(101.0, sleeper, pace) == pytest.approx(1.0)
+    assert sleeper.slot == pytest.approx(102.0)
+
+
+@pytest.mark.parametrize(("jumps", "wait"), [(256, 256.0), (257, None)])
+def test_the_latest_256_throttled_calls_move_the_sleepers_back_and_the_257th_forgets_the_oldest_half(
+    jumps: int, wait: Optional[float]
+) -> None:
+    # At 1/s with no burst a sleeper holds 101.0; throttled calls jump ahead from 100.0 on, one
+    # a second. Up to JUMPS (256) remembered, at its slot it moves behind them all (to 357.0);
+    # the 257th forgets the oldest 128, among them the two that overtook it (100.0 and 101.0),
+    # and it goes at its slot.
+    assert JUMPS == 256
+    pacer, pace = Pacer(1, True), Pace(1.0)
+    sleeper = Waiter(Priority.NEW)
+    pacer.reserve(100.0, None, Waiter(Priority.NEW), pace)
+    assert pacer.reserve(100.0, None, sleeper, pace) == 101.0
+    for _ in range(jumps):
+        pacer.reserve(100.0, 0.0, Waiter(Priority.RETRY), pace)
+    sleeper.due = True  # its wait ran to its slot
+    assert pacer.next(101.0, sleeper, pace) == (None if wait is None else pytest.approx(wait))
+
+
+@pytest.mark.parametrize(("gives_up", "slot"), [(100.25, 100.25), (100.26, 101.0)])
+def test_a_cell_given_back_at_its_very_time_is_the_next_new_calls_and_a_moment_later_nobodys(
+    gives_up: float, slot: float
+) -> None:
+    # At 4/s with no burst four calls hold 100.0 to 100.75; the second gives up at exactly its
+    # cell's time (100.25): a call that comes then takes it. A moment past it, the cell has
+    # passed unused and the next call takes the schedule's next (101.0).
+    pacer, pace = Pacer(1, True), Pace(4.0)
+    waiters = [Waiter(Priority.NEW) for _ in range(4)]
+    assert [pacer.reserve(100.0, None, waiter, pace) for waiter in waiters] == [100.0, 100.25, 100.5, 100.75]
+    pacer.gave_up(gives_up, waiters[1])
+    assert pacer.reserve(gives_up, None, Waiter(Priority.NEW), pace) == pytest.approx(slot)
+
+
+def test_the_calls_held_for_a_last_chance_go_on_an_interval_apart_from_its_answer() -> None:
+    # At 10/s a last chance goes alone at 100.0; two calls due at 100.1 and 100.2 are held for
+    # its answer, which comes at 105.0: they go an interval apart from it (105.1, 105.2), not
+    # a burst's worth at once from the schedule left behind.
+    pacer, pace = Pacer(None, True), Pace(10.0)
+    last, held = Waiter(Priority.LAST), [Waiter(Priority.NEW), Waiter(Priority.NEW)]
+    assert pacer.reserve(100.0, 0.0, last, pace) == 100.0
+    last.due = True
+    assert pacer.next(100.0, last, pace) is None  # out alone
+    for when, waiter in zip((100.1, 100.2), held):
+        assert pacer.reserve(100.0, None, waiter, pace) == pytest.approx(when)
+        waiter.due = True
+        assert pacer.next(when, waiter, pace) == math.inf
+    assert pacer.answered(105.0, True, pace) is True
+    for waiter in held:
+        waiter.woken = True
+    assert [pacer.next(105.0, waiter, pace) for waiter in held] == pytest.approx([0.1, 0.2])
 
 
 def test_a_policy_engaged_by_a_429_with_no_ceiling_disengages_silently() -> None:
