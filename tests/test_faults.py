@@ -634,3 +634,36 @@ def test_a_socket_timeout_just_short_of_the_deadline_is_the_calls_timeout() -> N
         assert type(dropped) is qa.ConnectionFailed, (mocked, timeout)
         assert dropped.retryable
         assert dropped.diagnostics.transport_error is error
+
+
+def test_a_connected_socket_is_handed_over_blocking() -> None:
+    # connect_tcp connects without blocking (to look at the cancel token) and hands over blocking.
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen(1)
+        sock = _connection.connect_tcp("127.0.0.1", server.getsockname()[1], None, lambda: False)
+        with sock:
+            assert sock.gettimeout() is None
+
+
+def test_an_exchange_past_its_deadline_sends_nothing() -> None:
+    ours, theirs = socket.socketpair()
+    with ours, theirs:
+        conn = Connection(ours, ("http", "h", 80, None))
+        with pytest.raises(_connection.Expired):
+            conn.exchange(b"GET / HTTP/1.1\r\n\r\n", "GET", time.monotonic() - 1.0, 64)
+        assert conn.sent is False
+        theirs.setblocking(False)
+        with pytest.raises(BlockingIOError):
+            theirs.recv(1)
+
+
+def test_a_request_the_server_does_not_read_ends_at_the_deadline() -> None:
+    ours, theirs = socket.socketpair()
+    with ours, theirs:
+        conn = Connection(ours, ("http", "h", 80, None))
+        started = time.monotonic()
+        with pytest.raises(socket.timeout):  # more than the socket buffers hold, never read
+            conn.exchange(b"POST / HTTP/1.1\r\n\r\n" + b"x" * 4_000_000, "POST", started + 0.02, 64)
+        assert conn.sent is False
+        assert time.monotonic() - started < 5.0

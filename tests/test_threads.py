@@ -23,7 +23,7 @@ from faultservers import OK_RESPONSE, RawServer, read_request
 from support import BOUND, executor_threads, make_client, wait_until
 
 import qa_min as qa
-from qa_min._connection import Pool
+from qa_min._connection import Connection, Pool
 from qa_min.testing import FakeService, delay, expected_answer
 
 TOXIC = ("The text insults someone", "The text insults no one")
@@ -440,3 +440,20 @@ def test_forget_gives_the_pool_a_lock_of_its_own_when_the_parents_was_held() -> 
     pool.forget()
     assert not pool._lock.locked()
     assert pool.idle_count() == 0
+
+
+def test_forget_closes_the_childs_copies_of_the_idle_and_busy_sockets() -> None:
+    pool = Pool(max_idle=1, idle_timeout=5.0, closing=qa.CancelToken())
+    pairs = [socket.socketpair() for _ in range(2)]
+    try:
+        idle, busy = (Connection(ours, ("k",)) for ours, _ in pairs)
+        pool.track(idle)
+        pool.release(idle)
+        pool.track(busy)
+        pool.forget()
+        assert [ours.fileno() for ours, _ in pairs] == [-1, -1]
+        assert pool.checkout(("k",)) is None
+    finally:
+        for ours, theirs in pairs:
+            ours.close()
+            theirs.close()
