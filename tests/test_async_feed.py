@@ -214,3 +214,16 @@ def test_an_exchange_waiting_on_an_aborted_connection_fails_with_stopped() -> No
         return "answered"
 
     assert asyncio.run(main()) == "Stopped"
+
+
+def test_an_answered_connection_keeps_no_part_of_the_body_it_handed_over() -> None:
+    # An idle connection in the pool holds nothing of its last answer (up to max_body bytes each).
+    async def main() -> list[bytes]:
+        conn = AioConnection(("http", "h", 80, None))
+        conn.connection_made(FakeTransport())
+        future = conn.send(b"GET / HTTP/1.1\r\n\r\n", "GET", LIMIT)
+        conn.data_received(CASES["content-length"])
+        assert (await future)[2] == OK
+        return conn._parts
+
+    assert asyncio.run(main()) == []
