@@ -21,10 +21,12 @@ and must give the same result each way: (status, fields, body, reusable) or the 
                                    test_te_with_cl_is_read_as_chunked_and_not_reused
   caps, at and past the limit .... test_line_cap, test_header_count_cap, test_interim_cap,
                                    test_trailer_cap_counts_lines_folds_included,
+                                   test_trailers_count_toward_the_chunk_framing_allowance,
                                    test_body_cap_for_2xx, test_body_cap_for_other_statuses,
                                    test_a_cut_body_ends_with_the_bytes_received_no_more_asked,
                                    test_chunk_size_digits_cap, test_chunk_size_line_cap
   caps as the bytes arrive ....... test_caps_are_checked_before_the_line_ends
+  head and buffered .............. test_the_reader_holds_the_final_head_and_counts_the_bytes_past_it
   the end of the stream .......... test_no_byte_at_all_is_told_apart, test_end_of_stream_inside
   errors ......................... test_protocol_errors_pickle_at_every_protocol
   requests ....................... test_write_request, test_write_request_refuses_injection,
@@ -48,6 +50,7 @@ import pytest
 import qa_min as qa
 from qa_min import _wire
 from qa_min._protocol import (
+    FRAMING_ALLOWANCE,
     MAX_HEADERS,
     MAX_INTERIM,
     MAX_LINE,
@@ -441,6 +444,24 @@ def test_trailer_cap_counts_lines_folds_included(extra: int, accepted: bool) -> 
 
 
 @pytest.mark.parametrize(("extra", "accepted"), [(0, True), (1, False)])
+def test_trailers_count_toward_the_chunk_framing_allowance(extra: int, accepted: bool) -> None:
+    # Framing is the size lines, the CRLFs after the data and the trailer lines: with a 20-byte
+    # limit, at most 20 + FRAMING_ALLOWANCE of it. Here "5\r\n" and "\r\n" (5), then two trailer lines
+    # (the zero-size line and the closing empty line carry nothing and count nothing).
+    allowed = 20 + FRAMING_ALLOWANCE + extra - 5
+    first = b"X-A: " + b"a" * 40_000 + b"\r\n"
+    second = b"X-B: " + b"b" * (allowed - len(first) - 7) + b"\r\n"
+    assert len(first) + len(second) == allowed
+    data = ok(CHUNKED, b"5\r\nhello\r\n0\r\n" + first + second + b"\r\n")
+    outcome = feed([data], limit=20)
+    assert feed(splits(data, 0), limit=20) == outcome
+    if accepted:
+        assert outcome[2:] == (b"hello", True)
+    else:
+        refused(outcome, qa.BadFraming, f"chunk framing over {20 + FRAMING_ALLOWANCE} bytes")
+
+
+@pytest.mark.parametrize(("extra", "accepted"), [(0, True), (1, False)])
 def test_interim_cap(extra: int, accepted: bool) -> None:
     outcome = feed([b"HTTP/1.1 100 Continue\r\n\r\n" * (MAX_INTERIM + extra) + ok(b"Content-Length: 0\r\n")])
     if accepted:
@@ -514,17 +535,36 @@ def test_chunk_size_line_cap(length: int, accepted: bool) -> None:
      (b"H" * (MAX_LINE + 1), qa.LimitExceeded),
      (ok(CHUNKED, b"0" * (MAX_SIZE_DIGITS + 1)), qa.BadFraming),
      (ok(CHUNKED, b"5x"), qa.BadFraming),
+     (ok(CHUNKED, b";e=v"), qa.BadFraming),
      (ok(CHUNKED, b"5;" + b"e" * MAX_SIZE_LINE), qa.BadFraming),
      (ok(CHUNKED, b"5\r\nhello\n"), qa.BadFraming),
      (ok(b"Content-Length: 30\r\n", b"x" * 10), qa.LimitExceeded),
      (ok(CHUNKED, b"1e\r\n"), qa.LimitExceeded),
      (ok(b"", b"x" * 21), qa.LimitExceeded)],
-    ids=["field-line", "status-line", "size-digits", "size-char", "size-line", "chunk-crlf", "length",
-         "chunk-size", "until-close"],
+    ids=["field-line", "status-line", "size-digits", "size-char", "size-no-digit", "size-line", "chunk-crlf",
+         "length", "chunk-size", "until-close"],
 )  # fmt: skip
 def test_caps_are_checked_before_the_line_ends(data: bytes, error: type) -> None:
     # No end of stream, no line end: the reader refuses from what it has, without waiting.
     refused(read(data, limit=20, eof=False), error)
+
+
+def test_the_reader_holds_the_final_head_and_counts_the_bytes_past_it() -> None:
+    # ``head`` is None until the final head (an interim one is skipped); ``buffered`` counts the
+    # bytes received and not read: none at first, the tunnel's first bytes after a 2xx to CONNECT.
+    reader = ResponseReader("CONNECT")
+    assert (reader.head, reader.buffered) == (None, 0)
+    reader.receive(b"HTTP/1.1 100 Continue\r\n\r\n")
+    assert reader.next_event() is NEED_DATA
+    assert (reader.head, reader.buffered) == (None, 0)
+    data = b"HTTP/1.1 200 Connection established\r\n\r\n\x16\x03"
+    reader.receive(data)
+    assert reader.buffered == len(data)
+    assert reader.next_event() is reader.head is not None
+    assert (reader.head.status, reader.head.reason, reader.buffered) == (200, "Connection established", 2)
+    end = reader.next_event()
+    assert type(end) is End
+    assert end.reusable is False  # bytes after it: not reusable
 
 
 def test_no_byte_at_all_is_told_apart() -> None:
