@@ -259,6 +259,64 @@ def test_a_proxys_refusal_goes_by_its_status(status: int, action: str) -> None:
     assert state.call.body == "denied for [redacted]"
 
 
+def test_a_retry_status_that_raises_on_a_proxys_refusal_leaves_with_the_attempt_recorded() -> None:
+    # The caller's bug, judging a proxy's status as it would a response's: their exception,
+    # once the attempt it judged is in the history.
+    def retry_status(status: int) -> bool:
+        raise LookupError(f"no rule for {status}")
+
+    error = ProxyError("proxy refused: HTTP 502", status=502)
+    error.retryable = True
+    state = attempts(qa.RetryPolicy(retry_status=retry_status))
+    decision = state.on_failure(error, 1.0, 1.5)
+    assert decision.action == RAISE
+    assert (type(decision.error), str(decision.error)) == (LookupError, "no rule for 502")
+    assert decision.recorded
+    assert (decision.status, state.call.history[0].status, state.call.history[0].error) == (
+        502,
+        502,
+        "LookupError",
+    )
+
+
+def test_a_body_refused_after_its_head_records_that_head_and_names_its_status() -> None:
+    # A 2xx head came, then its body was refused (``_failure.failure``): that head is the last
+    # response (status, headers, request id), and the error names the answer as a shape refused is.
+    state = attempts()
+    respond(state, 503, request_id="req-1")
+    error = qa.InvalidResponse("the response body is malformed: chunk data not followed by CRLF")
+    error.diagnostics.status = 200
+    error.diagnostics.headers = ResponseHeaders([("request-id", "req-2")])
+    refusal = error.message
+    decision = state.on_failure(error, 2.0, 2.5)
+    assert decision.action == RAISE
+    assert (decision.status, decision.request_id, state.call.history[1].status) == (200, "req-2", 200)
+    assert state.call.status == 200
+    assert state.call.headers is error.diagnostics.headers
+    named = f"HTTP 200 from POST {BASE}/v1/core: {refusal}"
+    assert (str(error), error.message) == (named, named)
+
+
+def test_a_failure_without_a_head_leaves_the_last_responses_status() -> None:
+    state = attempts()
+    respond(state, 503, request_id="req-1")
+    decision = state.on_failure(connection_failed(), 2.0, 2.5)
+    assert decision.action == RETRY
+    assert (decision.status, state.call.history[1].status) == (None, None)
+    assert (state.call.status, state.call.request_id) == (503, "req-1")  # Diagnostics: the last status
+
+
+def test_a_call_stopped_before_its_first_attempt_gives_nothing_back() -> None:
+    # Cancelled while it waited to start (``call.check()`` before the first ``slot()``): no
+    # attempt, no slot, no pause to drop; the error leaves as it came.
+    limiter = Limiter(engaged=True)
+    state = attempts(limiter=limiter)
+    error = qa.Canceled("the call was cancelled")
+    state.end(error)
+    assert (str(error), error.diagnostics.attempts) == ("the call was cancelled", 0)
+    assert (limiter.reports, limiter.drops) == ([], 0)
+
+
 def test_cancellation_during_an_attempt_is_recorded_and_raised() -> None:
     limiter = Limiter(engaged=True)
     state = attempts(limiter=limiter)
