@@ -654,6 +654,19 @@ def test_hear_is_thread_safe_and_cheap_without_fields() -> None:
     assert lim.engaged
 
 
+@pytest.mark.parametrize("style", ["openai", "ietf-draft"])
+def test_hear_returns_what_was_announced_the_policy_keeps_it(style: str) -> None:
+    from qa_min._limiter import Limiter
+
+    wall = 1_800_000_000.0
+    lim = Limiter(None, None, True, clock=lambda: 5.0, wall=lambda: wall)
+    heard = lim.hear(announce_headers(style, 0.0, 10.0, 20.0, wall))  # none of 20 left, 10 a second
+    assert heard is not None
+    assert (heard.style, heard.limit, heard.remaining, heard.reset) == (style, 20.0, 0.0, 2.0)
+    assert lim.engaged
+    assert lim.snapshot()[3] is heard
+
+
 # -- the pace announcements set (``_steer``, through ``_policy``), on an injected clock ------
 
 
