@@ -153,7 +153,7 @@ class ResponseReader:
             raise
 
     def _line(self, what: str) -> Optional[bytes]:
-        """The next whole line, or None; raises when MAX_LINE bytes came without a line end."""
+        """The next whole line, or None; raises when more than MAX_LINE bytes came without a line end."""
         buf, pos = self._buf, self._pos
         end = buf.find(b"\n", pos if pos >= self._scan else self._scan)
         if end < 0 or end - pos >= MAX_LINE:
