@@ -4,6 +4,7 @@ failures, the two-ways command line and the option limits. Signals and terminals
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
@@ -14,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from batchsupport import QUESTION, Result, answer, asked, clean_env, read_rows, run_main, write_input
+from batchsupport import QUESTION, YES_NO, Result, answer, asked, clean_env, read_rows, run_main, write_input
 from support import wait_until
 
 import qa_min as qa
@@ -119,6 +120,28 @@ def test_an_id_whose_json_escapes_a_surrogate_is_a_bad_line_and_the_output_stays
     assert "id must be text" in rows[0]["error"]["message"]
     assert "\\udce9" in rows[0]["error"]["message"]
     assert [r.json()["state"] for r in svc.requests] == ["y"]
+
+
+def test_a_byte_order_mark_before_the_first_line_is_left_out(
+    run: Any, svc: FakeService, tmp_path: Path
+) -> None:
+    path = tmp_path / "in.jsonl"
+    path.write_bytes(b'\xef\xbb\xbf"first"\n"second"\n')
+    result = run(str(path), *QUESTION)
+    assert result.code == 0, result.out
+    assert [row["answers"] for row in map(json.loads, result.out.splitlines())] == [
+        answer("first"),
+        answer("second"),
+    ]
+
+
+def test_a_bad_state_error_names_its_line_in_its_text_too() -> None:
+    questions = [qa.NamedQuestion("toxic", qa.YesNo(YES_NO["true"], YES_NO["false"]))]
+    key, error = _jsonl.parse_line(3, json.dumps({"id": "k", "state": ""}), questions)
+    assert key == "k"
+    assert isinstance(error, qa.ValidationError)
+    assert error.message.startswith("line 3: state ")
+    assert str(error) == error.message  # as a log or a traceback shows it
 
 
 def test_stdin_input_and_http_errors_per_line(run: Any, svc: FakeService) -> None:
@@ -316,6 +339,26 @@ def test_resume_by_id_holds_when_the_input_is_reordered(run: Any, svc: FakeServi
     assert result.code == 0, result.err
     assert [r.json()["state"] for r in svc.requests[svc_before:]] == ["a new state"]
     assert read_rows(out)[-1] == {"line": 11, "id": "new", "answers": answer("a new state")}
+
+
+def test_a_bad_line_past_what_a_resumed_output_holds_is_written(
+    run: Any, svc: FakeService, tmp_path: Path
+) -> None:
+    # The output of a run stopped after line 5: its line table has room past line 5 (grown by
+    # doubling), which must not read as lines already written.
+    lines = [json.dumps(s) for s in STATES[:5]] + ["{not json", json.dumps(STATES[6])]
+    path, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    path.write_text("".join(line + "\n" for line in lines))
+    out.write_text(
+        "".join(json.dumps({"line": n, "answers": answer(STATES[n - 1])}) + "\n" for n in range(1, 6))
+    )
+    result = run(str(path), "-o", str(out), "--resume", *QUESTION)
+    assert result.code == 3, result.err
+    rows = read_rows(out)
+    assert [row["line"] for row in rows] == [1, 2, 3, 4, 5, 6, 7]
+    assert "line 6 is not JSON" in rows[5]["error"]["message"]
+    assert rows[6] == {"line": 7, "answers": answer(STATES[6])}
+    assert sorted(asked(svc)) == [STATES[6]]
 
 
 @pytest.mark.parametrize(
@@ -573,6 +616,7 @@ def test_key_table_keeps_every_key_and_its_flags_across_growth() -> None:
     for key in keys:
         assert table.mark(key, _jsonl.SEEN) == 0
     assert len(table) == len(keys)
+    assert len(table._flags) == len(table._keys) == 8192  # a flag byte per slot, no more
     assert all(table.mark(key, _jsonl.DONE) == _jsonl.SEEN for key in keys)
     assert all(table.mark(key, 0) == _jsonl.SEEN | _jsonl.DONE for key in keys)
     assert _jsonl.id_hash("5") != _jsonl.id_hash(5)
@@ -587,7 +631,9 @@ def test_key_table_sized_for_the_keys_expected_never_grows(expected: int, size: 
     assert len(table._keys) == size
 
 
-def test_input_estimates_its_line_count_from_size_and_first_lines(tmp_path: Path) -> None:
+def test_input_estimates_its_line_count_from_size_and_first_lines(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     path = write_input(tmp_path / "in.jsonl", [f"state {i:04}" for i in range(5000)])
     source = _jsonl.InputLines(str(path))
     try:
@@ -598,6 +644,95 @@ def test_input_estimates_its_line_count_from_size_and_first_lines(tmp_path: Path
     empty = _jsonl.InputLines(str(write_input(tmp_path / "empty.jsonl", [])))
     assert empty.estimate() == 0
     empty.close()
+    with open(path, "rb", buffering=0) as unbuffered:  # a stdin that cannot peek: unknown
+        monkeypatch.setattr(sys, "stdin", _Piped(unbuffered))
+        source = _jsonl.InputLines("-")
+        assert source.size == path.stat().st_size
+        assert source.estimate() == 0
+
+
+class _Piped:
+    """A stdin whose bytes come from a pipe (as ``python -m qa_min batch < pipe`` reads them)."""
+
+    def __init__(self, buffer: Any) -> None:
+        self.buffer = buffer
+
+
+def piped_input(monkeypatch: pytest.MonkeyPatch, data: bytes) -> _jsonl.InputLines:
+    """``InputLines`` reading stdin from a pipe that holds ``data``, its writer closed."""
+    r, w = os.pipe()
+    os.write(w, data)
+    os.close(w)
+    buffer = os.fdopen(r, "rb")
+    monkeypatch.setattr(sys, "stdin", _Piped(buffer))
+    source = _jsonl.InputLines(None)
+    assert source.size is None
+    return source
+
+
+class _Poll:
+    """Stands for the pipe's poll: ``quiet`` timeouts with nothing to read, then readable."""
+
+    def __init__(self, quiet: int) -> None:
+        self.quiet = quiet
+
+    def poll(self, timeout: int) -> list[tuple[int, int]]:
+        self.quiet -= 1
+        return [] if self.quiet >= 0 else [(0, 1)]
+
+
+def test_a_pipe_is_read_line_by_line_an_empty_line_and_an_unended_last_line_included(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    source = piped_input(monkeypatch, b'\n"a"\n\n"b"')
+    try:
+        assert [source.read() for _ in range(4)] == [(1, "\n"), (2, '"a"\n'), (3, "\n"), (4, '"b"')]
+        assert source.read() is None
+        assert source.eof  # the end, not a stop: the count is exact
+        assert source.total() == (4, True)
+    finally:
+        buffer = sys.stdin.buffer
+        source.close()
+        buffer.close()
+
+
+def test_a_pipe_read_waits_out_a_quiet_poll_and_ends_once_stopped(monkeypatch: pytest.MonkeyPatch) -> None:
+    source = piped_input(monkeypatch, b'"a"\n')
+    try:
+        monkeypatch.setattr(source, "_poll", _Poll(quiet=2))  # the writer is slow: 100 ms of nothing
+        assert source.read() == (1, '"a"\n')
+        monkeypatch.setattr(source, "_poll", _Poll(quiet=10**9))  # the writer never writes again
+        source.stop()
+        assert source.read() is None
+        assert not source.eof  # stopped: the input did not end
+    finally:
+        buffer = sys.stdin.buffer
+        source.close()
+        buffer.close()
+
+
+def test_input_total_is_estimated_from_the_bytes_read_then_exact_at_the_end(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = write_input(tmp_path / "in.jsonl", ["s1", "s2", "s3", "s4"])  # 4 lines of 5 bytes
+    source = _jsonl.InputLines(str(path))
+    try:
+        assert source.total() is None  # nothing read yet
+        source.read()
+        assert source.total() == (4, False)
+        for _ in range(3):
+            source.read()
+        assert source.total() == (4, False)  # the end not seen yet
+        assert source.read() is None
+        assert source.total() == (4, True)
+    finally:
+        source.close()
+    monkeypatch.setattr(sys, "stdin", io.StringIO('"s1"\n"s2"\n'))
+    unsized = _jsonl.InputLines("-")
+    assert unsized.read() == (1, '"s1"\n')
+    assert unsized.total() is None  # no size to estimate from
+    assert [unsized.read(), unsized.read()] == [(2, '"s2"\n'), None]
+    assert unsized.total() == (2, True)
 
 
 # -- the command line -----------------------------------------------------------------------------
