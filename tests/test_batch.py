@@ -11,16 +11,19 @@ import re
 import signal
 import sys
 import threading
+from concurrent.futures import Future
 from pathlib import Path
-from typing import Any
+from types import SimpleNamespace
+from typing import Any, cast
 
 import pytest
 from batchsupport import QUESTION, YES_NO, Result, answer, asked, clean_env, read_rows, run_main, write_input
 from support import wait_until
 
 import qa_min as qa
-from qa_min._cli import _jsonl, _parser
+from qa_min._cli import _batch, _jsonl, _parser, _progress
 from qa_min._cli._batch import WINDOW
+from qa_min._cli._output import Output
 from qa_min.testing import FakeService, delay, hang, reply
 
 STATES = [f"state number {i}" for i in range(10)]
@@ -219,6 +222,14 @@ def test_calls_in_flight_never_exceed_concurrency_and_reading_waits_for_them(
             return line
 
     monkeypatch.setattr(sys, "stdin", Input())
+    submitted: list[object] = []
+    submit = qa.Client.submit
+
+    def counted(client: qa.Client, *args: Any, **kwargs: Any) -> Any:
+        submitted.append(args)
+        return submit(client, *args, **kwargs)
+
+    monkeypatch.setattr(qa.Client, "submit", counted)
     svc.script(hang(), hang())
     codes: list[int] = []
     argv = ["--base-url", svc.url, "--retries", "0", "batch", "--concurrency", "2", "-q", *QUESTION]
@@ -229,8 +240,12 @@ def test_calls_in_flight_never_exceed_concurrency_and_reading_waits_for_them(
         # Both calls are stuck: a third request would break the bound, and reading stops
         # once the window of lines read but not written is full.
         assert not svc.wait_for_requests(3, timeout=0.3)
-        assert wait_until(lambda: len(read) == WINDOW * 2)
-        assert not wait_until(lambda: len(read) > WINDOW * 2, timeout=0.1)
+        # docs/batch.md: at most 4N lines read but not yet written.
+        assert wait_until(lambda: len(read) == 4 * 2)
+        assert not wait_until(lambda: len(read) > 4 * 2, timeout=0.1)
+        assert WINDOW == 4
+        # The lines read wait for a call to end, not in the client's queue of calls.
+        assert len(submitted) == 2
     finally:
         svc.release()
         worker.join(10)
@@ -263,6 +278,25 @@ def test_first_answer_is_written_before_the_input_ends(
         {"line": 1, "answers": answer("first")},
         {"line": 2, "answers": answer("second")},
     ]
+
+
+def test_a_stop_writes_what_ended_before_the_first_cancelled_line_and_nothing_after() -> None:
+    # The signal came as line 1's call had just ended, unwritten: it is written. Line 2's call
+    # is cancelled, so line 3's error waits with it for the resume: the file stays in order.
+    rows: list[dict[str, Any]] = []
+    progress = _progress.Progress(io.StringIO(), _progress.Tally(), lambda: None, quiet=True)
+    batch = _batch._Batch(cast(Any, None), Output(False, []), [], _jsonl.Done(), rows.append, progress, 2)
+    ended: Future[Any] = Future()
+    ended.set_result(SimpleNamespace(answers={"toxic": True}))
+    running: Future[Any] = Future()
+    lines = [_batch._Line(1, "a"), _batch._Line(2, None), _batch._Line(3, None)]
+    lines[0].call, lines[1].call = cast(Any, ended), cast(Any, running)
+    lines[2].error = qa.InvalidState("line 3 is not JSON")
+    batch.pending.extend(lines)
+    assert batch.stop() == 2
+    assert rows == [{"line": 1, "id": "a", "answers": {"toxic": True}}]
+    assert running.cancelled()
+    assert (progress.tally.done, progress.tally.answered) == (1, 1)
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
@@ -310,6 +344,55 @@ def test_an_input_that_cannot_be_read_exits_3(
     assert "error: FileError: cannot read the input: [Errno 5] Input/output error" in result.err
 
 
+def test_blank_lines_are_counted_and_leave_the_window_free(
+    run: Any, svc: FakeService, tmp_path: Path
+) -> None:
+    # More blank lines than the window holds (4 lines per call in flight): each frees its place.
+    path = tmp_path / "in.jsonl"
+    path.write_text("\n   \n\n\t\n\n" + json.dumps("after the blanks") + "\n")
+    result = run(str(path), "--concurrency", "1", *QUESTION)
+    assert result.code == 0, result.err
+    assert [json.loads(line) for line in result.out.splitlines()] == [
+        {"line": 6, "answers": answer("after the blanks")}
+    ]
+    assert re.fullmatch(r"batch: 6 lines in \d+s: 1 answered, 0 failed", result.err.splitlines()[-1])
+
+
+def test_an_unexpected_error_reading_the_input_ends_the_run(
+    capsys: pytest.CaptureFixture[str], svc: FakeService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    class Broken:
+        def readline(self) -> str:
+            raise RuntimeError("the reader broke")
+
+    monkeypatch.setattr(sys, "stdin", Broken())
+    with pytest.raises(RuntimeError, match="the reader broke"):  # raised, not waited for forever
+        run_main(capsys, "--base-url", svc.url, "batch", "-q", *QUESTION)
+    assert svc.requests == []
+
+
+def test_progress_counts_the_retries_and_the_busy_replies(
+    run: Any, svc: FakeService, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    shown: list[_progress.Progress] = []
+
+    class Kept(_progress.Progress):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            shown.append(self)
+
+    monkeypatch.setattr(_batch, "Progress", Kept)
+    soon = [("retry-after-ms", "1")]
+    # Line 1: two busy replies, then its answer; line 2: a 503, then its answer.
+    svc.script(
+        reply(429, {}, headers=soon), reply(529, {}, headers=soon), delay(0), reply(503, {}, headers=soon)
+    )
+    path = write_input(tmp_path / "in.jsonl", STATES[:3])
+    result = run(str(path), "--concurrency", "1", "--max-rate", "1000", *QUESTION)
+    assert result.code == 0, result.err
+    assert " | 0 failed | 3 retries | 2 busy replies | " in shown[0].line()
+
+
 # -- resume ---------------------------------------------------------------------------------------
 
 
@@ -324,7 +407,8 @@ def test_resume_by_line_skips_answered_lines_and_appends_the_rest_in_order(
     assert result.code == 0, result.err
     assert read_rows(out) == [{"line": n, "answers": answer(s)} for n, s in enumerate(STATES, 1)]
     assert sorted(asked(svc)) == sorted(STATES[3:])
-    assert "0 failed, 3 done before" in result.err
+    summary = result.err.splitlines()[-1]
+    assert re.fullmatch(r"batch: 10 lines in \d+s: 7 answered, 0 failed, 3 done before", summary)
 
 
 def test_resume_by_id_holds_when_the_input_is_reordered(run: Any, svc: FakeService, tmp_path: Path) -> None:
@@ -438,9 +522,9 @@ ANSWERED = '{"line": 1, "answers": {"toxic": true}}\n'  # line 1 of a run asking
         (["-o", "OUT", "--resume"], '{"line": 1, "id": [1], "answers": {}}\n', 3, "not a line batch"),
         (["-o", "OUT", "--resume"], '{"line": 1, "id": true, "error": {}}\n', 3, "not a line batch"),
         (["-o", "OUT", "--resume"], '{"line": true, "answers": {}}\n', 3, "not a line batch"),
-        (["--failures", "DIR"], None, 3, "cannot write"),
-        (["-o", "OUT", "--failures", "DIR"], None, 3, "cannot write"),
-        (["-o", "DIR"], None, 3, "cannot write"),
+        (["--failures", "DIR"], None, 3, "cannot write 'DIR': Is a directory"),
+        (["-o", "OUT", "--failures", "DIR"], None, 3, "cannot write 'DIR': Is a directory"),
+        (["-o", "DIR"], None, 3, "cannot write 'DIR': Is a directory"),
         (["--skip-failed"], None, 2, SKIP_FAILED_ALONE),
         (["-o", "OUT", "--skip-failed"], None, 2, SKIP_FAILED_ALONE),
     ],
@@ -465,7 +549,7 @@ def test_output_files_that_cannot_be_used_are_refused_before_any_call(
     argv = [str(out) if a == "OUT" else str(tmp_path) if a == "DIR" else a for a in argv]
     result = run(str(inp), *argv, *QUESTION)
     assert result.code == code
-    assert message in result.err
+    assert message.replace("DIR", str(tmp_path)) in result.err
     assert svc.requests == []
     if content is not None:
         assert out.read_text() == content
@@ -498,6 +582,21 @@ def test_a_dash_for_the_output_or_the_failures_is_stdout_never_a_file_named_dash
     assert result.out == ""
     assert len(svc.requests) == sent
     assert not (tmp_path / "-").exists()
+
+
+def test_a_closed_stdout_is_refused_only_when_something_would_go_to_it(
+    run: Any, svc: FakeService, tmp_path: Path, inp: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    out = tmp_path / "out.jsonl"
+    with monkeypatch.context() as patch:
+        patch.setattr(sys, "stdout", None)  # started with `>&-`
+        result = run(str(inp), "-o", str(out), *QUESTION)
+        refused = run(str(inp), "-o", str(tmp_path / "other.jsonl"), "--failures", "-", *QUESTION)
+    assert result.code == 0, result.err
+    assert [row["line"] for row in read_rows(out)] == list(range(1, 11))
+    assert refused.code == 3
+    assert "cannot write the failed lines: stdout is closed; pass --failures FILE" in refused.err
+    assert len(svc.requests) == 10
 
 
 def test_missing_input_exits_3(run: Any, tmp_path: Path) -> None:
@@ -549,7 +648,7 @@ def test_a_duplicate_id_is_reported_once_and_a_resume_appends_nothing(
     path, out = duplicate_input(tmp_path), tmp_path / "out.jsonl"
     first = run(str(path), "-o", str(out), *QUESTION)
     assert first.code == 3
-    assert "duplicate ids, not asked: line 7 (id 'a1')" in first.err
+    assert "duplicate ids, not asked: line 7 (id 'a1'); see the output" in first.err  # one: no "and 0 more"
     rows = read_rows(out)
     assert len(rows) == 7
     assert rows[6] == {"line": 7, "error": rows[6]["error"]}  # no "id": it is not a1's answer
