@@ -117,6 +117,12 @@ def test_every_limit_itself_is_accepted() -> None:
     assert parse(["batch", "--max-rate", "5.6e-309", *QUESTION]).max_rate == pytest.approx(5.6e-309)
 
 
+def test_fake_defaults_are_those_its_help_names() -> None:
+    args = _parser.build_parser().parse_args(["fake"])
+    assert (args.host, args.port, args.prefix) == ("127.0.0.1", 8080, "")
+    assert (args.rate_limit, args.retry_after, args.announce, args.api_key) == (None, "seconds", "none", None)
+
+
 BAD_PATHS = [
     (["batch", "NODIR", *QUESTION], 3, "error: FileError: cannot read", "No such file"),
     (["batch", "DIR", *QUESTION], 3, "error: FileError: cannot read", "Is a directory"),
