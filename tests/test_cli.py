@@ -377,6 +377,13 @@ def test_help_documents_every_exit_code_and_the_questions_file(run: Any) -> None
     assert "\n  130 " in ask.out
 
 
+def test_help_says_batch_exits_with_the_code_of_its_first_failed_line(run: Any) -> None:
+    # docs/batch.md promises it; --help is where the exit-code table is read.
+    said = "batch exits with the code of its first failed line, after writing every line."
+    for argv in (["--help"], ["batch", "--help"]):
+        assert said in run(*argv).out
+
+
 def test_version_prints_the_library_version(run: Any) -> None:
     result = run("--version")
     assert (result.code, result.out.strip()) == (0, f"qa-min {qa.__version__}")
@@ -539,6 +546,15 @@ def test_long_error_bodies_are_shortened_in_the_diagnostics_line(run: Any, svc: 
     assert json.loads(result.out)["error"]["body"] == page  # the JSON keeps all of it
 
 
+@pytest.mark.parametrize(
+    ("length", "shown"), [(200, "x" * 200), (201, "x" * 197 + "...")], ids=["at-the-limit", "one-past"]
+)
+def test_the_diagnostics_line_shows_a_body_of_up_to_200_characters_whole(length: int, shown: str) -> None:
+    diag = qa.Diagnostics()
+    diag.status, diag.attempts, diag.body = 502, 1, "x" * length
+    assert _output.diagnostics_text(diag) == f"status=502, attempts=1, body={shown!r}"
+
+
 def test_errors_print_the_request_id_and_json_carries_it(run: Any, svc: FakeService) -> None:
     svc.script(reply(404, {"detail": "gone"}, headers=[("x-request-id", "req_cli_7")]))
     result = run("--base-url", svc.url, "--json", "models")
@@ -680,6 +696,19 @@ def test_ctrl_c_exits_130(run: Any, svc: FakeService, monkeypatch: pytest.Monkey
     result = run("--base-url", svc.url, "ask", "--yes-no", "t", "y", "n")
     assert result.code == 130
     assert result.err == "interrupted\n"
+
+
+def test_each_stdout_line_is_flushed_as_it_is_written(
+    svc: FakeService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A reader of a pipe (`qa-min fake --json | ...`, batch's streaming answers) sees every line
+    # at once, not when a block buffer fills or the process exits; a full disk fails at the write.
+    stdout = io.TextIOWrapper(io.BytesIO(), encoding="utf-8")  # block-buffered, as a pipe is
+    monkeypatch.setattr(sys, "stdout", stdout)
+    assert main(["--base-url", svc.url, "--json", "models"]) == 0
+    written = stdout.buffer.getvalue()
+    assert written.endswith(b"]\n")
+    assert MODEL in json.loads(written)
 
 
 @pytest.mark.parametrize("has_fd", [True, False], ids=["real-stdout", "stdout-without-fd"])
