@@ -68,7 +68,10 @@ def child_env() -> dict[str, str]:
     env = {
         k: v
         for k, v in os.environ.items()
-        if not k.startswith("SERVICE_") and not k.lower().endswith("_proxy")
+        if not k.startswith("SERVICE_")
+        and not k.lower().endswith("_proxy")
+        # A child writes to its pipes block-buffered, as a user's run does, wherever the suite runs.
+        and k != "PYTHONUNBUFFERED"
     }
     env["PYTHONPATH"] = str(ROOT)
     return env
