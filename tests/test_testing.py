@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import pytest
+from support import wait_until
 
 import qa_min as qa
 from qa_min._fakecheck import StepKind
@@ -735,6 +736,20 @@ def test_hang_holds_the_request_until_release(svc: FakeService, connect: Connect
     assert post(connect(svc), core_body())[0] == 200
 
 
+def test_release_wakes_a_request_already_waiting_in_its_hang(svc: FakeService, connect: Connect) -> None:
+    svc.script(hang())
+    held = connect(svc)
+    held.request("GET", "/v1/models")
+    assert svc.wait_for_requests(1)
+    # A whole exchange on another connection after it, that connection then closed and its thread
+    # gone: the held request is waiting by now, and nothing but release() itself can wake it.
+    assert get(connect(svc))[0] == 200
+    svc.close_idle_connections()
+    svc.release()
+    with pytest.raises(http.client.RemoteDisconnected):
+        held.getresponse()
+
+
 def assert_a_new_hang_holds(svc: FakeService, connect: Connect) -> None:
     """A `hang` scripted now holds the next request (its service, with no request recorded yet,
     is closed at the end)."""
@@ -1029,6 +1044,14 @@ def test_close_idle_connections_closes_kept_alive_ones(svc: FakeService, connect
     svc.release()
     with pytest.raises(http.client.RemoteDisconnected):
         busy.getresponse()
+
+
+def test_close_idle_connections_closes_one_that_never_sent_a_request(svc: FakeService) -> None:
+    # A connection opened and left silent is idle too, as a keep-alive timeout sees it.
+    with socket.create_connection(address(svc), timeout=10) as sock:
+        assert wait_until(lambda: svc.connections == 1)
+        svc.close_idle_connections()
+        assert sock.recv(1) == b""
 
 
 def test_close_idle_connections_right_after_each_response(svc: FakeService, connect: Connect) -> None:
