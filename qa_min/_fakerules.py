@@ -84,9 +84,12 @@ class Step:
         # A step built directly skipped the builders' checks: FakeService's handler thread then
         # failed on it (a dropped connection) while MockTransport delivered it as given.
         step_kind(self.kind)
-        step_status(self.status)
         step_body(self.body)
-        delay_seconds(self.seconds)
+        # Kept as the checks read them: an int or float subclass as its plain value, so that none
+        # of its overrides runs where the step is played (a float subclass's __radd__ ran in the
+        # thread serving a delay, which dropped the connection, while MockTransport served it).
+        object.__setattr__(self, "status", step_status(self.status))
+        object.__setattr__(self, "seconds", delay_seconds(self.seconds))
         object.__setattr__(self, "headers", step_headers(self.headers))
 
 

@@ -934,6 +934,36 @@ def test_a_step_built_directly_needs_a_bytes_body_and_keeps_its_headers_as_pairs
     assert hash(step) == hash(Step("reply", headers=(("x-a", "1"),)))
 
 
+def test_a_step_keeps_the_plain_value_of_a_number_subclass_so_none_of_its_overrides_runs(
+    svc: FakeService, connect: Connect
+) -> None:
+    # The step kept the caller's object: over a socket a float subclass's own __radd__ ran in the
+    # thread serving a delay (the connection dropped, with a traceback), while MockTransport
+    # served the request; an int subclass's own __eq__ ran where MockTransport read the status.
+    class Seconds(float):
+        def __radd__(self, other: object) -> float:
+            raise AssertionError("__radd__ ran")
+
+    class Status(int):
+        def __eq__(self, other: object) -> bool:
+            raise AssertionError("__eq__ ran")
+
+        __hash__ = int.__hash__
+
+    steps = [
+        delay(Seconds(0.0)),
+        Step("reply", status=Status(503), body=b"{}", headers=(("Content-Type", "application/json"),)),
+    ]
+    assert [(type(step.seconds), type(step.status)) for step in steps] == [(float, int), (float, int)]
+    svc.script(*steps)
+    conn = connect(svc)
+    assert get(conn)[0] == 200
+    assert get(conn) == (503, {})
+    transport = MockTransport(lambda request: steps[0])
+    with qa.Client(base_url="http://qa.test", transport=transport) as client:
+        assert len(client.list_models()) == len(DEFAULT_MODELS)
+
+
 def test_a_step_built_directly_at_its_limits_plays_alike_over_a_socket_and_the_mock(svc: FakeService) -> None:
     step = Step("reply", status=200, body=b'{"models": []}', headers=((f"Az09{TOKEN_PUNCTUATION}", "\xff"),))
     seen = headers_over_both(svc, step)
