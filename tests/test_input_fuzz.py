@@ -915,6 +915,10 @@ def test_testing_constructors_refuse_hostile_arguments_with_their_documented_err
         TypeError, match=r"^headers could not be read: iterating it raised Hostile\('__iter__"
     ):
         testing.reply(200, headers=hostile(Headers, "__iter__")({"X-A": "v"}))
+    with pytest.raises(
+        TypeError, match=r"^headers could not be read: iterating an item raised Hostile\('__iter__"
+    ):
+        testing.reply(200, headers=[hostile(tuple, "__iter__")(("X-A", "v"))])
     assert testing.delay(hostile(int, "__lt__")(0)).seconds == 0
     with pytest.raises(ValueError, match="retry_after must be one of"):
         FakeService(retry_after=hostile(dict, "__eq__")())

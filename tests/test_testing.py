@@ -584,7 +584,7 @@ def test_reply_refuses_a_status_that_is_not_an_int(status: Any) -> None:
         reply(status)
 
 
-@pytest.mark.parametrize("headers", ["x-a: b", [("x-a",)], [("x-a", 1)], [(b"x-a", b"b")], [None]])
+@pytest.mark.parametrize("headers", ["x-a: b", [("x-a",)], [("x-a", 1)], [(b"x-a", b"b")], [None], None, 5])
 def test_reply_refuses_headers_that_are_not_pairs_of_str(headers: Any) -> None:
     # A value that was not a str was accepted; a pair of the wrong length failed on unpacking.
     with pytest.raises(TypeError, match=r"headers must be a sequence of \(name, value\) pairs of str"):
