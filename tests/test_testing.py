@@ -1078,9 +1078,12 @@ def test_close_idle_connections_closes_kept_alive_ones(svc: FakeService, connect
 
 def test_close_idle_connections_closes_one_that_never_sent_a_request(svc: FakeService) -> None:
     # A connection opened and left silent is idle too, as a keep-alive timeout sees it.
+    before = threading.active_count()
     with socket.create_connection(address(svc), timeout=10) as sock:
         assert wait_until(lambda: svc.connections == 1)
+        assert threading.active_count() == before + 1
         svc.close_idle_connections()
+        assert threading.active_count() == before  # it returns once the connection's thread is gone
         assert sock.recv(1) == b""
 
 
