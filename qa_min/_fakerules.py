@@ -84,10 +84,10 @@ class Step:
         # A step built directly skipped the builders' checks: FakeService's handler thread then
         # failed on it (a dropped connection) while MockTransport delivered it as given.
         step_kind(self.kind)
-        step_body(self.body)
-        # Kept as the checks read them: an int or float subclass as its plain value, so that none
-        # of its overrides runs where the step is played (a float subclass's __radd__ ran in the
-        # thread serving a delay, which dropped the connection, while MockTransport served it).
+        # Kept as the checks read them: a bytes, int or float subclass as its plain value, so that
+        # none of its overrides runs where the step is played (a float subclass's __radd__ ran in
+        # the thread serving a delay, which dropped the connection, while MockTransport served it).
+        object.__setattr__(self, "body", step_body(self.body))
         object.__setattr__(self, "status", step_status(self.status))
         object.__setattr__(self, "seconds", delay_seconds(self.seconds))
         object.__setattr__(self, "headers", step_headers(self.headers))

@@ -934,7 +934,7 @@ def test_a_step_built_directly_needs_a_bytes_body_and_keeps_its_headers_as_pairs
     assert hash(step) == hash(Step("reply", headers=(("x-a", "1"),)))
 
 
-def test_a_step_keeps_the_plain_value_of_a_number_subclass_so_none_of_its_overrides_runs(
+def test_a_step_keeps_the_plain_value_of_a_bytes_or_number_subclass_so_none_of_its_overrides_runs(
     svc: FakeService, connect: Connect
 ) -> None:
     # The step kept the caller's object: over a socket a float subclass's own __radd__ ran in the
@@ -950,11 +950,17 @@ def test_a_step_keeps_the_plain_value_of_a_number_subclass_so_none_of_its_overri
 
         __hash__ = int.__hash__
 
+    class Body(bytes):
+        def __len__(self) -> int:
+            raise AssertionError("__len__ ran")
+
     steps = [
         delay(Seconds(0.0)),
-        Step("reply", status=Status(503), body=b"{}", headers=(("Content-Type", "application/json"),)),
+        Step("reply", status=Status(503), body=Body(b"{}"), headers=(("Content-Type", "application/json"),)),
     ]
     assert [(type(step.seconds), type(step.status)) for step in steps] == [(float, int), (float, int)]
+    assert type(steps[1].body) is bytes
+    assert bytes.__eq__(steps[1].body, b"{}")
     svc.script(*steps)
     conn = connect(svc)
     assert get(conn)[0] == 200
