@@ -584,6 +584,28 @@ def test_connections_are_reused_and_the_idle_pool_is_bounded() -> None:
     assert total <= 1 + 8
 
 
+def test_sockets_have_tcp_keepalive_and_nodelay_as_the_threaded_clients() -> None:
+    # docs/retries.md: probes after 30 s idle, 3 of them 10 s apart; requests go out unbuffered.
+    async def main() -> dict[str, int]:
+        server, _, url = await serve()
+        async with qa.AsyncClient(base_url=url, trust_env=False) as client:
+            await client.ask("one", Review)
+            sock = idle_socket(client)
+            probes = ("TCP_KEEPIDLE", "TCP_KEEPINTVL", "TCP_KEEPCNT")
+            names = [name for name in probes if hasattr(socket, name)]
+            seen = {name: sock.getsockopt(socket.IPPROTO_TCP, getattr(socket, name)) for name in names}
+            seen["SO_KEEPALIVE"] = sock.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE)
+            seen["TCP_NODELAY"] = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
+        server.close()
+        return seen
+
+    seen = run(main())
+    assert seen.pop("SO_KEEPALIVE") != 0
+    assert seen.pop("TCP_NODELAY") != 0
+    expected = {"TCP_KEEPIDLE": 30, "TCP_KEEPINTVL": 10, "TCP_KEEPCNT": 3}
+    assert seen == {name: value for name, value in expected.items() if hasattr(socket, name)}
+
+
 def test_pickles_as_its_configuration() -> None:
     client = qa.AsyncClient(
         base_url="http://h:1/p", api_key="sk-abcdefgh12345678", model="judge-2.1", timeout=5

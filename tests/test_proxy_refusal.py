@@ -100,6 +100,26 @@ def call(
     return None, diag
 
 
+def call_async(
+    base_url: str, proxy: str, state: str = "some text"
+) -> tuple[Optional[qa.QAError], qa.Diagnostics, tuple[int, int]]:
+    """``call`` on an ``AsyncClient``; also its pool's (idle, busy) connections once the call ended."""
+    diag = qa.Diagnostics()
+
+    async def main() -> tuple[Optional[qa.QAError], tuple[int, int]]:
+        options: dict[str, Any] = {"base_url": base_url, "proxy": proxy, "trust_env": False}
+        async with qa.AsyncClient(sleep=nap, **options) as client:
+            pool = client._transport.pool  # type: ignore[union-attr]
+            try:
+                await client.ask(state, Toxic, diagnostics=diag)
+            except qa.QAError as exc:
+                return exc, (pool.idle_count(), pool.busy_count())
+            return None, (pool.idle_count(), pool.busy_count())
+
+    error, counts = asyncio.run(main())
+    return error, diag, counts
+
+
 def assert_no_password(error: BaseException, diag: qa.Diagnostics) -> None:
     texts = [str(error), repr(error), repr(diag), str(diag.body), *map(str, error.args)]
     for text in texts:
@@ -330,12 +350,16 @@ def test_407_on_a_plain_http_request_is_proxy_error_not_unauthorized(method: str
         "no-credentials",
     ],
 )
+@pytest.mark.parametrize("kind", ["sync", "async"])
 def test_plain_http_401_is_the_proxy_s_only_when_it_says_so(
-    headers: list[str], credentials: bool, expected: type[qa.QAError]
+    headers: list[str], credentials: bool, expected: type[qa.QAError], kind: str
 ) -> None:
     answer = response("401 Unauthorized", headers, b'{"detail": "no"}')
     with refusing(answer) as proxy:
-        error, diag = call(HTTP_ORIGIN, proxy.url(credentials))
+        if kind == "sync":
+            error, diag = call(HTTP_ORIGIN, proxy.url(credentials))
+        else:
+            error, diag, _ = call_async(HTTP_ORIGIN, proxy.url(credentials))
     assert type(error) is expected
     assert diag.status == 401
     assert diag.attempts == 1
@@ -359,15 +383,35 @@ def test_a_401_or_407_through_a_plain_http_proxy_is_never_pooled(status: str, he
         assert client._transport.pool.idle_count() == 0
 
 
+@pytest.mark.parametrize(
+    "headers",
+    [['Proxy-Authenticate: Basic realm="corp"'], ["WWW-Authenticate: Bearer", "Via: 1.1 corp-proxy"]],
+    ids=["the-proxy-s", "forwarded"],
+)
+@pytest.mark.parametrize("status", ["401 Unauthorized", "407 Proxy Authentication Required"])
+def test_the_async_client_never_pools_nor_keeps_busy_a_401_or_407_s_connection(
+    status: str, headers: list[str]
+) -> None:
+    # As the threaded client; a refusal raised as ProxyError still closes its connection.
+    with refusing(response(status, headers, b'{"detail": "no"}')) as proxy:
+        error, _, (idle, busy) = call_async(HTTP_ORIGIN, proxy.url())
+    assert isinstance(error, qa.QAError)
+    assert (idle, busy) == (0, 0)
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
 @pytest.mark.parametrize("status", ["400 Bad Request", "402 Payment Required"])
-def test_a_400_or_402_through_a_plain_http_proxy_is_pooled(status: str) -> None:
-    with (
-        refusing(response(status, ["Via: 1.1 corp-proxy"], b'{"detail": "no"}')) as proxy,
-        qa.Client(base_url=HTTP_ORIGIN, proxy=proxy.url(), trust_env=False, sleep=no_sleep) as client,
-    ):
-        with pytest.raises(qa.APIStatusError):
-            client.ask("some text", Toxic)
-        assert client._transport.pool.idle_count() == 1
+def test_a_400_or_402_through_a_plain_http_proxy_is_pooled(status: str, kind: str) -> None:
+    with refusing(response(status, ["Via: 1.1 corp-proxy"], b'{"detail": "no"}')) as proxy:
+        if kind == "async":
+            error, _, (idle, busy) = call_async(HTTP_ORIGIN, proxy.url())
+            assert isinstance(error, qa.APIStatusError)
+            assert (idle, busy) == (1, 0)
+            return
+        with qa.Client(base_url=HTTP_ORIGIN, proxy=proxy.url(), trust_env=False, sleep=no_sleep) as client:
+            with pytest.raises(qa.APIStatusError):
+                client.ask("some text", Toxic)
+            assert client._transport.pool.idle_count() == 1
 
 
 @pytest.mark.parametrize("size", [10, 1_048_576], ids=["10B", "1MB"])
