@@ -7,12 +7,14 @@ connection may have been read by the server, and then the server counted two.
 
 from __future__ import annotations
 
+import socket
+import threading
 from typing import Any, Callable
 
 import pytest
-from faultservers import RawServer, close_unanswered
+from faultservers import OK_RESPONSE, RawServer, close_unanswered, read_request
 from rawhttp import ask
-from support import SleepRecorder, make_recording_client
+from support import BOUND, SleepRecorder, make_recording_client
 
 import qa_min as qa
 from qa_min.testing import FakeService, drop, reply, reset
@@ -79,6 +81,45 @@ def test_raw_server_closing_a_reused_connection_after_reading_counts_both_reques
         assert call_attempts(client) == (True, 2)
         assert server.connections == 2
     assert len(counted) == 3
+
+
+def test_the_resend_goes_on_a_fresh_connection_not_on_another_pooled_one() -> None:
+    # Two connections kept alive (two calls answered together); the server closes either unanswered
+    # at its second request. The resend after the first of them failed opens a new connection
+    # (docs/retries.md: "once on a fresh connection"), leaving the other idle one alone.
+    both = threading.Barrier(2)
+    opened: list[int] = []
+    served: list[int] = []
+    lock = threading.Lock()
+
+    def handler(conn: socket.socket, stop: threading.Event) -> None:
+        with lock:
+            index = len(opened)
+            opened.append(index)
+        if not read_request(conn):
+            return
+        served.append(index)
+        if index < 2:
+            both.wait(BOUND)  # the first two connections answer together: both end up pooled
+        conn.sendall(OK_RESPONSE)
+        if read_request(conn):
+            served.append(index)  # a second request on one connection: closed unanswered
+
+    with RawServer(handler) as server, make_recording_client(server.url) as client:
+        callers = [threading.Thread(target=ask, args=(client,)) for _ in range(2)]
+        for caller in callers:
+            caller.start()
+        for caller in callers:
+            caller.join(BOUND)
+        assert client._transport.pool.idle_count() == 2
+        _, error, diag = ask(client)
+        idle = client._transport.pool.idle_count()
+    assert error is None
+    assert diag.attempts == 2
+    assert len(opened) == 3  # the resend's own
+    assert served[2] in (0, 1)  # a pooled one read the request, unanswered
+    assert served[3:] == [2]  # the new one read it again and answered
+    assert idle == 2  # the new one, and the pooled one the resend left alone
 
 
 def test_one_count_for_diagnostics_history_and_hooks_over_a_resend() -> None:

@@ -466,6 +466,49 @@ def test_a_rate_limit_snapshot_survives_pickle_and_copy() -> None:
         )
 
 
+def test_a_wait_held_for_an_answer_ends_when_the_answer_comes() -> None:
+    # The pacer holds a throttled call's last attempt until every attempt out has answered (a
+    # last chance goes alone): the threaded shell's sleep is armed for the limiter to wake, as the
+    # asyncio shell's future is (test_async_limiter.py), not left to its cap of seconds.
+    from qa_min._pacer import Priority
+
+    token = qa.CancelToken()
+    with qa.Client(base_url="http://qa.test", transport=MockTransport(lambda request: None)) as client:
+        sender = client._sender
+        limiter = sender.limiter
+        assert limiter is not None
+
+        def acquire(wait: Optional[float], priority: Priority) -> float:
+            call = CallState(token, None)
+
+            def nap(seconds: float, held: float, waiter: Any = None) -> None:
+                sender._nap(seconds, call, held, waiter)
+
+            return limiter.acquire(wait, priority, nap)
+
+        first = acquire(None, Priority.NEW)
+        limiter.report(first, 429, 0.005)  # a short pause
+        second = acquire(None, Priority.NEW)  # out, not answered
+        tickets: list[float] = []
+        last = threading.Thread(target=lambda: tickets.append(acquire(0.005, Priority.LAST)))
+        last.start()
+        try:
+            armed = wait_until(lambda: any(w.wake is not None for w in limiter.pacer.waiters), PROMPT)
+            held = last.is_alive()  # asleep, its wake armed: the second attempt has not answered
+            started = time.monotonic()
+            limiter.report(second, 200, None)  # the answer wakes it
+            last.join(PROMPT)
+            took = time.monotonic() - started
+        finally:
+            token.cancel()  # ends a wait nothing woke
+            last.join(BOUND)
+    assert armed
+    assert held
+    assert took < PROMPT
+    assert len(tickets) == 1
+    assert tickets[0] >= second
+
+
 def test_a_wait_in_several_naps_is_summed_in_the_attempts_record() -> None:
     # An announced pace lets a waiting call sleep at most LOOK (50 ms) before it looks again:
     # its wait of about 0.4 s is many naps. The attempt's record said only the last one.
