@@ -189,6 +189,31 @@ def test_an_attempt_record_is_read_only_and_survives_pickle() -> None:
     assert pickle.loads(pickle.dumps(headers)) == headers
 
 
+def test_response_headers_read_as_a_read_only_mapping() -> None:
+    headers = qa.ResponseHeaders([("X-Multi", "a"), ("Content-Type", "text/plain"), ("x-multi", "b")])
+    assert headers.get("absent", "fallback") == "fallback"
+    assert headers.get("X-MULTI") == "a"  # the first value
+    assert headers.get_all("x-multi") == ["a", "b"]  # every value, in order
+    assert headers.keys() == ["X-Multi", "Content-Type", "x-multi"] == list(headers)
+    assert len(headers) == 3
+    assert 1 not in headers  # a name is a str: anything else is absent, no error
+    assert headers == qa.ResponseHeaders(headers.items())
+    assert headers != qa.ResponseHeaders([("X-Multi", "a")])
+    assert headers != headers.items()  # a tuple of the same pairs is no ResponseHeaders
+    with pytest.raises(TypeError):
+        hash(headers)  # equal by content, which a dict key or a set member must not change
+
+
+@pytest.mark.parametrize(("length", "shown"), [(80, 80), (81, 77)])
+def test_diagnostics_repr_shows_a_body_of_80_characters_whole_and_cuts_a_longer_one(
+    length: int, shown: int
+) -> None:
+    diag = qa.Diagnostics()
+    diag.body = "b" * length
+    cut = "..." if length > 80 else ""
+    assert f"body={'b' * shown + cut!r}" in repr(diag)
+
+
 def test_every_result_carries_its_diagnostics(svc: InProcessService) -> None:
     svc.script(
         reply(200, {"answers": {"toxic": True}}, headers=[("request-id", "a")]),
