@@ -189,6 +189,13 @@ def test_an_attempt_record_is_read_only_and_survives_pickle() -> None:
     assert pickle.loads(pickle.dumps(headers)) == headers
 
 
+def test_a_hook_event_s_repr_names_the_outcome_only_after_the_attempt() -> None:
+    before = qa.HookEvent("before_attempt", "POST", "http://h/v1/core", 1, b"{}")
+    after = qa.HookEvent("after_attempt", "POST", "http://h/v1/core", 1, b"{}", 200, None, 0.5)
+    assert repr(before) == "HookEvent(before_attempt #1 POST http://h/v1/core)"
+    assert repr(after) == "HookEvent(after_attempt #1 POST http://h/v1/core, status=200, error=None)"
+
+
 def test_response_headers_read_as_a_read_only_mapping() -> None:
     headers = qa.ResponseHeaders([("X-Multi", "a"), ("Content-Type", "text/plain"), ("x-multi", "b")])
     assert headers.get("absent", "fallback") == "fallback"
@@ -317,6 +324,7 @@ def test_a_raising_hook_is_logged_and_ignored(
     [
         ({"before": [print]}, "unknown stage 'before'"),
         ({"after_attempt": print}, "must be a list of functions"),
+        ({"after_attempt": 5}, "must be a list of functions, got 5"),  # neither a function nor a list
         ({"after_attempt": [1]}, "not a function"),
         ([print], "must be a mapping"),
     ],
