@@ -196,6 +196,27 @@ def test_a_hook_event_s_repr_names_the_outcome_only_after_the_attempt() -> None:
     assert repr(after) == "HookEvent(after_attempt #1 POST http://h/v1/core, status=200, error=None)"
 
 
+def test_attempt_records_equal_only_field_for_field_and_show_milliseconds() -> None:
+    record = qa.Attempt(2, 429, "RateLimited", 0.5, 1.0, 0.25, "req")
+    assert record == qa.Attempt(2, 429, "RateLimited", 0.5, 1.0, 0.25, "req")
+    assert record != qa.Attempt(3, 429, "RateLimited", 0.5, 1.0, 0.25, "req")
+    assert record != (2, 429, "RateLimited", 0.5, 1.0, 0.25, "req")
+    assert "#2: 429 RateLimited, 500.0 ms, delay=1.000, rate_limit_wait=0.250" in repr(record)
+
+
+def test_a_stand_in_for_an_exception_that_cannot_travel_travels_itself() -> None:
+    from qa_min._diagnostics import _StandIn
+
+    stand_in = _StandIn("SSLError", "[SSL] certificate verify failed")
+    for protocol in range(pickle.HIGHEST_PROTOCOL + 1):
+        copied = pickle.loads(pickle.dumps(stand_in, protocol))
+        assert (type(copied), repr(copied), str(copied)) == (
+            _StandIn,
+            "SSLError('[SSL] certificate verify failed')",
+            "[SSL] certificate verify failed",
+        )
+
+
 def test_response_headers_read_as_a_read_only_mapping() -> None:
     headers = qa.ResponseHeaders([("X-Multi", "a"), ("Content-Type", "text/plain"), ("x-multi", "b")])
     assert headers.get("absent", "fallback") == "fallback"
