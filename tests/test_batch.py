@@ -518,6 +518,7 @@ ANSWERED = '{"line": 1, "answers": {"toxic": true}}\n'  # line 1 of a run asking
         (["-o", "OUT"], '{"line": 1, "answers": {}}\n', 2, "pass --resume to continue it"),
         (["--resume"], None, 2, "--resume needs --output FILE"),
         (["-o", "OUT", "--resume"], f'{ANSWERED}{{"note": 1}}\n', 3, "line 2 is not a line"),
+        (["-o", "OUT", "--resume"], f"{ANSWERED}a log line\n", 3, "line 2 is not a line batch wrote"),
         (["-o", "OUT", "--resume"], '{"line": 0, "answers": {}}\n', 3, "line 1 is not a line batch"),
         (["-o", "OUT", "--resume"], '{"line": 1, "id": [1], "answers": {}}\n', 3, "not a line batch"),
         (["-o", "OUT", "--resume"], '{"line": 1, "id": true, "error": {}}\n', 3, "not a line batch"),
@@ -528,8 +529,8 @@ ANSWERED = '{"line": 1, "answers": {"toxic": true}}\n'  # line 1 of a run asking
         (["--skip-failed"], None, 2, SKIP_FAILED_ALONE),
         (["-o", "OUT", "--skip-failed"], None, 2, SKIP_FAILED_ALONE),
     ],
-    ids=["exists-without-resume", "resume-without-output", "foreign-line", "line-zero", "id-a-list",
-         "id-a-bool", "line-a-bool", "failures-unwritable",
+    ids=["exists-without-resume", "resume-without-output", "foreign-line", "not-json", "line-zero",
+         "id-a-list", "id-a-bool", "line-a-bool", "failures-unwritable",
          "failures-unwritable-with-output", "output-unwritable", "skip-failed-without-resume",
          "skip-failed-with-output-without-resume"],
 )  # fmt: skip
@@ -603,6 +604,8 @@ def test_missing_input_exits_3(run: Any, tmp_path: Path) -> None:
     result = run(str(tmp_path / "missing.jsonl"), *QUESTION)
     assert result.code == 3
     assert result.err.startswith("error: FileError: cannot read ")
+    # The reason in words, as the other file errors give it ("cannot write 'DIR': Is a directory").
+    assert f"cannot read {str(tmp_path / 'missing.jsonl')!r}: No such file or directory\n" in result.err
 
 
 # -- ids ------------------------------------------------------------------------------------------
@@ -721,6 +724,25 @@ def test_key_table_keeps_every_key_and_its_flags_across_growth() -> None:
     assert _jsonl.id_hash("5") != _jsonl.id_hash(5)
 
 
+def test_key_table_grows_once_more_than_70_percent_of_its_slots_hold_keys() -> None:
+    table = _jsonl.KeyTable()
+    for i in range(716):  # 70% of 1024 is 716.8
+        table.mark(_jsonl.id_hash(i), _jsonl.SEEN)
+    assert (len(table), len(table._keys)) == (716, 1024)
+    table.mark(_jsonl.id_hash(716), _jsonl.SEEN)
+    assert (len(table), len(table._keys)) == (717, 2048)
+
+
+def test_key_table_probes_every_slot_for_keys_that_share_their_low_bits() -> None:
+    # Keys that all start on even slots, more of them than the table has even slots (512 of
+    # 1024): the ones that follow take the odd slots, each found again.
+    table = _jsonl.KeyTable()
+    keys = [2 * i for i in range(1, 701)]
+    assert all(table.mark(key, _jsonl.SEEN) == 0 for key in keys)
+    assert all(table.mark(key, _jsonl.DONE) == _jsonl.SEEN for key in keys)
+    assert (len(table), len(table._keys)) == (700, 1024)
+
+
 @pytest.mark.parametrize(("expected", "size"), [(0, 1024), (716, 1024), (717, 2048), (3000, 8192)])
 def test_key_table_sized_for_the_keys_expected_never_grows(expected: int, size: int) -> None:
     table = _jsonl.KeyTable(expected)
@@ -791,6 +813,40 @@ def test_a_pipe_is_read_line_by_line_an_empty_line_and_an_unended_last_line_incl
         assert source.total() == (4, True)
     finally:
         buffer = sys.stdin.buffer
+        source.close()
+        buffer.close()
+
+
+class _Feeder:
+    """Stands for the pipe's poll: before each poll, the writer writes its next chunk (closes the
+    pipe after the last), so that the reader sees the input arrive in those pieces."""
+
+    def __init__(self, w: int, chunks: list[bytes]) -> None:
+        self.w, self.chunks = w, chunks
+
+    def poll(self, timeout: int) -> list[tuple[int, int]]:
+        if self.chunks:
+            os.write(self.w, self.chunks.pop(0))
+        elif self.w >= 0:
+            os.close(self.w)
+            self.w = -1
+        return [(0, 1)]
+
+
+def test_a_pipe_line_that_arrives_in_pieces_is_read_whole(monkeypatch: pytest.MonkeyPatch) -> None:
+    r, w = os.pipe()
+    buffer = os.fdopen(r, "rb")
+    monkeypatch.setattr(sys, "stdin", _Piped(buffer))
+    source = _jsonl.InputLines(None)
+    feeder = _Feeder(w, [b'"fir', b'st"', b'\n"sec', b'ond"\n"third"'])
+    try:
+        monkeypatch.setattr(source, "_poll", feeder)
+        assert [source.read() for _ in range(3)] == [(1, '"first"\n'), (2, '"second"\n'), (3, '"third"')]
+        assert source.read() is None
+        assert source.eof
+    finally:
+        if feeder.w >= 0:
+            os.close(feeder.w)
         source.close()
         buffer.close()
 
