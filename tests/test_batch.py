@@ -299,6 +299,23 @@ def test_a_stop_writes_what_ended_before_the_first_cancelled_line_and_nothing_af
     assert (progress.tally.done, progress.tally.answered) == (1, 1)
 
 
+def test_a_stop_ends_the_reader_waiting_for_room_without_reading_another_line(tmp_path: Path) -> None:
+    # docs/batch.md: on a signal "reading stops". The reader waits for room in the window; the
+    # room the stop frees to wake it must not be taken for reading on.
+    rows: list[dict[str, Any]] = []
+    progress = _progress.Progress(io.StringIO(), _progress.Tally(), lambda: None, quiet=True)
+    batch = _batch._Batch(cast(Any, None), Output(False, []), [], _jsonl.Done(), rows.append, progress, 1)
+    batch.room = threading.Semaphore(0)  # the window is full
+    batch.signal = signal.SIGINT
+    source = _jsonl.InputLines(str(write_input(tmp_path / "in.jsonl", STATES * 3)))
+    try:
+        batch.run(source)
+        assert (source.lines, rows) == (0, [])
+        assert not any(t.name == "qa_min-batch-input" and t.is_alive() for t in threading.enumerate())
+    finally:
+        source.close()
+
+
 @pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
 def test_ctrl_c_writing_to_stdout_exits_130_and_says_how_to_make_a_run_resumable(
     capsys: pytest.CaptureFixture[str], svc: FakeService, inp: Path
@@ -393,6 +410,23 @@ def test_progress_counts_the_retries_and_the_busy_replies(
     assert " | 0 failed | 3 retries | 2 busy replies | " in shown[0].line()
 
 
+def test_a_line_refused_before_sending_counts_no_retry() -> None:
+    # docs/batch.md: "attempts" is 0 for a line refused before sending (its timeout expired
+    # while it waited for the rate limiter, say): no attempt, so no retry either.
+    rows: list[dict[str, Any]] = []
+    progress = _progress.Progress(io.StringIO(), _progress.Tally(), lambda: None, quiet=True)
+    batch = _batch._Batch(cast(Any, None), Output(False, []), [], _jsonl.Done(), rows.append, progress, 1)
+    refused: Future[Any] = Future()
+    refused.set_exception(qa.Canceled("the call's timeout of 0.5 s expired"))
+    line = _batch._Line(1, None)
+    line.call, line.diagnostics = cast(Any, refused), qa.Diagnostics()
+    batch.pending.append(line)
+    batch._write_ready()
+    assert [(row["error"]["type"], row["error"]["attempts"]) for row in rows] == [("Canceled", 0)]
+    tally = progress.tally
+    assert (tally.done, tally.failed, tally.retries, tally.busy) == (1, 1, 0, 0)
+
+
 # -- resume ---------------------------------------------------------------------------------------
 
 
@@ -443,6 +477,29 @@ def test_a_bad_line_past_what_a_resumed_output_holds_is_written(
     assert "line 6 is not JSON" in rows[5]["error"]["message"]
     assert rows[6] == {"line": 7, "answers": answer(STATES[6])}
     assert sorted(asked(svc)) == [STATES[6]]
+
+
+def test_a_resume_skips_more_written_input_errors_than_the_window_holds(tmp_path: Path) -> None:
+    # Each line skipped frees its place in the window (4 lines per call in flight): with more
+    # bad lines already written than that, the run still reads to the end and appends nothing.
+    bad = WINDOW + 1
+    done = _jsonl.Done()
+    for n in range(1, bad + 1):
+        done.mark_line(n, _jsonl.WRITTEN)
+    rows: list[dict[str, Any]] = []
+    progress = _progress.Progress(io.StringIO(), _progress.Tally(), lambda: None, quiet=True)
+    batch = _batch._Batch(cast(Any, None), Output(False, []), [], done, rows.append, progress, 1)
+    (tmp_path / "in.jsonl").write_text("{not json\n" * bad)
+    source = _jsonl.InputLines(str(tmp_path / "in.jsonl"))
+    runner = threading.Thread(target=batch.run, args=(source,), daemon=True)
+    try:
+        runner.start()
+        runner.join(10)
+        assert not runner.is_alive()  # not stuck waiting for room
+    finally:
+        source.close()
+    assert rows == []
+    assert (progress.tally.done, progress.tally.skipped) == (bad, bad)
 
 
 @pytest.mark.parametrize(
