@@ -819,6 +819,15 @@ def test_input_estimates_its_line_count_from_size_and_first_lines(
         assert source.read() == (1, '"state 0000"\n')  # the estimate consumed nothing
     finally:
         source.close()
+    # Short lines in the first 8 KiB (a default buffer), long ones after: the estimate reads its
+    # first 64 KiB, as its docstring says, not what a default buffer happens to hold.
+    mixed = tmp_path / "mixed.jsonl"
+    mixed.write_bytes(b"1234567\n" * 1024 + (b"x" * 1023 + b"\n") * 120)
+    source = _jsonl.InputLines(str(mixed))
+    try:
+        assert source.estimate() == (1024 + 56) * mixed.stat().st_size // (1 << 16)
+    finally:
+        source.close()
     empty = _jsonl.InputLines(str(write_input(tmp_path / "empty.jsonl", [])))
     assert empty.estimate() == 0
     empty.close()

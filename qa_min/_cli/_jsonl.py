@@ -32,6 +32,10 @@ WRITTEN = 4
 earns its error without a call (not JSON, a bad state, a duplicate id) is not written again."""
 
 
+_HEAD = 1 << 16
+"""The bytes `InputLines.estimate` reads a file's line length from."""
+
+
 class InputLines:
     """The numbered lines of a JSONL input, read one at a time, and how far reading has got."""
 
@@ -43,7 +47,9 @@ class InputLines:
             self._stream, self._owned = getattr(sys.stdin, "buffer", sys.stdin), False
         else:
             try:
-                self._stream, self._owned = open(path, "rb"), True  # noqa: SIM115 - closed by close()
+                # A buffer of _HEAD bytes, so that `estimate` sees that many: peek() shows no more
+                # than the buffer holds.
+                self._stream, self._owned = open(path, "rb", _HEAD), True  # noqa: SIM115 - closed by close()
             except OSError as exc:
                 raise FileError(f"cannot read {path!r}: {exc.strerror or exc}") from None
         self.size: Optional[int] = None
@@ -114,9 +120,9 @@ class InputLines:
             self._ended = not chunk
 
     def estimate(self) -> int:
-        """About how many lines the input holds, from its size and its first lines; 0 if unknown."""
+        """About how many lines the input holds, from its size and its first 64 KiB; 0 if unknown."""
         try:
-            head = self._stream.peek(1 << 16)[: 1 << 16] if self.size else b""
+            head = self._stream.peek(_HEAD)[:_HEAD] if self.size else b""
         except (AttributeError, OSError, ValueError):
             return 0
         lines = head.count(b"\n")
