@@ -69,9 +69,11 @@ from __future__ import annotations
 
 import _thread
 import asyncio
+import copy
 import inspect
 import logging
 import math
+import pickle
 import re
 import threading
 import time
@@ -130,6 +132,18 @@ def test_client_signature_matches_the_spec() -> None:
     assert all(p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD for p in params[:6])
     # Everything beyond the six is the "**more" part: keyword-only.
     assert all(p.kind is inspect.Parameter.KEYWORD_ONLY for p in params[6:])
+
+
+def test_the_not_given_default_reads_unset_and_stays_one_object_through_copy_and_pickle() -> None:
+    # help(qa.Client) shows it; an option is "not given" only while it `is` that one object.
+    default = inspect.signature(qa.Client).parameters["retry_budget"].default
+    assert repr(default) == "UNSET"
+    assert str(inspect.signature(qa.Client).parameters["rate_limit"]).endswith(" = UNSET")
+    assert copy.copy(default) is default
+    assert copy.deepcopy(default) is default
+    assert all(pickle.loads(pickle.dumps(default, p)) is default for p in range(pickle.HIGHEST_PROTOCOL + 1))
+    with pytest.raises(AttributeError):  # nothing can be hung on the shared object
+        default.note = "x"
 
 
 def test_client_takes_the_six_spec_options_positionally(svc: FakeService) -> None:
@@ -512,6 +526,17 @@ def test_count_options_refuse_anything_but_a_whole_number_in_range(
     with pytest.raises(qa.InvalidOption, match=_count_refusal(name, value)):
         make(base_url=listener.url, **_one(name, value))
     assert listener.connections() == 0
+
+
+@pytest.mark.parametrize("length", [58, 59], ids=["repr-60-chars", "repr-61-chars"])
+def test_a_refused_value_is_quoted_whole_to_60_characters_then_cut(listener: Listener, length: int) -> None:
+    # The message quotes the value's repr: whole up to 60 characters, else its first 57 and "...".
+    given: Any = "x" * length
+    shown = repr(given) if length == 58 else repr(given)[:57] + "..."
+    with pytest.raises(qa.InvalidOption) as caught:
+        qa.Client(base_url=listener.url, max_workers=given)
+    assert str(caught.value) == f"max_workers must be a whole number >= 1, got {shown}"
+    assert len(shown) == 60
 
 
 # Seconds are bounded by what locks and sockets accept: _thread.TIMEOUT_MAX (a whole number).

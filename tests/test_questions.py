@@ -435,6 +435,8 @@ def test_core_answers_are_read_only(client: qa.Client) -> None:
         answers["a"] = "changed"
     with pytest.raises(TypeError):
         del answers["a"]
+    with pytest.raises(AttributeError):  # no attribute can be added either: it has no __dict__
+        answers.note = "changed"
 
 
 def test_request_accepts_name_question_pairs(svc: InProcessService, client: qa.Client) -> None:
@@ -1184,6 +1186,16 @@ def test_a_model_with_any_control_character_is_refused(
         idle_client.ask("x", Review, model=f"judge-{char}")
     expected = f"model holds the control character {char!r} at index 6: a model name has none"
     assert str(caught.value) == expected
+    assert_nothing_sent(listener)
+
+
+def test_a_model_with_a_space_before_its_control_character_names_the_control_character(
+    listener: Listener, idle_client: qa.Client
+) -> None:
+    # A space is printable: the first character that is not is the newline at the end.
+    with pytest.raises(qa.InvalidModel) as caught:
+        idle_client.ask("x", Review, model="judge latest\n")
+    assert str(caught.value) == "model holds the control character '\\n' at index 12: a model name has none"
     assert_nothing_sent(listener)
 
 
