@@ -19,11 +19,12 @@ from qa_min._call import CallState, RetryBudget
 from qa_min._decide import RAISE, RETRY, RETURN, Attempts, Decision, Rules
 from qa_min._diagnostics import ResponseHeaders
 from qa_min._errors import ProxyError
-from qa_min._http import Outgoing, Resend
+from qa_min._http import Outgoing, Resend, encode
 from qa_min._limiter import ABSORBED
 from qa_min._messages import Messages
 from qa_min._pacer import Priority
 from qa_min._redact import Redactor
+from qa_min._wire import request_head
 
 KEY = "sk-decide-0123456789abcdef"
 BASE = "http://service.test/api"
@@ -590,3 +591,21 @@ def test_a_429_without_a_delay_is_never_absorbed() -> None:
     state.slot()
     assert respond(state, 429).action == RETRY
     assert (state.absorbed, state.retries) == (0, 1)
+
+
+def test_an_outgoing_request_is_frozen_and_shows_its_method_path_and_body_size_never_a_field() -> None:
+    request = CORE.with_body(b'{"a": 1}')
+    assert repr(request) == "Outgoing(POST /v1/core, 8 body bytes)"
+    assert repr(CORE) == "Outgoing(POST /v1/core, 0 body bytes)"
+    assert KEY not in repr(request)
+    assert request.head == CORE.head == request_head("POST", "/api/v1/core", CORE.fields)
+    with pytest.raises(AttributeError):  # a tuple with no __dict__: nothing can be hung on it
+        request.note = "x"  # type: ignore[attr-defined]
+
+
+def test_an_outgoing_post_says_content_length_even_without_a_body_and_a_get_never() -> None:
+    host = CORE.fields[:1]
+    post = Outgoing("POST", "/api/v1/core", host, "/v1/core")
+    assert encode(post) == b"POST /api/v1/core HTTP/1.1\r\nHost: service.test\r\nContent-Length: 0\r\n\r\n"
+    get = Outgoing("GET", "/api/v1/models", host, "/v1/models")
+    assert encode(get) == b"GET /api/v1/models HTTP/1.1\r\nHost: service.test\r\n\r\n"
