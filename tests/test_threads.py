@@ -333,6 +333,28 @@ def test_forked_child_uses_a_fresh_pool_and_executor_and_never_the_parents_socke
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork is not available")
+def test_a_forked_childs_first_call_through_submit_is_fresh_though_the_parent_held_the_lock() -> None:
+    # A parent thread inside submit() or close() at fork time leaves the lifecycle lock held in
+    # the child, where no thread will release it: the child's first submit must start afresh
+    # (its own lock, executor and connection), not block on that lock or use the parent's pool.
+    with FakeService() as svc, make_client(svc.url) as client:
+        first = client.submit(client.ask, "parent", Review).result(timeout=BOUND)
+        assert answers_of(first) == expected("parent")
+
+        def submit_first() -> int:
+            call = client.submit(client.ask, "child", Review, timeout=BOUND)
+            return 0 if answers_of(call.result(timeout=BOUND)) == expected("child") else 1
+
+        lock = client._life._lock
+        assert lock.acquire(timeout=BOUND)  # as a parent thread in submit() would hold it
+        try:
+            assert _in_child(submit_first) == 0
+        finally:
+            lock.release()
+        assert svc.connections == 2  # the child's own; the parent's pooled one was left alone
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork is not available")
 def test_close_in_a_forked_child_leaves_the_parents_calls_in_flight_alone() -> None:
     # A child that inherited a module-level client and closes it (at exit, leaving a with block)
     # before making a call must not shut down the sockets the parent's calls are using.
