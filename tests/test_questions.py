@@ -445,6 +445,18 @@ def test_request_accepts_name_question_pairs(svc: InProcessService, client: qa.C
     assert list(svc.requests[0].json()["questions"]) == ["a"]
 
 
+def test_a_misspelt_attribute_of_a_request_or_named_question_is_refused_not_kept() -> None:
+    # Both have fixed attributes (no __dict__): `request.modle = ...` raises instead of being ignored.
+    named: Any = qa.NamedQuestion("a", qa.YesNo("y", "n"))
+    request: Any = qa.Request(state="x", questions=[named])
+    with pytest.raises(AttributeError):
+        request.modle = "judge-latest"
+    with pytest.raises(AttributeError):
+        named.questoin = qa.YesNo("y", "n")
+    assert not hasattr(request, "modle")
+    assert not hasattr(named, "questoin")
+
+
 def test_list_models_returns_model_names(svc: InProcessService, client: qa.Client) -> None:
     from qa_min.testing import DEFAULT_MODELS
 
