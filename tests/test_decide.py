@@ -231,6 +231,14 @@ def test_a_retryable_connection_failure_is_retried_and_its_cause_kept() -> None:
     assert (state.call.history[0].status, state.call.history[0].error) == (None, "ConnectionFailed")
 
 
+def test_a_connection_failure_is_retryable_unless_it_says_otherwise() -> None:
+    # ConnectionFailed's class default: one made without setting .retryable is retried.
+    error = qa.ConnectionFailed(f"{BASE}: ConnectionResetError: reset")
+    assert error.retryable is True
+    assert ProxyError("proxy refused: HTTP 502", status=502).retryable is True
+    assert attempts(uniform=0.0).on_failure(error, 1.0, 1.5).action == RETRY
+
+
 @pytest.mark.parametrize(
     ("error", "policy"),
     [

@@ -188,6 +188,7 @@ TABLE: list[tuple[int, type[qa.APIStatusError]]] = [
     (413, qa.UnexpectedStatus),
     (418, qa.UnexpectedStatus),
     (451, qa.UnexpectedStatus),
+    (499, qa.UnexpectedStatus),  # one below the 5xx: not a ServerError (500 is)
 ]
 
 
