@@ -200,7 +200,8 @@ def test_a_second_signal_exits_at_once(
 def test_resume_command(
     monkeypatch: pytest.MonkeyPatch, argv0: str, argv: list[str], expected: list[str]
 ) -> None:
-    monkeypatch.setattr(sys, "argv", [argv0])
+    # sys.argv as the run had it: the command starts with its first word, the program.
+    monkeypatch.setattr(sys, "argv", [argv0, *argv])
     command, key_left_out = _output.resume_command(argv)
     assert shlex.split(command) == expected
     assert key_left_out is False

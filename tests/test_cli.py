@@ -365,6 +365,12 @@ def test_exit_code_of_each_error_class(error: qa.QAError, code: int) -> None:
     assert _output.exit_code(error) == code
 
 
+@pytest.mark.parametrize("error", [RuntimeError("x"), OSError(5, "x")], ids=["RuntimeError", "OSError"])
+def test_an_error_from_outside_the_library_exits_7_as_other(error: Exception) -> None:
+    # No row of the table names it: the code is 7, "other", never None (which exits 0).
+    assert _output.exit_code(error) == 7
+
+
 def test_help_documents_every_exit_code_and_the_questions_file(run: Any) -> None:
     top = run("--help")
     assert top.code == 0
@@ -555,6 +561,13 @@ def test_the_diagnostics_line_shows_a_body_of_up_to_200_characters_whole(length:
     assert _output.diagnostics_text(diag) == f"status=502, attempts=1, body={shown!r}"
 
 
+def test_the_diagnostics_line_is_empty_text_only_when_nothing_was_sent() -> None:
+    diag = qa.Diagnostics()
+    assert _output.diagnostics_text(diag) == ""  # a str: the caller joins and tests it
+    diag.attempts = 1  # one attempt without a response: shown
+    assert _output.diagnostics_text(diag) == "status=None, attempts=1, body=None"
+
+
 def test_errors_print_the_request_id_and_json_carries_it(run: Any, svc: FakeService) -> None:
     svc.script(reply(404, {"detail": "gone"}, headers=[("x-request-id", "req_cli_7")]))
     result = run("--base-url", svc.url, "--json", "models")
@@ -730,6 +743,20 @@ def test_closed_output_pipe_exits_1_quietly(
             # Later writes (the interpreter's final flush) go to devnull instead of failing.
             os.write(target.fileno(), b"ignored")
             assert os.fstat(target.fileno()).st_ino != os.stat(tmp_path / "stdout").st_ino
+
+
+def test_dropping_stdout_points_it_at_devnull_and_leaves_no_descriptor_open(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    with open(tmp_path / "stdout", "wb") as target:
+        monkeypatch.setattr(sys, "stdout", target)
+        free = os.open(os.devnull, os.O_RDONLY)  # the lowest free number: the one devnull will take
+        os.close(free)
+        _output.drop_stdout()
+        os.write(target.fileno(), b"lost")
+        with pytest.raises(OSError, match="Bad file descriptor"):
+            os.fstat(free)  # devnull, once copied onto stdout, was closed
+    assert (tmp_path / "stdout").read_bytes() == b""
 
 
 def test_python_m_qa_min_runs_main_in_process(monkeypatch: pytest.MonkeyPatch) -> None:
