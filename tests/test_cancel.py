@@ -37,6 +37,7 @@ import qa_min as qa
 from qa_min import _call
 from qa_min._call import CallState
 from qa_min._connection import Connection, Pool, PoolClosed
+from qa_min._futures import Call, Executor
 from qa_min._transport import _Lease
 from qa_min.testing import FakeService, delay, expected_answer, hang, reply
 
@@ -503,6 +504,76 @@ def test_cancelling_the_call_leaves_the_user_token_alone(
         call.result(timeout=BOUND)
     assert not token.cancelled
     assert env_free_client.ask(STATE, Review, cancel=token).answers.toxic is answer_for(STATE)
+
+
+# -- Call and the executor, unit-level -----------------------------------------------------------
+
+
+def test_a_call_cancelled_before_it_started_is_never_run_by_a_worker_reaching_it_meanwhile() -> None:
+    # cancel() runs the call's token hooks outside its lock: a worker picking the call up then
+    # must find it taken, and cancel() must still end it (not fail to).
+    token = qa.CancelToken()
+    call: Call[str] = Call(token)
+    ran: list[str] = []
+
+    def answer() -> str:
+        ran.append("ran")
+        return "answer"
+
+    with token.hooked(lambda: call._run(answer, (), {})):
+        assert call.cancel() is True
+    assert ran == []
+    error = call.exception(timeout=0)
+    assert isinstance(error, qa.Canceled)
+    assert str(error) == "the call was cancelled before it started"
+
+
+def test_a_call_is_running_while_its_function_runs() -> None:
+    call: Call[bool] = Call(qa.CancelToken())
+    call._run(call.running, (), {})
+    assert call.result(timeout=0) is True
+    assert not call.running()
+
+
+@pytest.mark.parametrize("how", ["call-cancel", "client-close"])
+def test_a_running_call_stopped_says_why_even_when_its_answer_wins_the_race(how: str) -> None:
+    executor = Executor(1)
+    started, go = threading.Event(), threading.Event()
+
+    def answer(cancel: qa.CancelToken) -> str:
+        started.set()
+        go.wait(BOUND)
+        return "answer"  # the cancel reached no socket: the answer arrives anyway
+
+    call = executor.submit(answer, (), {})
+    assert started.wait(BOUND)
+    if how == "call-cancel":
+        assert call.cancel() is True
+    else:
+        executor.cancel_all()
+    go.set()
+    error = call.exception(timeout=BOUND)
+    executor.join()
+    assert isinstance(error, qa.Canceled)
+    assert str(error) == ("the call was cancelled" if how == "call-cancel" else "the client was closed")
+
+
+def test_the_executor_forgets_a_call_once_it_has_finished() -> None:
+    # It keeps the calls close() must end; a finished one kept would be a leak per call.
+    executor = Executor(1)
+    go, finished = threading.Event(), threading.Event()
+
+    def answer(cancel: qa.CancelToken) -> str:
+        go.wait(BOUND)
+        return "answer"
+
+    call = executor.submit(answer, (), {})
+    assert executor._calls == {call}
+    call.add_done_callback(lambda _: finished.set())  # runs after the executor's own
+    go.set()
+    assert finished.wait(BOUND)
+    assert executor._calls == set()
+    executor.join()
 
 
 # -- timeouts ----------------------------------------------------------------------------------
