@@ -734,6 +734,95 @@ def test_a_cancel_of_the_task_that_comes_with_ours_propagates_on_3_11() -> None:
     assert reason == "the call was cancelled"
 
 
+async def cancelled_at_next_turn() -> bool:
+    """Whether the current task was cancelled: its next await raises ``CancelledError``."""
+    try:
+        await asyncio.sleep(0)
+    except asyncio.CancelledError:
+        return True
+    return False
+
+
+def test_a_scope_stops_for_its_first_reason_only_and_not_at_all_once_its_call_ended() -> None:
+    from qa_min._ascope import Scope
+    from qa_min._call import CallState
+
+    async def main() -> tuple[Optional[str], bool, Optional[str], bool]:
+        loop = asyncio.get_running_loop()
+        scope = Scope(loop, CallState(None, None))
+        scope.stop("the call's timeout of 1 s expired")
+        scope.stop("the client was closed")  # the first reason stands
+        stopped = await cancelled_at_next_turn()
+        scope.close()
+        over = Scope(loop, CallState(None, None))
+        over.close()
+        over.stop("the client was closed")  # the call is over: its task is left alone
+        return scope.reason, stopped, over.reason, await cancelled_at_next_turn()
+
+    assert run(main()) == ("the call's timeout of 1 s expired", True, None, False)
+
+
+def test_a_cancellation_after_ours_was_absorbed_is_the_caller_s() -> None:
+    from qa_min._ascope import Scope
+    from qa_min._call import CallState
+
+    async def main() -> tuple[str, bool, str, bool]:
+        loop = asyncio.get_running_loop()
+        task = asyncio.current_task()
+        assert task is not None
+        scope = Scope(loop, CallState(None, None))
+        scope.stop("the call was cancelled")
+        try:
+            await asyncio.sleep(0)
+        except asyncio.CancelledError as exc:
+            ours = scope.absorb(exc)
+        kept = scope.foreign is None
+        task.cancel()  # the caller's, later: not ours again
+        try:
+            await asyncio.sleep(0)
+        except asyncio.CancelledError as exc:
+            theirs = scope.absorb(exc)
+            propagates = scope.foreign is exc
+        scope.close()
+        return str(ours), kept, str(theirs), propagates
+
+    assert run(main()) == ("the call was cancelled", True, "the call's task was cancelled", True)
+
+
+def test_a_scopes_ended_future_is_done_once_its_call_is_over_whenever_it_was_asked_for() -> None:
+    # aclose() waits on it for each call in flight: one never done would hold aclose() a second.
+    from qa_min._ascope import Scope
+    from qa_min._call import CallState
+
+    async def main() -> tuple[bool, bool, bool]:
+        loop = asyncio.get_running_loop()
+        early = Scope(loop, CallState(None, None))
+        waiting = early.ended()
+        before = waiting.done()
+        early.close()
+        late = Scope(loop, CallState(None, None))
+        late.close()
+        return before, waiting.done(), late.ended().done()
+
+    assert run(main()) == (False, True, True)
+
+
+def test_a_scopes_deadline_timer_is_cancelled_when_its_call_ends() -> None:
+    # A call over must not leave its timer in the loop until its deadline (one per call).
+    from qa_min._ascope import Scope
+    from qa_min._call import CallState
+
+    async def main() -> tuple[bool, bool]:
+        scope = Scope(asyncio.get_running_loop(), CallState(None, 60.0))
+        timer = scope._timer
+        assert timer is not None
+        armed = not timer.cancelled()
+        scope.close()
+        return armed, timer.cancelled()
+
+    assert run(main()) == (True, True)
+
+
 def test_a_token_cancelled_after_the_loop_closed_is_harmless() -> None:
     token = qa.CancelToken()
 
