@@ -333,6 +333,20 @@ def test_407_on_a_plain_http_request_is_proxy_error_not_unauthorized(method: str
     assert_no_password(caught.value, diag)
 
 
+@pytest.mark.parametrize("credentials", [True, False], ids=["credentials", "no-credentials"])
+def test_a_407_is_the_proxy_s_even_without_a_challenge_and_with_via(credentials: bool) -> None:
+    # docs/configuration.md: a 407 is always the proxy's, whatever its headers say.
+    answer = response("407 Proxy Authentication Required", ["Via: 1.1 corp-proxy"], b'{"detail": "no"}')
+    with refusing(answer) as proxy:
+        error, diag = call(HTTP_ORIGIN, proxy.url(credentials))
+    assert type(error) is qa.ProxyError
+    assert str(error) == (
+        f"proxy 127.0.0.1:{proxy.server.port} refused POST {HTTP_ORIGIN}/v1/core: "
+        "HTTP 407 Proxy Authentication Required; check the proxy user name and password"
+    )
+    assert (error.status, diag.status, diag.attempts) == (407, 407, 1)
+
+
 @pytest.mark.parametrize(
     ("headers", "credentials", "expected"),
     [
@@ -373,14 +387,16 @@ def test_plain_http_401_is_the_proxy_s_only_when_it_says_so(
 @pytest.mark.parametrize("status", ["401 Unauthorized", "407 Proxy Authentication Required"])
 def test_a_401_or_407_through_a_plain_http_proxy_is_never_pooled(status: str, headers: list[str]) -> None:
     # A proxy that refused may leave the request body unread and its connection dead while
-    # calling it keep-alive (squid does); a 400 or 402 says nothing of it and is pooled.
+    # calling it keep-alive (squid does); a 400 or 402 says nothing of it and is pooled. Nor is
+    # the refused call's connection left busy: it is closed, as the asyncio client's.
     with (
         refusing(response(status, headers, b'{"detail": "no"}')) as proxy,
         qa.Client(base_url=HTTP_ORIGIN, proxy=proxy.url(), trust_env=False, sleep=no_sleep) as client,
     ):
         with pytest.raises(qa.QAError):
             client.ask("some text", Toxic)
-        assert client._transport.pool.idle_count() == 0
+        pool = client._transport.pool
+        assert (pool.idle_count(), len(pool._busy)) == (0, 0)
 
 
 @pytest.mark.parametrize(
