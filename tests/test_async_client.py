@@ -823,6 +823,22 @@ def test_a_scopes_deadline_timer_is_cancelled_when_its_call_ends() -> None:
     assert run(main()) == (True, True)
 
 
+def test_a_scope_unhooks_itself_from_its_calls_token_when_the_call_ends() -> None:
+    # A token used for many calls would otherwise keep a hook, and its scope, per call.
+    from qa_min._ascope import Scope
+    from qa_min._call import CallState
+
+    token = qa.CancelToken()
+
+    async def main() -> tuple[int, int]:
+        scope = Scope(asyncio.get_running_loop(), CallState(token, None))
+        during = len(token._hooks)
+        scope.close()
+        return during, len(token._hooks)
+
+    assert run(main()) == (1, 0)
+
+
 def test_a_token_cancelled_after_the_loop_closed_is_harmless() -> None:
     token = qa.CancelToken()
 
