@@ -65,17 +65,25 @@ class Messages:
         """Hide the key in ``exc``'s message and in every exception chained to it."""
         exc.message = self.redact(exc.message)
         exc.args = (exc.message,)
-        seen = {id(exc)}
+        # Each exception met, by id, and what stands for it: a stand-in keeps the links of the
+        # exception it replaced, and one leading back to a replaced exception must lead to its stand-in.
+        done: dict[int, BaseException] = {id(exc): exc}
         todo: list[BaseException] = [exc]
         while todo:
             node = todo.pop()
             for link in ("__cause__", "__context__"):
                 linked = getattr(node, link)
-                if linked is not None and id(linked) not in seen:
-                    safe = self.safe(linked)
-                    setattr(node, link, safe)
-                    seen.update((id(linked), id(safe)))
+                if linked is None:
+                    continue
+                safe = done.get(id(linked))
+                if safe is None:
+                    safe = done[id(linked)] = self.safe(linked)
+                    done[id(safe)] = safe
                     todo.append(safe)
+                if safe is not linked:
+                    suppress = node.__suppress_context__  # setting __cause__ sets it
+                    setattr(node, link, safe)
+                    node.__suppress_context__ = suppress
 
     def safe_cause(self, exc: ConnectionFailed) -> Optional[BaseException]:
         """The transport error behind ``exc``, or its stand-in, which then also becomes its cause."""

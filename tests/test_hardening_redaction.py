@@ -604,6 +604,28 @@ def test_a_stand_in_keeps_what_was_chained_behind_the_exception_it_replaced() ->
     assert repr(stand_in.__context__) == "ValueError('also [redacted]')"
 
 
+def test_a_loop_of_leaky_exceptions_links_their_stand_ins_not_the_originals() -> None:
+    # A stand-in keeps the links of the exception it replaced; one pointing back at an exception
+    # already replaced must point at that one's stand-in, or the original's text would show.
+    with qa.Client(base_url="http://127.0.0.1:1", api_key=KEY, trust_env=False) as client:
+        error = qa.InvalidResponse("bad")
+        first, second = ValueError(f"first {KEY}"), ValueError(f"second {KEY}")
+        error.__cause__ = first
+        first.__context__ = second
+        second.__context__ = first
+        error.__suppress_context__ = False  # as it was set: replacing the cause keeps it
+        client._sender.messages.scrub(error)
+    assert error.__suppress_context__ is False
+    one = error.__cause__
+    assert one is not None
+    two = one.__context__
+    assert two is not None
+    assert (repr(one), repr(two)) == ("ValueError('first [redacted]')", "ValueError('second [redacted]')")
+    assert two.__context__ is one
+    texts = texts_of(error)
+    assert not [piece for piece in pieces(KEY) for text in texts if piece in text]
+
+
 def test_a_transport_errors_stand_in_keeps_its_cause() -> None:
     with qa.Client(base_url="http://127.0.0.1:1", api_key=KEY, trust_env=False) as client:
         error = qa.ConnectionFailed("failed")
