@@ -153,13 +153,14 @@ class ResponseReader:
             raise
 
     def _line(self, what: str) -> Optional[bytes]:
-        """The next whole line, or None; raises when more than MAX_LINE bytes came without a line end."""
+        """The next whole line, or None; raises once the line can no longer end within MAX_LINE bytes."""
         buf, pos = self._buf, self._pos
         end = buf.find(b"\n", pos if pos >= self._scan else self._scan)
         if end < 0 or end - pos >= MAX_LINE:
             if end < 0:
                 self._scan = len(buf)
-            if len(buf) - pos > MAX_LINE or end >= 0:
+            # MAX_LINE bytes with no line end among them can only grow into a longer line.
+            if len(buf) - pos >= MAX_LINE or end >= 0:
                 raise LimitExceeded(f"got more than {MAX_LINE} bytes when reading {what}")
             return None
         self._pos = end + 1

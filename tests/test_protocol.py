@@ -420,6 +420,21 @@ def test_line_cap(extra: int, accepted: bool) -> None:
         refused(outcome, qa.LimitExceeded, f"more than {MAX_LINE} bytes", "header line")
 
 
+@pytest.mark.parametrize(("extra", "waits"), [(-1, True), (0, False)])
+def test_a_line_with_no_end_is_refused_once_it_reaches_the_cap(extra: int, waits: bool) -> None:
+    # MAX_LINE bytes with no line end can only become a line of more than MAX_LINE bytes: refused
+    # there, without waiting for another byte (and not taken for a cut-short head when the stream ends).
+    line = b"X-Big: " + b"v" * (MAX_LINE - 7 + extra)
+    assert len(line) == MAX_LINE + extra
+    head = b"HTTP/1.1 200 OK\r\n" + line
+    if waits:
+        assert read(head, eof=False)[0] is type(NEED_DATA)
+        refused(feed([head]), qa.IncompleteMessage)
+    else:
+        refused(read(head, eof=False), qa.LimitExceeded, f"more than {MAX_LINE} bytes", "header line")
+        refused(feed([head]), qa.LimitExceeded, f"more than {MAX_LINE} bytes")
+
+
 @pytest.mark.parametrize(("extra", "accepted"), [(0, True), (1, False)])
 def test_header_count_cap(extra: int, accepted: bool) -> None:
     fields = b"X-A: 1\r\n" * (MAX_HEADERS - 1 + extra) + b"Content-Length: 0\r\n"
