@@ -1039,6 +1039,30 @@ def test_wait_for_requests(svc: FakeService, connect: Connect) -> None:
     svc.release()
 
 
+def test_wait_for_requests_wakes_when_a_request_a_hang_holds_is_recorded(
+    svc: FakeService, connect: Connect
+) -> None:
+    # A held request wakes no one after it is recorded: the recording itself must wake a waiter.
+    # The head goes first (the service marks the connection busy, which wakes waiters too), the
+    # body once the service's lock is held, so that the request is recorded while the waiter waits.
+    svc.script(hang())
+    state = svc._state
+    conn = connect(svc)
+    conn.putrequest("POST", "/v1/core")
+    conn.putheader("Content-Length", "2")
+    conn.endheaders()
+    assert wait_until(lambda: any(each.state == "busy" for each in list(state._conns.values())))
+    started = time.monotonic()
+    with state._cond:
+        conn.send(b"{}")
+        # True at its timeout too: the request is recorded by then. Woken, it returns at once.
+        assert svc.wait_for_requests(1, timeout=5)
+    assert time.monotonic() - started < 4
+    svc.release()
+    with pytest.raises(http.client.RemoteDisconnected):
+        conn.getresponse()
+
+
 def test_wait_for_requests_wakes_on_arrival(svc: FakeService, connect: Connect) -> None:
     result: list[bool] = []
     waiter = threading.Thread(target=lambda: result.append(svc.wait_for_requests(2, 10)))
@@ -1127,6 +1151,21 @@ def test_concurrent_connections(svc: FakeService, connect: Connect) -> None:
         conn.request("POST", "/v1/core", json.dumps(core_body()))
     assert all(read(conn)[0] == 200 for conn in conns)
     assert svc.connections == 20
+
+
+def test_a_finished_connection_leaves_neither_its_socket_nor_its_thread_behind(
+    svc: FakeService, connect: Connect
+) -> None:
+    # A fake on a port ("qa-min fake") serves for hours: it forgets a connection once its
+    # thread ends, and lets that thread go when the next connection comes.
+    state = svc._state
+    first = connect(svc)
+    assert get(first)[0] == 200
+    first.close()
+    assert wait_until(lambda: not state._conns)
+    assert wait_until(lambda: not any(thread.is_alive() for thread in state._threads))
+    assert get(connect(svc))[0] == 200
+    assert len(state._conns) == len(state._threads) == 1
 
 
 def _somaxconn() -> int:
