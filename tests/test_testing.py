@@ -517,6 +517,24 @@ def test_protocol_errors_get_json_and_close(
     assert words in json.loads(body)["detail"]
 
 
+def test_every_response_names_the_fake_in_its_server_header_without_pythons_version(
+    svc: FakeService, connect: Connect
+) -> None:
+    # http.server's own version string adds "Python/3.x": the fake names itself alone, on an
+    # answer, on a 404 and on a protocol error alike.
+    conn = connect(svc)
+    for path in ("/v1/models", "/nowhere"):
+        conn.request("GET", path)
+        response = conn.getresponse()
+        response.read()
+        assert (response.status, response.getheader("Server")) == (
+            200 if path == "/v1/models" else 404,
+            "qa_min-fake/1",
+        )
+    head = raw_exchange(svc, b"THIS IS NOT HTTP AT ALL\r\n\r\n").partition(b"\r\n\r\n")[0]
+    assert b"\r\nServer: qa_min-fake/1\r\n" in head
+
+
 # --- scripted steps -----------------------------------------------------------------------------
 
 
@@ -1143,6 +1161,44 @@ def test_a_client_vanishing_mid_response_is_harmless(
     assert threading.active_count() == before
     # Silent too: no traceback of the broken pipe on stderr (close() joined the thread writing).
     assert capsys.readouterr().err == ""
+
+
+def test_a_failure_of_the_fakes_own_code_is_printed_not_swallowed(
+    svc: FakeService, connect: Connect, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A vanished client is silent (above); an error that is no socket's shows its traceback.
+    def broken(recorded: RecordedRequest) -> Any:
+        raise RuntimeError("a bug in the fake")
+
+    monkeypatch.setattr(svc._state, "respond", broken)
+    with pytest.raises(http.client.RemoteDisconnected):
+        get(connect(svc))  # the connection is closed after the traceback is written
+    err = capsys.readouterr().err
+    assert "Exception occurred during processing of request" in err
+    assert "RuntimeError: a bug in the fake" in err
+
+
+def test_a_response_goes_out_in_one_write(
+    svc: FakeService, connect: Connect, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Head and body written apart cost a second send, and a second wake-up of the client.
+    writes: list[str] = []
+    for name in ("send", "sendall"):
+        original = getattr(socket.socket, name)
+
+        def counted(
+            self: socket.socket, data: Any, *args: Any, _original: Any = original, _name: str = name
+        ) -> Any:
+            if threading.current_thread().name.startswith("qa_min-fake-conn-"):
+                writes.append(_name)
+            return _original(self, data, *args)
+
+        monkeypatch.setattr(socket.socket, name, counted)
+    conn = connect(svc)
+    assert get(conn)[0] == 200
+    assert post(conn, core_body())[0] == 200
+    assert get(conn, "/nowhere")[0] == 404
+    assert len(writes) == 3
 
 
 def test_concurrent_connections(svc: FakeService, connect: Connect) -> None:
