@@ -918,6 +918,13 @@ def test_a_step_built_directly_refuses_what_its_builder_refuses(
     assert (type(direct.value), str(direct.value)) == (type(by_builder.value), str(by_builder.value))
 
 
+def test_a_reply_step_built_directly_without_a_status_answers_200(svc: FakeService, connect: Connect) -> None:
+    step = Step("reply", body=b"{}", headers=(("Content-Type", "application/json"),))
+    assert step.status == 200
+    svc.script(step)
+    assert get(connect(svc)) == (200, {})
+
+
 @pytest.mark.parametrize("kind", ["reply", "delay", "hang", "drop", "reset", "truncate"])
 def test_a_step_of_each_kind_is_taken(kind: Any) -> None:
     assert Step(kind).kind == kind
@@ -1429,6 +1436,35 @@ def test_key_prefix_host_and_port_are_checked(
     # AttributeError, port="8080" and port=-1 raised TypeError or OverflowError from start().
     with pytest.raises(error, match=words):
         FakeService(**options)
+
+
+def test_a_str_subclass_given_as_key_prefix_or_host_is_read_as_its_plain_value() -> None:
+    # The port is read as a plain int; key, prefix and host as plain str likewise, so that none of
+    # a subclass's own methods runs when the service percent-encodes its prefix, binds its host
+    # or checks a request's key.
+    class Loud(str):
+        def strip(self, chars: str | None = None) -> str:
+            raise AssertionError("strip ran")
+
+        def __contains__(self, item: object) -> bool:
+            raise AssertionError("__contains__ ran")
+
+        def __str__(self) -> str:
+            raise AssertionError("__str__ ran")
+
+        def __format__(self, spec: str) -> str:
+            raise AssertionError("__format__ ran")
+
+    with FakeService(api_key=Loud("sk-test"), prefix=Loud("/api"), host=Loud("127.0.0.1")) as svc:
+        port = urllib.parse.urlsplit(svc.url).port
+        assert svc.url == f"http://127.0.0.1:{port}/api"
+        with qa.Client(base_url=svc.url, api_key="sk-test", retry=qa.RetryPolicy.none) as client:
+            assert len(client.list_models()) == len(DEFAULT_MODELS)
+        with (
+            qa.Client(base_url=svc.url, api_key="sk-other", retry=qa.RetryPolicy.none) as client,
+            pytest.raises(qa.Unauthorized, match="invalid API key"),
+        ):
+            client.list_models()
 
 
 @pytest.mark.parametrize("port", [0, 1, 65535])
