@@ -16,7 +16,8 @@ and must give the same result each way: (status, fields, body, reusable) or the 
                                    test_chunk_size_is_hex_digits_only, test_status_line_is_strict,
                                    test_field_values_refuse_controls, test_connection_tokens_are_exact
   the head's reason and version .. test_the_head_holds_the_reason_after_one_sp_and_the_version
-  what a message shows of a line . test_a_refused_line_shows_its_first_40_bytes_controls_as_question_marks
+  what a message shows of a line . test_a_refused_line_shows_its_first_40_bytes_controls_as_question_marks,
+                                   test_a_refused_status_line_is_the_line_shown_not_the_last_line_of_the_head
   ambiguous framing .............. test_ambiguous_framing_is_refused,
                                    test_te_with_cl_is_read_as_chunked_and_not_reused
   caps, at and past the limit .... test_line_cap, test_header_count_cap, test_interim_cap,
@@ -26,8 +27,11 @@ and must give the same result each way: (status, fields, body, reusable) or the 
                                    test_a_cut_body_ends_with_the_bytes_received_no_more_asked,
                                    test_chunk_size_digits_cap, test_chunk_size_line_cap
   caps as the bytes arrive ....... test_caps_are_checked_before_the_line_ends
-  head and buffered .............. test_the_reader_holds_the_final_head_and_counts_the_bytes_past_it
-  the end of the stream .......... test_no_byte_at_all_is_told_apart, test_end_of_stream_inside
+  head and buffered .............. test_the_reader_holds_the_final_head_and_counts_the_bytes_past_it,
+                                   test_a_head_arriving_in_pieces_keeps_at_most_64_kib_of_the_bytes_already_read
+  the end of the stream .......... test_no_byte_at_all_is_told_apart, test_end_of_stream_inside,
+                                   test_a_whole_chunked_message_ends_without_asking_for_more_bytes,
+                                   test_a_finished_reader_stays_finished_and_never_says_reusable
   errors ......................... test_protocol_errors_pickle_at_every_protocol
   requests ....................... test_write_request, test_write_request_refuses_injection,
                                    test_has_length_says_whether_the_request_is_written_with_a_content_length
@@ -41,6 +45,7 @@ import copy
 import pickle
 import random
 import time
+import tracemalloc
 from collections import deque
 from pathlib import Path
 from typing import Any, Optional
@@ -331,6 +336,12 @@ def test_a_refused_line_shows_its_first_40_bytes_controls_as_question_marks() ->
     assert str(caught.value) == "not an HTTP/1.x status line: 'ICY ??~????\xa1\xff" + "x" * 27 + "'"
 
 
+def test_a_refused_status_line_is_the_line_shown_not_the_last_line_of_the_head() -> None:
+    with pytest.raises(qa.MalformedHead) as caught:
+        head_of(b"ICY 200 OK\r\nX-Last: 1\r\n\r\n")
+    assert str(caught.value) == "not an HTTP/1.x status line: 'ICY 200 OK'"
+
+
 @pytest.mark.parametrize("control", [b"\x00", b"\x01", b"\x0b", b"\x0c", b"\r", b"\x1f", b"\x7f"], ids=repr)
 def test_field_values_refuse_controls(control: bytes) -> None:
     refused(read(ok(b"X-A: a" + control + b"b\r\nContent-Length: 0\r\n")), qa.MalformedHead, "header field")
@@ -580,6 +591,62 @@ def test_the_reader_holds_the_final_head_and_counts_the_bytes_past_it() -> None:
     end = reader.next_event()
     assert type(end) is End
     assert end.reusable is False  # bytes after it: not reusable
+
+
+def test_a_whole_chunked_message_ends_without_asking_for_more_bytes() -> None:
+    # The empty line closing the trailers ends the message: asking for more would leave the
+    # connection waiting on a server that has nothing more to send.
+    for trailers in (b"", b"X-T: 1\r\n"):
+        data = ok(CHUNKED, b"5\r\nhello\r\n0\r\n" + trailers + b"\r\n")
+        assert read(data, eof=False)[2:] == (b"hello", True)
+
+
+def test_a_finished_reader_stays_finished_and_never_says_reusable() -> None:
+    # A body read until the close: its end, asked for again, is still not reusable.
+    reader = ResponseReader()
+    reader.receive(ok(b"", b"abc"))
+    reader.receive(b"")
+    assert [type(reader.next_event()) for _ in range(2)] == [Head, Data]
+    ends = [reader.next_event() for _ in range(2)]
+    assert [(type(end), getattr(end, "reusable", None)) for end in ends] == [(End, False)] * 2
+    # A refused 2xx chunk (10 bytes over a 5-byte limit), then bytes that would end the body well:
+    # the reader is done with the error; it does not read on to an end it calls reusable.
+    reader = ResponseReader(limit=5)
+    reader.receive(ok(CHUNKED, b"a\r\n0\r\n\r\n"))
+    assert type(reader.next_event()) is Head
+    with pytest.raises(qa.LimitExceeded, match="5-byte limit"):
+        reader.next_event()
+    end = reader.next_event()
+    assert type(end) is End
+    assert end.reusable is False
+
+
+def test_a_head_arriving_in_pieces_keeps_at_most_64_kib_of_the_bytes_already_read() -> None:
+    # The buffer is appended in place and drops what was read once that passes 64 KiB: a 1 MB
+    # head in 999-byte pieces (no piece ending with a line) must not be copied whole per piece.
+    lines = [b"X-%02d: " % i + b"v" * 9_990 + b"\r\n" for i in range(MAX_HEADERS)]
+    head = b"HTTP/1.1 200 OK\r\n" + b"".join(lines)
+    pieces = [head[i : i + 999] for i in range(0, len(head), 999)]
+    reader = ResponseReader()
+    started = not tracemalloc.is_tracing()  # (or already traced, as with PYTHONTRACEMALLOC)
+    if started:
+        tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        tracemalloc.reset_peak()
+        for piece in pieces:
+            reader.receive(piece)
+            assert reader.next_event() is NEED_DATA
+        grown = tracemalloc.get_traced_memory()[1] - before
+    finally:
+        if started:
+            tracemalloc.stop()
+    # The lines read (kept for the head) and at most 64 KiB more; copied whole, about three times the head.
+    assert grown < len(head) + 256 * 1024, grown
+    reader.receive(b"\r\n")
+    event = reader.next_event()
+    assert type(event) is Head
+    assert len(event.headers) == MAX_HEADERS
 
 
 def test_no_byte_at_all_is_told_apart() -> None:
