@@ -613,6 +613,22 @@ def test_output_files_that_cannot_be_used_are_refused_before_any_call(
         assert out.read_text() == content
 
 
+def test_an_existing_output_is_refused_without_resume_from_its_first_byte(
+    run: Any, svc: FakeService, tmp_path: Path
+) -> None:
+    # docs/batch.md: without --resume, an existing non-empty FILE is refused rather than overwritten.
+    inp, out = write_input(tmp_path / "in.jsonl", STATES[:2]), tmp_path / "out.jsonl"
+    out.write_text("\n")
+    refused = run(str(inp), "-o", str(out), *QUESTION)
+    assert refused.code == 2
+    assert f"{str(out)!r} already holds answers: pass --resume to continue it" in refused.err
+    assert (out.read_text(), svc.requests) == ("\n", [])
+    out.write_text("")  # empty: nothing to lose
+    taken = run(str(inp), "-o", str(out), "-q", *QUESTION)
+    assert taken.code == 0, taken.err
+    assert read_rows(out) == [{"line": n, "answers": answer(s)} for n, s in enumerate(STATES[:2], 1)]
+
+
 def test_a_dash_for_the_output_or_the_failures_is_stdout_never_a_file_named_dash(
     run: Any, svc: FakeService, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -836,6 +852,18 @@ def test_input_estimates_its_line_count_from_size_and_first_lines(
         source = _jsonl.InputLines("-")
         assert source.size == path.stat().st_size
         assert source.estimate() == 0
+
+
+def test_input_estimate_is_0_for_a_file_emptied_after_it_was_opened(tmp_path: Path) -> None:
+    # Its size came from the open file; its head, read later, holds nothing to count: unknown.
+    path = write_input(tmp_path / "in.jsonl", STATES)
+    source = _jsonl.InputLines(str(path))
+    try:
+        path.write_bytes(b"")
+        assert source.size == len("".join(json.dumps(s) + "\n" for s in STATES))
+        assert source.estimate() == 0
+    finally:
+        source.close()
 
 
 class _Piped:
