@@ -316,6 +316,34 @@ def test_a_stop_ends_the_reader_waiting_for_room_without_reading_another_line(tm
         source.close()
 
 
+def test_a_stop_ends_the_reader_waiting_for_a_pipes_writer(monkeypatch: pytest.MonkeyPatch) -> None:
+    # docs/batch.md: on a signal "reading stops", a read that waits for stdin's writer too: the
+    # run does not end leaving its reader behind, polling a pipe nobody reads from any more.
+    r, w = os.pipe()  # the writer stays open and writes nothing
+    buffer = os.fdopen(r, "rb")
+    monkeypatch.setattr(sys, "stdin", _Piped(buffer))
+    source = _jsonl.InputLines(None)
+    quiet = _Poll(quiet=10**9)
+    monkeypatch.setattr(source, "_poll", quiet)
+    progress = _progress.Progress(io.StringIO(), _progress.Tally(), lambda: None, quiet=True)
+    rows: list[dict[str, Any]] = []
+    batch = _batch._Batch(cast(Any, None), Output(False, []), [], _jsonl.Done(), rows.append, progress, 1)
+    runner = threading.Thread(target=batch.run, args=(source,), daemon=True)
+    try:
+        runner.start()
+        assert wait_until(lambda: quiet.quiet < 10**9)  # the reader waits for the writer
+        batch.on_signal(signal.SIGINT, None)
+        runner.join(10)
+        assert not runner.is_alive()
+        assert not any(t.name == "qa_min-batch-input" and t.is_alive() for t in threading.enumerate())
+        assert source.lines == 0
+    finally:
+        source.stop()
+        os.close(w)
+        source.close()
+        buffer.close()
+
+
 @pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
 def test_ctrl_c_writing_to_stdout_exits_130_and_says_how_to_make_a_run_resumable(
     capsys: pytest.CaptureFixture[str], svc: FakeService, inp: Path
@@ -410,6 +438,17 @@ def test_progress_counts_the_retries_and_the_busy_replies(
     assert " | 0 failed | 3 retries | 2 busy replies | " in shown[0].line()
 
 
+def test_progress_is_redrawn_while_the_calls_in_flight_are_slow(monkeypatch: pytest.MonkeyPatch) -> None:
+    # No call ends and no line comes for a while: the wait still redraws the progress line.
+    monkeypatch.setattr(_batch, "REDRAW_EVERY", 0.001)
+    stream, clock = io.StringIO(), iter(range(0, 1000, 10))
+    progress = _progress.Progress(stream, _progress.Tally(), lambda: None, False, clock=lambda: next(clock))
+    rows: list[dict[str, Any]] = []
+    batch = _batch._Batch(cast(Any, None), Output(False, []), [], _jsonl.Done(), rows.append, progress, 1)
+    batch._wait()
+    assert stream.getvalue() == "0/? lines | 0/s | 0 failed\n"
+
+
 def test_a_line_refused_before_sending_counts_no_retry() -> None:
     # docs/batch.md: "attempts" is 0 for a line refused before sending (its timeout expired
     # while it waited for the rate limiter, say): no attempt, so no retry either.
@@ -428,6 +467,20 @@ def test_a_line_refused_before_sending_counts_no_retry() -> None:
 
 
 # -- resume ---------------------------------------------------------------------------------------
+
+
+def test_a_resume_redraws_the_progress_while_it_skips_the_lines_done_before() -> None:
+    # A resumed run may skip a long prefix before its first call: the progress line moves meanwhile.
+    stream, clock = io.StringIO(), iter(range(0, 1000, 10))
+    progress = _progress.Progress(stream, _progress.Tally(), lambda: None, False, clock=lambda: next(clock))
+    done = _jsonl.Done()
+    done.mark_line(1)
+    questions = [qa.NamedQuestion("toxic", qa.YesNo(YES_NO["true"], YES_NO["false"]))]
+    rows: list[dict[str, Any]] = []
+    batch = _batch._Batch(cast(Any, None), Output(False, []), questions, done, rows.append, progress, 1)
+    batch._admit(1, json.dumps("answered before") + "\n")
+    assert stream.getvalue() == "1/? lines | 0/s | 1 done before | 0 failed\n"
+    assert rows == []  # the output already holds it
 
 
 def test_resume_by_line_skips_answered_lines_and_appends_the_rest_in_order(
