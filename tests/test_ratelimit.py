@@ -984,6 +984,16 @@ def test_the_longest_short_pause_of_the_first_window_spaces_throttled_calls() ->
     assert policy.pace(0.31).spacing == 0.02
 
 
+@pytest.mark.parametrize(("pause", "spacing"), [(0.199, 0.199), (0.2, 0.0)])  # LONG_PAUSE: 0.2 s
+def test_a_pause_of_exactly_long_pause_does_not_space_throttled_calls(pause: float, spacing: float) -> None:
+    # Within WINDOW of engaging, a short pause spaces the throttled calls while a first guess
+    # settles; a pause of LONG_PAUSE is a refilled bucket, not a request's worth.
+    policy = Policy(None, True)
+    policy.throttled(0.0, None, 0.005, 0.005, (), busy=True)  # engages: a first guess
+    policy.throttled(0.1, 0.0, pause, 0.1 + pause, ())
+    assert policy.pace(0.1).spacing == spacing
+
+
 @pytest.mark.parametrize(("successes", "ceiling"), [(3, None), (4, 32.0)])
 def test_with_no_ceiling_a_throttle_soon_after_engaging_guesses_twice_what_gets_through(
     successes: int, ceiling: Optional[float]
@@ -1000,6 +1010,21 @@ def test_with_no_ceiling_a_throttle_soon_after_engaging_guesses_twice_what_gets_
         return
     assert policy.rate(0.255) == pytest.approx(ceiling)
     assert policy.rate(1.255) == pytest.approx(ceiling * GROW_SHORT)
+
+
+@pytest.mark.parametrize(("when", "ceiling"), [(0.0, math.inf), (0.125, 64.0)])
+def test_successes_counted_at_the_instant_of_engaging_tell_no_pace_at_that_instant(
+    when: float, ceiling: float
+) -> None:
+    # A lone call's 429 engaged with no ceiling; four attempts sent and answered at that same
+    # instant, then a 429 there: no time has passed, so no pace (not a division by it). An
+    # eighth of a second later the same four are 32/s: a guess of twice that.
+    policy = Policy(None, True)
+    policy.throttled(0.0, None, None, 0.0, ())
+    for _ in range(4):
+        policy.succeeded(0.0, 0.0)
+    policy.throttled(when, 0.0, None, when, ())
+    assert policy.rate(when) == pytest.approx(ceiling)
 
 
 def test_the_success_count_is_sampled_at_exactly_sample_s_apart() -> None:
@@ -1218,6 +1243,21 @@ def test_throttle_while_the_ceiling_gets_through_is_jitter() -> None:
     measured(clock, lim, 198, 1.0)
     lim.report(clock.now - 0.002, 429, 0.005)
     assert ceiling(lim) == 200.0
+
+
+@pytest.mark.parametrize(("successes", "cut"), [(49, None), (48, 0.95 * 48)])
+def test_a_throttle_while_exactly_98_percent_of_the_ceiling_gets_through_is_jitter(
+    successes: int, cut: Optional[float]
+) -> None:
+    # Pins JITTER (0.98) at its limit: under an explicit 50/s, 49 successes in the second before
+    # a short pause's 429 are exactly 98% of it: no cut; one fewer cuts to SHARE of what got through.
+    policy = Policy(50.0, True)
+    policy.engage(0.0)
+    for i in range(successes):
+        policy.succeeded(0.02 * (i + 1), 0.02 * i)
+    news = policy.throttled(1.0, 0.99, 0.005, 1.005, ())
+    assert (news is None) == (cut is None)
+    assert policy.rate(1.0) == pytest.approx(50.0 if cut is None else cut)
 
 
 def test_measured_cut_keeps_at_least_70_percent() -> None:
@@ -1535,6 +1575,60 @@ def test_a_long_pause_with_no_ceiling_yet_measures_what_got_through() -> None:
     news = policy.throttled(2.0, 1.95, 1.0, 3.0, ())
     assert news == "rate limit lowered to 9.5 calls/s after 429/529 responses (was no ceiling)"
     assert policy.rate(3.0) == pytest.approx(9.5)
+
+
+@pytest.mark.parametrize(("answered", "ceiling"), [(1.0, 0.95 * 4), (1.5, 0.95 * 4)])
+def test_a_success_answered_at_the_very_end_of_a_pause_counts_in_the_stretch_after_it(
+    answered: float, ceiling: float
+) -> None:
+    # The pause ends at 1.0 s: four attempts sent then and answered at that same instant belong
+    # to the stretch that ends with the next long pause, as four answered later do.
+    policy = Policy(None, True)
+    policy.paused(0.0, 1.0)
+    policy.throttled(0.0, None, 1.0, 1.0, ())
+    for _ in range(4):
+        policy.succeeded(answered, 1.0)
+    policy.paused(2.0, 3.0)
+    policy.throttled(2.0, 1.0, 1.0, 3.0, ())
+    assert policy.rate(3.0) == pytest.approx(ceiling)
+
+
+@pytest.mark.parametrize(("throttled", "ceiling"), [(1.0, math.inf), (1.25, 0.95 * 4 / 0.25)])
+def test_a_stretch_ended_at_its_very_start_measures_nothing(throttled: float, ceiling: float) -> None:
+    # Four successes answered at the pause's very end, then a 429 asking for 1 s at that same
+    # instant: a stretch of no time tells no pace (not a division by it). A quarter of a second
+    # later, the same four are 16/s: 95% of it.
+    policy = Policy(None, True)
+    policy.paused(0.0, 1.0)
+    policy.throttled(0.0, None, 1.0, 1.0, ())
+    for _ in range(4):
+        policy.succeeded(1.0, 1.0)
+    policy.paused(throttled, throttled + 1.0)
+    policy.throttled(throttled, 1.0, 1.0, throttled + 1.0, ())
+    assert policy.rate(throttled + 1.0) == pytest.approx(ceiling)
+
+
+@pytest.mark.parametrize("throttled", [1.625, 1.75])
+def test_a_pause_from_the_very_end_of_the_last_ends_an_empty_stretch_not_the_one_before(
+    throttled: float,
+) -> None:
+    # 10/s got through after the first pause; a short pause's 429 measured it (9.5/s) and ended
+    # that stretch at 1.625 s. A 429 asking for 1 s at that very instant, or later with nothing
+    # through since, ends a stretch with no success in it: it cuts nothing (the stretch before
+    # is not measured again).
+    policy = Policy(None, True)
+    policy.paused(0.0, 1.0)
+    policy.throttled(0.0, None, 1.0, 1.0, ())
+    for i in range(10):
+        policy.succeeded(1.05 + 0.05 * i, 1.0 + 0.05 * i)
+    policy.paused(1.5, 1.625)
+    policy.throttled(1.5, 1.45, 0.125, 1.625, ())
+    assert policy.rate(1.625) == pytest.approx(9.5)
+    assert policy.cuts == 1
+    policy.paused(throttled, throttled + 1.0)
+    assert policy.throttled(throttled, throttled, 1.0, throttled + 1.0, ()) is None
+    assert policy.cuts == 1
+    assert policy.rate(throttled) == pytest.approx(9.5 + REGROW_MIN * (throttled - 1.625))
 
 
 def test_failed_attempts_give_their_slot_back_and_few_throttled_slots_are_remembered() -> None:
