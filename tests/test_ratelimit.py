@@ -948,6 +948,103 @@ def test_the_calls_held_for_a_last_chance_go_on_an_interval_apart_from_its_answe
     assert [pacer.next(105.0, waiter, pace) for waiter in held] == pytest.approx([0.1, 0.2])
 
 
+@pytest.mark.parametrize(("after", "wait"), [(1e-9, None), (2e-9, 2e-9)])
+def test_a_sleeper_whose_fresh_slot_is_a_nanosecond_ahead_goes_now_and_two_nanoseconds_ahead_waits(
+    after: float, wait: Optional[float]
+) -> None:
+    # No ceiling: a call waits for a pause to end at 100.5; a new pause moves its end ``after``
+    # past that. A slot up to EPSILON (1 ns) ahead is now (sums of intervals round): it goes at
+    # once; one past it, it waits the 2 ns.
+    pacer, pace = Pacer(None, False), Pace(math.inf)
+    sleeper = Waiter(Priority.NEW)
+    pacer.pause(100.0, 100.5, pace)
+    assert pacer.reserve(100.0, None, sleeper, pace) == 100.5
+    pacer.pause(100.2, 100.5 + after, pace)
+    sleeper.due = True  # its wait ran to its slot
+    assert pacer.next(100.5, sleeper, pace) == (None if wait is None else pytest.approx(wait, rel=0.01))
+
+
+def test_a_call_let_go_after_a_last_chance_looks_again_before_its_fresh_slot_and_waits_for_it() -> None:
+    # At an announced 10/s a last chance goes alone at 100.0; a call due at 100.1 is held for
+    # it. The answer (105.0) wakes it: a fresh slot at 105.1, and the wake-up ends that one
+    # wait only. At its look (LOOK, 50 ms later) the slot is still 50 ms ahead: it waits on.
+    pacer, pace = Pacer(None, True), Pace(10.0, follow=True)
+    last, held = Waiter(Priority.LAST), Waiter(Priority.NEW)
+    assert pacer.reserve(100.0, 0.0, last, pace) == 100.0
+    last.due = True
+    assert pacer.next(100.0, last, pace) is None  # out alone
+    assert pacer.reserve(100.0, None, held, pace) == pytest.approx(100.1)
+    held.due = True
+    assert pacer.next(100.1, held, pace) == math.inf
+    assert pacer.answered(105.0, True, pace) is True
+    held.woken = True
+    assert pacer.next(105.0, held, pace) == pytest.approx(0.1)
+    assert pacer.nap(105.0, held, pace) == LOOK
+    held.look_at, held.due = 105.05, True
+    assert pacer.next(105.05, held, pace) == pytest.approx(0.05)
+    assert held.slot == pytest.approx(105.1)
+
+
+def test_a_last_chance_that_waited_for_the_attempts_out_holds_nobody_once_it_has_answered() -> None:
+    # At 10/s a call is out; a last chance due waits for its answer, then goes alone and
+    # answers. From then on a new call due goes (no last chance is waiting any more), and an
+    # answer wakes nobody.
+    pacer, pace = Pacer(None, True), Pace(10.0)
+    first, last = Waiter(Priority.NEW), Waiter(Priority.LAST)
+    pacer.reserve(100.0, None, first, pace)
+    first.due = True
+    assert pacer.next(100.0, first, pace) is None  # out
+    pacer.reserve(100.0, 0.0, last, pace)
+    last.due = True
+    assert pacer.next(100.0, last, pace) == math.inf  # waits for ``first``'s answer
+    assert pacer.answered(100.5, True, pace) is True  # which wakes it
+    last.woken = True
+    assert pacer.next(100.5, last, pace) is None  # out alone
+    assert pacer.answered(101.0, True, pace) is True  # the others go on
+    new, other = Waiter(Priority.NEW), Waiter(Priority.NEW)
+    slot = pacer.reserve(101.0, None, new, pace)
+    new.due = True
+    assert pacer.next(slot, new, pace) is None
+    pacer.reserve(slot, None, other, pace)
+    assert pacer.answered(slot + 0.5, True, pace) is False
+
+
+def test_the_schedules_last_cell_given_back_takes_the_end_back_over_the_holes_before_it() -> None:
+    # At 1/s with no burst three calls hold 100.0, 101.0 and 102.0. The second gives its cell
+    # back, then the third, the schedule's last: the end comes back over both, to 101.0. Once
+    # 101.0 has passed, a new call goes at once (101.5), not at the third's cell (102.0).
+    pacer, pace = Pacer(1, True), Pace(1.0)
+    waiters = [Waiter(Priority.NEW) for _ in range(3)]
+    assert [pacer.reserve(100.0, None, waiter, pace) for waiter in waiters] == [100.0, 101.0, 102.0]
+    pacer.gave_up(100.5, waiters[1])
+    pacer.gave_up(100.5, waiters[2])
+    assert pacer.tat == pytest.approx(101.0)
+    assert pacer.reserve(101.5, None, Waiter(Priority.NEW), pace) == pytest.approx(101.5)
+
+
+def test_cells_given_back_latest_first_still_go_to_the_next_new_calls_earliest_first() -> None:
+    # At 4/s with no burst five calls hold 100.0 to 101.0; the third gives its cell back, then
+    # the second: the next new call takes the earlier (100.25), the one after it the later.
+    pacer, pace = Pacer(1, True), Pace(4.0)
+    waiters = [Waiter(Priority.NEW) for _ in range(5)]
+    assert [pacer.reserve(100.0, None, w, pace) for w in waiters] == [100.0, 100.25, 100.5, 100.75, 101.0]
+    pacer.gave_up(100.0, waiters[2])
+    pacer.gave_up(100.0, waiters[1])
+    slots = [pacer.reserve(100.0, None, Waiter(Priority.NEW), pace) for _ in range(3)]
+    assert slots == pytest.approx([100.25, 100.5, 101.25])
+
+
+def test_a_learned_ceiling_that_doubled_shrinks_the_far_schedule_once_not_at_every_call() -> None:
+    # Four calls at 1/s hold slots to 102.95 (the schedule ends at 104.0); at 2/s the far part
+    # shrinks by half once: the next calls at 2/s go an interval apart (102.45, 102.95), the
+    # second not drawn nearer by a second shrink.
+    pacer = Pacer(None, False)
+    for _ in range(4):
+        pacer.reserve(100.0, None, Waiter(Priority.NEW), Pace(1.0, rising=True))
+    slots = [pacer.reserve(100.0, None, Waiter(Priority.NEW), Pace(2.0, rising=True)) for _ in range(3)]
+    assert slots == pytest.approx([102.45, 102.95, 103.45])
+
+
 def test_a_policy_engaged_by_a_429_with_no_ceiling_disengages_silently() -> None:
     policy = Policy(None, True)
     assert policy.throttled(0.0, None, 0.005, 0.005, ()) is None  # a lone call: no ceiling
