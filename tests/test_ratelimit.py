@@ -743,7 +743,7 @@ def test_a_last_chance_with_others_waiting_goes_two_intervals_after_the_latest_s
     first.due = True
     assert pacer.next(100.0, first, pace) is None  # out
     pacer.reserve(100.0, None, other, pace)
-    assert pacer.reserve(100.0, 0.0, last, pace) == 100.0
+    assert pacer.reserve(100.0, 0.0, last, pace) == pytest.approx(100.0)
     assert pacer.answered(100.0, True, pace) is False
     last.due = True
     assert pacer.next(100.05, last, pace) == pytest.approx(0.15)
@@ -756,10 +756,10 @@ def test_a_lone_call_that_gives_up_gives_its_schedule_back() -> None:
     # the kept interval would have put the second at 100.1).
     pacer, pace = Pacer(None, False), Pace(10.0)
     gone, lone, second = Waiter(Priority.NEW), Waiter(Priority.NEW), Waiter(Priority.NEW)
-    assert pacer.reserve(100.0, None, gone, pace) == 100.0
+    assert pacer.reserve(100.0, None, gone, pace) == pytest.approx(100.0)
     pacer.gave_up(100.0, gone)
     assert pacer.tat == -math.inf
-    assert pacer.reserve(100.0, None, lone, pace) == 100.0
+    assert pacer.reserve(100.0, None, lone, pace) == pytest.approx(100.0)
     assert pacer.reserve(100.0, None, second, pace) == pytest.approx(100.05)
 
 
@@ -888,9 +888,9 @@ def test_a_sleeper_moves_back_only_for_the_throttled_calls_that_jumped_after_its
     # two (the first throttled call was ahead of it when it took its slot).
     pacer, pace = Pacer(1, True), Pace(1.0)
     sleeper = Waiter(Priority.NEW)
-    assert pacer.reserve(100.0, 0.0, Waiter(Priority.RETRY), pace) == 100.0
-    assert pacer.reserve(100.0, None, sleeper, pace) == 101.0
-    assert pacer.reserve(100.0, 0.0, Waiter(Priority.RETRY), pace) == 101.0
+    assert pacer.reserve(100.0, 0.0, Waiter(Priority.RETRY), pace) == pytest.approx(100.0)
+    assert pacer.reserve(100.0, None, sleeper, pace) == pytest.approx(101.0)
+    assert pacer.reserve(100.0, 0.0, Waiter(Priority.RETRY), pace) == pytest.approx(101.0)
     sleeper.due = True  # its wait ran to its slot
     assert pacer.next(101.0, sleeper, pace) == pytest.approx(1.0)
     assert sleeper.slot == pytest.approx(102.0)
@@ -908,7 +908,7 @@ def test_the_latest_256_throttled_calls_move_the_sleepers_back_and_the_257th_for
     pacer, pace = Pacer(1, True), Pace(1.0)
     sleeper = Waiter(Priority.NEW)
     pacer.reserve(100.0, None, Waiter(Priority.NEW), pace)
-    assert pacer.reserve(100.0, None, sleeper, pace) == 101.0
+    assert pacer.reserve(100.0, None, sleeper, pace) == pytest.approx(101.0)
     for _ in range(jumps):
         pacer.reserve(100.0, 0.0, Waiter(Priority.RETRY), pace)
     sleeper.due = True  # its wait ran to its slot
@@ -924,7 +924,9 @@ def test_a_cell_given_back_at_its_very_time_is_the_next_new_calls_and_a_moment_l
     # passed unused and the next call takes the schedule's next (101.0).
     pacer, pace = Pacer(1, True), Pace(4.0)
     waiters = [Waiter(Priority.NEW) for _ in range(4)]
-    assert [pacer.reserve(100.0, None, waiter, pace) for waiter in waiters] == [100.0, 100.25, 100.5, 100.75]
+    assert [pacer.reserve(100.0, None, waiter, pace) for waiter in waiters] == pytest.approx(
+        [100.0, 100.25, 100.5, 100.75]
+    )
     pacer.gave_up(gives_up, waiters[1])
     assert pacer.reserve(gives_up, None, Waiter(Priority.NEW), pace) == pytest.approx(slot)
 
@@ -935,7 +937,7 @@ def test_the_calls_held_for_a_last_chance_go_on_an_interval_apart_from_its_answe
     # a burst's worth at once from the schedule left behind.
     pacer, pace = Pacer(None, True), Pace(10.0)
     last, held = Waiter(Priority.LAST), [Waiter(Priority.NEW), Waiter(Priority.NEW)]
-    assert pacer.reserve(100.0, 0.0, last, pace) == 100.0
+    assert pacer.reserve(100.0, 0.0, last, pace) == pytest.approx(100.0)
     last.due = True
     assert pacer.next(100.0, last, pace) is None  # out alone
     for when, waiter in zip((100.1, 100.2), held):
@@ -958,7 +960,7 @@ def test_a_sleeper_whose_fresh_slot_is_a_nanosecond_ahead_goes_now_and_two_nanos
     pacer, pace = Pacer(None, False), Pace(math.inf)
     sleeper = Waiter(Priority.NEW)
     pacer.pause(100.0, 100.5, pace)
-    assert pacer.reserve(100.0, None, sleeper, pace) == 100.5
+    assert pacer.reserve(100.0, None, sleeper, pace) == pytest.approx(100.5)
     pacer.pause(100.2, 100.5 + after, pace)
     sleeper.due = True  # its wait ran to its slot
     assert pacer.next(100.5, sleeper, pace) == (None if wait is None else pytest.approx(wait, rel=0.01))
@@ -970,7 +972,7 @@ def test_a_call_let_go_after_a_last_chance_looks_again_before_its_fresh_slot_and
     # wait only. At its look (LOOK, 50 ms later) the slot is still 50 ms ahead: it waits on.
     pacer, pace = Pacer(None, True), Pace(10.0, follow=True)
     last, held = Waiter(Priority.LAST), Waiter(Priority.NEW)
-    assert pacer.reserve(100.0, 0.0, last, pace) == 100.0
+    assert pacer.reserve(100.0, 0.0, last, pace) == pytest.approx(100.0)
     last.due = True
     assert pacer.next(100.0, last, pace) is None  # out alone
     assert pacer.reserve(100.0, None, held, pace) == pytest.approx(100.1)
@@ -1015,7 +1017,9 @@ def test_the_schedules_last_cell_given_back_takes_the_end_back_over_the_holes_be
     # 101.0 has passed, a new call goes at once (101.5), not at the third's cell (102.0).
     pacer, pace = Pacer(1, True), Pace(1.0)
     waiters = [Waiter(Priority.NEW) for _ in range(3)]
-    assert [pacer.reserve(100.0, None, waiter, pace) for waiter in waiters] == [100.0, 101.0, 102.0]
+    assert [pacer.reserve(100.0, None, waiter, pace) for waiter in waiters] == pytest.approx(
+        [100.0, 101.0, 102.0]
+    )
     pacer.gave_up(100.5, waiters[1])
     pacer.gave_up(100.5, waiters[2])
     assert pacer.tat == pytest.approx(101.0)
@@ -1027,7 +1031,9 @@ def test_cells_given_back_latest_first_still_go_to_the_next_new_calls_earliest_f
     # the second: the next new call takes the earlier (100.25), the one after it the later.
     pacer, pace = Pacer(1, True), Pace(4.0)
     waiters = [Waiter(Priority.NEW) for _ in range(5)]
-    assert [pacer.reserve(100.0, None, w, pace) for w in waiters] == [100.0, 100.25, 100.5, 100.75, 101.0]
+    assert [pacer.reserve(100.0, None, w, pace) for w in waiters] == pytest.approx(
+        [100.0, 100.25, 100.5, 100.75, 101.0]
+    )
     pacer.gave_up(100.0, waiters[2])
     pacer.gave_up(100.0, waiters[1])
     slots = [pacer.reserve(100.0, None, Waiter(Priority.NEW), pace) for _ in range(3)]
