@@ -3,6 +3,7 @@ command it prints, and its progress on a terminal and off one."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import pty
@@ -328,10 +329,100 @@ def test_progress_line_shows_busy_replies_and_the_rate_ceiling_when_known() -> N
 
 @pytest.mark.parametrize(
     ("seconds", "text"),
-    [(0.4, "0s"), (59.9, "59s"), (60, "1m0s"), (3599, "59m59s"), (3600, "1h0m"), (90061, "25h1m")],
-)
+    [
+        (0.4, "0s"), (59.9, "59s"), (60, "1m0s"), (3599, "59m59s"), (3600, "1h0m"), (7140, "1h59m"),
+        (7199, "1h59m"), (90061, "25h1m"),
+    ],
+)  # fmt: skip
 def test_duration(seconds: float, text: str) -> None:
     assert _progress.duration(seconds) == text
+
+
+class _Shown(io.StringIO):
+    """A stream that keeps what was flushed: what a terminal shows, or a reader of the log gets."""
+
+    def __init__(self, tty: bool) -> None:
+        super().__init__()
+        self.tty, self.shown = tty, ""
+
+    def isatty(self) -> bool:
+        return self.tty
+
+    def flush(self) -> None:
+        self.shown = self.getvalue()
+
+
+def _progress_at(now: list[float], tty: bool, quiet: bool = False) -> tuple[_progress.Progress, _Shown]:
+    stream = _Shown(tty)
+    return _progress.Progress(stream, _progress.Tally(), lambda: None, quiet, clock=lambda: now[0]), stream
+
+
+@pytest.mark.parametrize(("tty", "every"), [(True, 0.1), (False, 5.0)], ids=["terminal", "plain"])
+def test_progress_is_drawn_every_tenth_of_a_second_on_a_terminal_and_every_5_seconds_off_one(
+    tty: bool, every: float
+) -> None:
+    # docs/batch.md: "redrawn in place on a terminal, a plain line every 5 seconds otherwise";
+    # the interval counts from the last drawing, and what is drawn is flushed at once.
+    now = [0.0]
+    progress, stream = _progress_at(now, tty)
+    drawn = "\r0/? lines | 0/s | 0 failed\x1b[K" if tty else "0/? lines | 0/s | 0 failed\n"
+    for at, times in [(every - 0.001, 0), (every, 1), (2 * every - 0.001, 1), (2 * every, 2)]:
+        now[0] = at
+        progress.tick()
+        assert (stream.getvalue(), stream.shown) == (drawn * times, drawn * times), at
+
+
+def test_progress_clears_its_line_for_a_message_only_on_a_terminal_and_when_not_quiet() -> None:
+    now = [0.0]
+    for tty, quiet, wiped in [(True, False, "\r\x1b[K"), (False, False, ""), (True, True, "")]:
+        progress, stream = _progress_at(now, tty, quiet)
+        progress.clear()
+        assert (stream.getvalue(), stream.shown) == (wiped, wiped), (tty, quiet)
+
+
+def test_progress_finish_on_a_terminal_draws_the_last_state_then_the_summary() -> None:
+    now = [0.0]
+    progress, stream = _progress_at(now, tty=True)
+    progress.tally.done = progress.tally.answered = 3
+    now[0] = 65.0
+    progress.finish()
+    last = "\r3/? lines | 0/s | 0 failed\x1b[K\n"
+    assert stream.shown == last + "batch: 3 lines in 1m5s: 3 answered, 0 failed\n"
+
+
+@pytest.mark.parametrize(
+    ("seen", "rates"),
+    [
+        ([(5.0, 100), (15.0, 100)], ["20/s", "0/s"]),  # no line for exactly ten seconds: 0/s
+        ([(5.0, 100), (14.5, 100)], ["20/s", "7/s"]),  # a little less: the 100 lines still count
+        ([(8.0, 80), (12.0, 80)], ["10/s", "7/s"]),  # the start is older than ten seconds, not its next
+    ],
+    ids=["stalled-ten-seconds", "stalled-less", "window-from-the-second-sample"],
+)
+def test_progress_rate_counts_the_lines_of_the_last_ten_seconds(
+    seen: list[tuple[float, int]], rates: list[str]
+) -> None:
+    now = [0.0]
+    progress, _ = _progress_at(now, tty=False)
+    shown = []
+    for now[0], progress.tally.done in seen:
+        shown.append(progress.line().split(" | ")[1])
+    assert shown == rates
+
+
+def test_progress_eta_is_0s_once_the_lines_done_pass_the_estimate() -> None:
+    # The estimate (~) may fall short of the lines the input holds: nothing is left, not -1 line.
+    tally = _progress.Tally()
+    now = [0.0]
+    progress = _progress.Progress(io.StringIO(), tally, lambda: (5, False), quiet=True, clock=lambda: now[0])
+    now[0], tally.done = 10.0, 6
+    assert progress.line() == "6/~5 lines (120.0%) | 1/s | 0 failed | ETA 0s"
+
+
+def test_a_tally_refuses_a_misspelt_counter() -> None:
+    tally = _progress.Tally()
+    with pytest.raises(AttributeError):
+        tally.retry = 1  # type: ignore[attr-defined]
 
 
 @pytest.mark.parametrize(
