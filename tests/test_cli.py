@@ -415,6 +415,9 @@ def test_usage_errors_exit_2(run: Any, argv: list[str]) -> None:
     assert "usage: qa-min" in result.err
 
 
+ONE_KEY = "question 'q': expected an object with one key"
+
+
 def _write(tmp_path: Path, text: str) -> str:
     path = tmp_path / "questions.json"
     path.write_text(text)
@@ -446,6 +449,14 @@ def _write(tmp_path: Path, text: str) -> str:
          "key 'q' is given twice in one object"),
         (["--questions", 'FILE:{"q": {"choice": {"x": "X", "x": "Y", "z": "Z"}}}'], "InvalidQuestion",
          "key 'x' is given twice in one object"),
+        (["--questions", 'FILE:{"a": {"yes_no": ["a", "b"]}, "q": {"score": ["a", "b"]}, "q": {}}'],
+         "InvalidQuestion", "key 'q' is given twice in one object"),
+        (["--questions", 'FILE:{"q": {"yes_no": ["a", "b"], "score": ["a", "b"]}}'], "InvalidQuestion",
+         ONE_KEY),
+        (["--questions", 'FILE:{"q": {}}'], "InvalidQuestion", ONE_KEY),
+        (["--questions", 'FILE:{"q": "t"}'], "InvalidQuestion", ONE_KEY),
+        (["--questions", 'FILE:{"q": 7}'], "InvalidQuestion", ONE_KEY),
+        (["--questions", "MISSING"], "InvalidQuestion", "missing.json': No such file or directory"),
         (["--score", "q", "low", "high", "low"], "InvalidQuestion",
          "level 'low' is given twice; levels must be unique"),
         (["--questions", 'FILE:{"q": {"score": ["low", "low"]}}'], "InvalidQuestion",
@@ -458,8 +469,9 @@ def _write(tmp_path: Path, text: str) -> str:
         "duplicate-name", "file-missing", "file-not-json", "file-not-object", "question-not-object",
         "yes-no-not-pair", "choice-not-object", "score-not-list", "unknown-kind", "text-not-string",
         "empty-name", "choice-duplicate-option", "choice-duplicate-option-of-two", "file-duplicate-id",
-        "file-duplicate-option", "score-duplicate-level", "file-score-duplicate-level", "yes-no-one-text",
-        "choice-one-text",
+        "file-duplicate-option", "file-duplicate-id-after-another", "question-two-keys", "question-no-key",
+        "question-one-character-string", "question-number", "file-missing-reason", "score-duplicate-level",
+        "file-score-duplicate-level", "yes-no-one-text", "choice-one-text",
     ],
 )  # fmt: skip
 def test_bad_questions_exit_3_before_anything_is_sent(
@@ -478,6 +490,19 @@ def test_bad_questions_exit_3_before_anything_is_sent(
     first = result.err.splitlines()[0]
     assert first.startswith(f"error: {error}: ")
     assert detail in first
+    assert svc.requests == []
+
+
+def test_an_id_of_a_file_asked_again_by_a_flag_is_refused_before_the_state_is_read(
+    run: Any, svc: FakeService, tmp_path: Path
+) -> None:
+    # docs/command-line.md: ids must be unique "across files and flags"; checked before stdin is read.
+    path = _write(tmp_path, '{"lang": {"choice": {"en": "English", "fr": "French"}}}')
+    result = run("--base-url", svc.url, "ask", "--questions", path, "--yes-no", "lang", "y", "n", stdin=STATE)
+    assert result.code == 3
+    assert result.err.splitlines()[0].startswith("error: DuplicateQuestionName: ")
+    assert "'lang'" in result.err.splitlines()[0]
+    assert sys.stdin.read() == STATE  # not read
     assert svc.requests == []
 
 
