@@ -5,6 +5,7 @@ from __future__ import annotations
 import _thread
 import hashlib
 import http.client
+import inspect
 import json
 import math
 import os
@@ -18,6 +19,7 @@ import time
 import urllib.parse
 from collections.abc import Callable, Iterator, Mapping
 from http import HTTPStatus
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -237,6 +239,11 @@ def test_wait_for_requests_checks_its_arguments(svc: FakeService, n: Any, timeou
     # Both failed on an operator inside the wait: '>=' between int and str, '+' of float and str.
     with pytest.raises(TypeError, match=words):
         svc.wait_for_requests(n, timeout)
+
+
+def test_wait_for_requests_waits_5_seconds_by_default() -> None:
+    # Its public signature: a test that forgets the timeout fails after 5 s rather than hanging.
+    assert inspect.signature(FakeService.wait_for_requests).parameters["timeout"].default == 5.0
 
 
 def test_wait_for_requests_takes_the_longest_wait_and_refuses_one_past(svc: FakeService) -> None:
@@ -594,6 +601,17 @@ def test_reply_connection_close_header_closes(svc: FakeService, connect: Connect
 def test_reply_rejects_statuses_outside_200_599(status: int) -> None:
     with pytest.raises(ValueError, match="status"):
         reply(status)
+
+
+@pytest.mark.parametrize(
+    ("status", "error", "words"),
+    [(600, ValueError, "status must be within 200-599, not 600"), ("200", TypeError, "must be an int")],
+)
+def test_reply_tells_a_bad_status_before_a_body_json_cannot_encode(
+    status: Any, error: type[Exception], words: str
+) -> None:
+    with pytest.raises(error, match=words):
+        reply(status, float("nan"))
 
 
 @pytest.mark.parametrize("status", ["200", 200.5, None, True])
@@ -1626,6 +1644,25 @@ def test_recorded_requests_and_steps_are_public_values_of_this_module(
     assert pickle.loads(pickle.dumps(recorded)) == recorded
     step = reply(503)
     assert pickle.loads(pickle.dumps(step)) == step
+
+
+TESTING_NAMES = {
+    "DEFAULT_MODELS", "FakeService", "MockTransport", "RecordedRequest", "Step", "delay", "drop",
+    "expected_answer", "hang", "reply", "reset", "truncate",
+}  # fmt: skip
+
+
+def test_the_testing_module_exports_its_public_names_and_only_them() -> None:
+    # docs/testing.md names what `qa_min.testing` offers; `import *` takes exactly that, none of
+    # the helpers it imports from the fake's private modules.
+    import qa_min.testing
+
+    names: dict[str, object] = {}
+    exec("from qa_min.testing import *", names)
+    assert set(names) - {"__builtins__"} == TESTING_NAMES == set(qa_min.testing.__all__)
+    documented = TESTING_NAMES - {"DEFAULT_MODELS", "RecordedRequest"}  # met as `svc.requests`' items
+    guide = (Path(__file__).parent.parent / "docs" / "testing.md").read_text()
+    assert all(f"`{name}" in guide for name in documented)
 
 
 @pytest.mark.parametrize(
