@@ -837,3 +837,10 @@ def test_successes_counted_at_the_instant_of_engaging_tell_no_pace_yet() -> None
     assert policy.seen(0.0, -1.0) is None
     assert policy.throttled(0.0, 0.0, 0.1, 0.1, ()) is None
     assert policy.rate(0.0) == math.inf
+
+
+def test_a_steer_keeps_to_its_slots() -> None:
+    # One per client, read on every attempt: no __dict__, as an Announcement has none.
+    steer = Steer()
+    assert not hasattr(steer, "__dict__")
+    assert (steer.paced, steer.capacity, steer.refill, steer.started) == (math.inf, 0.0, 0.0, 0.0)
