@@ -4,7 +4,8 @@ Every case is fed whole, one byte at a time, and at random split points (as h11'
 and must give the same result each way: (status, fields, body, reusable) or the same error.
 
   framing ........................ test_valid_responses_are_read, test_no_body_statuses_and_methods
-                                   test_only_a_2xx_to_connect_has_no_body
+                                   test_only_a_2xx_to_connect_has_no_body,
+                                   test_a_body_arriving_with_the_bare_lf_that_ends_the_head_leaves_that_lf_out
   the four classes of issue 21 ... test_transfer_encoding_is_trimmed_of_sp_and_htab_only,
                                    test_chunk_data_must_end_in_crlf, test_field_names_must_be_tokens,
                                    test_http10_with_transfer_encoding_is_refused
@@ -24,6 +25,7 @@ and must give the same result each way: (status, fields, body, reusable) or the 
                                    test_trailer_cap_counts_lines_folds_included,
                                    test_trailers_count_toward_the_chunk_framing_allowance,
                                    test_body_cap_for_2xx, test_body_cap_for_other_statuses,
+                                   test_a_reader_made_without_a_limit_caps_2xx_bodies_at_2_to_the_62,
                                    test_a_cut_body_ends_with_the_bytes_received_no_more_asked,
                                    test_chunk_size_digits_cap, test_chunk_size_line_cap
   caps as the bytes arrive ....... test_caps_are_checked_before_the_line_ends
@@ -168,6 +170,19 @@ def test_valid_responses_are_read(
 def test_bytes_after_the_message_make_it_not_reusable() -> None:
     # Once they arrived, that is: bytes the server sends later are the pool's check to find.
     assert feed([ok(b"Content-Length: 2\r\n", b"hiX")]) == (200, [("Content-Length", "2")], b"hi", False)
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "reusable"), [("Content-Length", "5", True), ("Connection", "close", False)]
+)
+def test_a_body_arriving_with_the_bare_lf_that_ends_the_head_leaves_that_lf_out(
+    name: str, value: str, reusable: bool
+) -> None:
+    # The head's last line, a bare LF, opens the piece that brings the first body bytes: the
+    # body starts one byte into that piece, without the LF already read as the head's end
+    # (a length-framed body, and one that ends at the close).
+    pieces = [f"HTTP/1.1 200 OK\n{name}: {value}\n".encode(), b"\nabc", b"de"]
+    assert feed(pieces) == (200, [(name, value)], b"abcde", reusable)
 
 
 @pytest.mark.parametrize(
@@ -512,6 +527,18 @@ def test_body_cap_for_2xx(status: int, framing: str, extra: int, accepted: bool)
         assert outcome[2] == b"x" * 20
     else:
         refused(outcome, qa.LimitExceeded, "20-byte limit")
+
+
+@pytest.mark.parametrize(("extra", "accepted"), [(0, True), (1, False)])
+def test_a_reader_made_without_a_limit_caps_2xx_bodies_at_2_to_the_62(extra: int, accepted: bool) -> None:
+    reader = ResponseReader()
+    reader.receive(ok(b"Content-Length: %d\r\n" % ((1 << 62) + extra)))
+    assert type(reader.next_event()) is Head
+    if accepted:
+        assert reader.next_event() is NEED_DATA
+    else:
+        with pytest.raises(qa.LimitExceeded, match=f"over the {1 << 62}-byte limit"):
+            reader.next_event()
 
 
 @pytest.mark.parametrize("status", [300, 503])
