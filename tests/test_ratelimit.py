@@ -1051,6 +1051,105 @@ def test_a_learned_ceiling_that_doubled_shrinks_the_far_schedule_once_not_at_eve
     assert slots == pytest.approx([102.45, 102.95, 103.45])
 
 
+@pytest.mark.parametrize(("early", "wait"), [(0.0, 0.95), (1e-9, 0.95)])
+def test_a_look_up_to_a_nanosecond_before_its_time_is_a_look(early: float, wait: float) -> None:
+    # Three calls at an announced 1/s: the third's slot is 101.95, its nap ends at 100.05. The
+    # clock reads then, or up to EPSILON (1 ns) before (sums round): it looks, and the pace,
+    # doubled, halves the time to its slot.
+    pacer, waiters = Pacer(None, False), [Waiter(Priority.NEW) for _ in range(3)]
+    for waiter in waiters:
+        pacer.reserve(100.0, None, waiter, Pace(1.0, follow=True))
+    third = waiters[2]
+    third.look_at, third.due = 100.05, True
+    assert pacer.next(100.05 - early, third, Pace(2.0, follow=True)) == pytest.approx(wait, rel=1e-6)
+
+
+@pytest.mark.parametrize(("interval", "wait"), [(2e-9, None), (4e-9, 2e-9)])
+def test_a_slot_a_look_brings_to_a_nanosecond_ahead_is_now(interval: float, wait: Optional[float]) -> None:
+    # Two calls at an announced pace of one per ``interval``: the second's slot is that far
+    # ahead. At a look at once the pace has doubled: the slot comes half as far. A nanosecond
+    # ahead (EPSILON) it is now: it goes; two nanoseconds ahead it waits them.
+    pace = Pace(1.0 / interval, follow=True)
+    pacer, first, second = Pacer(1, True), Waiter(Priority.NEW), Waiter(Priority.NEW)
+    assert pacer.reserve(0.0, None, first, pace) == 0.0
+    assert pacer.reserve(0.0, None, second, pace) == pytest.approx(interval)
+    second.look_at, second.due = 0.0, True
+    got = pacer.next(0.0, second, Pace(2.0 / interval, follow=True))
+    assert got == (None if wait is None else pytest.approx(wait, rel=1e-6))
+
+
+def test_calls_let_go_after_a_last_chance_look_again_against_the_pace_of_their_fresh_slots() -> None:
+    # At an announced 10/s a last chance goes alone at 100.0; three calls due from 100.1 on are
+    # held for it. Its answer comes at 105.0 with the pace at 20/s: fresh slots at that pace,
+    # 105.0, 105.05 and 105.1. At the third's look (LOOK later) the pace is still 20/s: RISEN-fold
+    # the 10/s it was first given a slot at, but not the pace of its fresh slot, which holds.
+    pacer, ten, twenty = Pacer(None, True), Pace(10.0, follow=True), Pace(20.0, follow=True)
+    last, held = Waiter(Priority.LAST), [Waiter(Priority.NEW) for _ in range(3)]
+    assert pacer.reserve(100.0, 0.0, last, ten) == 100.0
+    last.due = True
+    assert pacer.next(100.0, last, ten) is None  # out alone
+    for waiter in held:
+        slot = pacer.reserve(100.0, None, waiter, ten)
+        waiter.due = True
+        assert pacer.next(slot, waiter, ten) == math.inf
+    assert pacer.answered(105.0, True, twenty) is True
+    for waiter in held:
+        waiter.woken = True
+    waits = [pacer.next(105.0, waiter, twenty) for waiter in held]
+    assert waits == [None, pytest.approx(0.05), pytest.approx(0.1)]
+    third = held[2]
+    third.look_at, third.due = 105.0 + LOOK, True
+    assert pacer.next(105.0 + LOOK, third, twenty) == pytest.approx(0.05)
+    assert third.slot == pytest.approx(105.1)
+
+
+@pytest.mark.parametrize(("jumps", "wait"), [(256, 256.0), (257, 129.0)])
+def test_the_257th_throttled_call_forgets_the_oldest_half_and_keeps_the_latest_129(
+    jumps: int, wait: float
+) -> None:
+    # At 1/s with no burst 200 calls hold 100.0 to 299.0, a sleeper 300.0; throttled calls jump
+    # ahead from 100.0 on, one a second. Up to JUMPS (256) remembered, at its slot the sleeper
+    # moves behind them all (to 556.0); the 257th forgets the oldest 128, and it moves behind
+    # the 129 kept (to 429.0), not behind the latest alone.
+    pacer, pace = Pacer(1, True), Pace(1.0)
+    for _ in range(200):
+        pacer.reserve(100.0, None, Waiter(Priority.NEW), pace)
+    sleeper = Waiter(Priority.NEW)
+    assert pacer.reserve(100.0, None, sleeper, pace) == pytest.approx(300.0)
+    for _ in range(jumps):
+        pacer.reserve(100.0, 0.0, Waiter(Priority.RETRY), pace)
+    sleeper.due = True  # its wait ran to its slot
+    assert pacer.next(300.0, sleeper, pace) == pytest.approx(wait)
+
+
+def test_a_new_call_skips_every_cell_given_back_whose_time_passed_for_the_first_still_ahead() -> None:
+    # At 4/s with no burst five calls hold 100.0 to 101.0; the second and fourth give their
+    # cells back (100.25, 100.75). A new call at 100.3 finds the first passed: it takes the
+    # second (100.75), not the passed one (going at once).
+    pacer, pace = Pacer(1, True), Pace(4.0)
+    waiters = [Waiter(Priority.NEW) for _ in range(5)]
+    assert [pacer.reserve(100.0, None, w, pace) for w in waiters] == pytest.approx(
+        [100.0, 100.25, 100.5, 100.75, 101.0]
+    )
+    pacer.gave_up(100.0, waiters[1])
+    pacer.gave_up(100.0, waiters[3])
+    assert pacer.reserve(100.3, None, Waiter(Priority.NEW), pace) == pytest.approx(100.75)
+
+
+@pytest.mark.parametrize(("after", "slot"), [(0.001, 130.002), (0.002, 130.002), (0.003, 130.003)])
+def test_with_no_ceiling_a_new_call_goes_two_milliseconds_after_the_throttled_calls_slot(
+    after: float, slot: float
+) -> None:
+    # With no ceiling, a pause to 130.0 and a throttled call waiting for it: a new call due up
+    # to 2 ms (AFTER) after the pause's end goes 2 ms after it, not in a race with the retry;
+    # one due later goes when due.
+    assert AFTER == 0.002
+    pacer, pace = Pacer(None, False), Pace(math.inf)
+    pacer.pause(100.0, 130.0, pace)
+    assert pacer.reserve(100.0, 30.0, Waiter(Priority.RETRY), pace) == 130.0
+    assert pacer.reserve(100.0, 30.0 + after, Waiter(Priority.NEW), pace) == pytest.approx(slot)
+
+
 def test_a_policy_engaged_by_a_429_with_no_ceiling_disengages_silently() -> None:
     policy = Policy(None, True)
     assert policy.throttled(0.0, None, 0.005, 0.005, ()) is None  # a lone call: no ceiling
