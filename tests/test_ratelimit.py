@@ -67,6 +67,7 @@ import pytest
 
 import qa_min as qa
 from qa_min import _policy
+from qa_min._announced import Announcement
 from qa_min._limiter import ABSORBED, Limiter
 from qa_min._pacer import AFTER, ALONE, JUMPS, LOOK, LOOK_FAR, RISEN, Pace, Pacer, Priority, Waiter
 from qa_min._policy import (
@@ -1170,6 +1171,61 @@ def test_a_quiet_policy_disengages_once_the_pause_has_ended_at_its_very_end() ->
     assert policy.engaged
     assert policy.tick(60.5, 60.5)[0] is None
     assert not policy.engaged
+
+
+def test_engaging_again_forgets_the_short_pauses_of_the_last_spell() -> None:
+    # A short pause (20 ms) within WINDOW of engaging spaced the throttled calls; a quiet minute
+    # later the policy disengages. Engaged again by a 429, its throttled calls are not spaced
+    # by the last spell's pause.
+    policy = Policy(None, True)
+    policy.throttled(0.0, None, 0.005, 0.005, (), busy=True)  # engages: a first guess
+    policy.throttled(0.1, 0.0, 0.02, 0.12, ())
+    assert policy.pace(0.1).spacing == pytest.approx(0.02)
+    assert policy.tick(60.1, 0.12)[0] is not None
+    assert not policy.engaged
+    policy.throttled(61.0, None, 0.005, 61.005, (), busy=True)
+    assert policy.engaged
+    assert policy.pace(61.0).spacing == 0.0
+
+
+@pytest.mark.parametrize(("when", "engaged"), [(4.999, True), (5.0, False)])  # STALE: 5 s
+def test_an_announcement_paces_no_more_at_exactly_stale_s_and_the_quiet_policy_disengages(
+    when: float, engaged: bool
+) -> None:
+    # Engaged by an announced limit at 0.0 and never throttled: just under STALE later it still
+    # paces; at exactly STALE it paces no more, and the policy is back on the fast path.
+    policy = Policy(None, True)
+    policy.heard(0.0, Announcement(100.0, 50.0, 10.0, 10.0, "ietf"))
+    assert policy.engaged
+    assert policy.tick(when, -math.inf)[0] is None
+    assert policy.engaged is engaged
+    assert policy.steered(when) is engaged
+
+
+def test_engaging_again_forgets_the_estimate_of_the_last_spell() -> None:
+    # A stretch of 3 s at 10/s ended by a 1 s pause left an estimate (10/s) and a measured
+    # 9.5/s; a quiet minute later the policy disengages. Engaged again by a 429 after 10 calls
+    # in 0.25 s (a guess of 20/s), a stretch that drained at once (8 successes in 0.5 s) is
+    # measured afresh, SHARE of its 16/s, not cut by CUT as if measured before in this spell.
+    policy = Policy(None, True)
+    policy.paused(0.0, 1.0)
+    policy.throttled(0.0, None, 1.0, 1.0, ())
+    for i in range(30):
+        policy.succeeded(1.1 + 0.1 * i, 1.0 + 0.1 * i)
+    policy.paused(4.0, 5.0)
+    policy.throttled(4.0, 3.9, 1.0, 5.0, ())
+    assert policy.rate(5.0) == pytest.approx(9.5)
+    assert policy.tick(64.0, 5.0)[0] is not None
+    assert not policy.engaged
+    policy.paused(65.0, 66.0)
+    sent = [64.75 + 0.025 * i for i in range(10)]
+    policy.throttled(65.0, None, 1.0, 66.0, sent)
+    assert policy.rate(66.0) == pytest.approx(20.0)
+    for i in range(8):
+        policy.succeeded(66.05 + 0.05 * i, 66.0 + 0.05 * i)
+    policy.paused(66.5, 67.5)
+    policy.throttled(66.5, 66.4, 1.0, 67.5, ())
+    assert policy.rate(67.5) == pytest.approx(0.95 * 16)
 
 
 def test_the_longest_short_pause_of_the_first_window_spaces_throttled_calls() -> None:
