@@ -1072,7 +1072,7 @@ def test_a_slot_a_look_brings_to_a_nanosecond_ahead_is_now(interval: float, wait
     # ahead (EPSILON) it is now: it goes; two nanoseconds ahead it waits them.
     pace = Pace(1.0 / interval, follow=True)
     pacer, first, second = Pacer(1, True), Waiter(Priority.NEW), Waiter(Priority.NEW)
-    assert pacer.reserve(0.0, None, first, pace) == 0.0
+    assert pacer.reserve(0.0, None, first, pace) == pytest.approx(0.0)
     assert pacer.reserve(0.0, None, second, pace) == pytest.approx(interval)
     second.look_at, second.due = 0.0, True
     got = pacer.next(0.0, second, Pace(2.0 / interval, follow=True))
@@ -1086,7 +1086,7 @@ def test_calls_let_go_after_a_last_chance_look_again_against_the_pace_of_their_f
     # the 10/s it was first given a slot at, but not the pace of its fresh slot, which holds.
     pacer, ten, twenty = Pacer(None, True), Pace(10.0, follow=True), Pace(20.0, follow=True)
     last, held = Waiter(Priority.LAST), [Waiter(Priority.NEW) for _ in range(3)]
-    assert pacer.reserve(100.0, 0.0, last, ten) == 100.0
+    assert pacer.reserve(100.0, 0.0, last, ten) == pytest.approx(100.0)
     last.due = True
     assert pacer.next(100.0, last, ten) is None  # out alone
     for waiter in held:
@@ -1147,7 +1147,7 @@ def test_with_no_ceiling_a_new_call_goes_two_milliseconds_after_the_throttled_ca
     assert AFTER == 0.002
     pacer, pace = Pacer(None, False), Pace(math.inf)
     pacer.pause(100.0, 130.0, pace)
-    assert pacer.reserve(100.0, 30.0, Waiter(Priority.RETRY), pace) == 130.0
+    assert pacer.reserve(100.0, 30.0, Waiter(Priority.RETRY), pace) == pytest.approx(130.0)
     assert pacer.reserve(100.0, 30.0 + after, Waiter(Priority.NEW), pace) == pytest.approx(slot)
 
 
@@ -1185,7 +1185,7 @@ def test_engaging_again_forgets_the_short_pauses_of_the_last_spell() -> None:
     assert not policy.engaged
     policy.throttled(61.0, None, 0.005, 61.005, (), busy=True)
     assert policy.engaged
-    assert policy.pace(61.0).spacing == 0.0
+    assert policy.pace(61.0).spacing == pytest.approx(0.0)
 
 
 @pytest.mark.parametrize(("when", "engaged"), [(4.999, True), (5.0, False)])  # STALE: 5 s
