@@ -19,10 +19,12 @@ with a time: "go at t", "wait until woken", or "go now". Waiting is not done her
 * **Sleepers look again while the ceiling moves**: any call but a last chance sleeps at most
   ``LOOK`` toward its slot under an announced pace (``Pace.follow``); under a learned one, which
   regrows (``Pace.rising``), one whose slot lies more than ``LOOK_FAR`` beyond any pause sleeps
-  ``LOOK_FAR``. At each look the slot comes nearer if the pace has risen
-  ``RISEN``-fold since it was taken. Slots taken while the bucket was empty, or at a first
-  guess, lie far ahead when many calls wait (an asyncio client that sent thousands at once, most
-  of them throttled), and those calls slept on at the old pace.
+  ``LOOK_FAR``. Slots taken while the bucket was empty, or at a first guess, lie far ahead when
+  many calls wait (an asyncio client that sent thousands at once, most of them throttled), and
+  those calls slept on at the old pace. At each look the slot comes nearer if the pace, whatever
+  it is by then, has risen ``RISEN``-fold since it was taken; else the call sleeps on. A nap
+  ended up to ``EARLY`` before its time (a coarse timer) is a look; sooner (a ``sleep=`` seam
+  returning at once) it stands for the whole wait, as any wait a seam cuts short.
 * **Throttled calls first.** A throttled call's retry takes the next slot (``Priority.RETRY``)
   and the slots promised behind it move back one each, so no call absorbs repeated 429s. With
   no ceiling yet, a new call goes ``AFTER`` the throttled calls' slots, not with them.
@@ -49,6 +51,7 @@ LOOK = 0.05  # s: under an announced pace, the longest a call sleeps before it l
 RISEN = 2.0  # ...and how much the pace must have risen since its slot was taken to bring it nearer
 LOOK_FAR = 1.0  # s: under a learned ceiling, the longest a call sleeps before it looks again
 AFTER = 0.002  # s: with no ceiling, how long after a pause's throttled calls a new call goes
+EARLY = 0.02  # s: a nap ended this early is a look (asyncio's timers: 15.6 ms on Windows < 3.13)
 
 
 class Priority(enum.IntEnum):
@@ -116,12 +119,6 @@ class Waiter:
         self.woken = False
 
 
-def _looks(waiter: Waiter, pace: Pace) -> bool:
-    """Whether ``waiter`` looks again before its slot: any but a last chance, under an announced
-    ceiling or a learned one that regrows (a burst's throttled calls queue far ahead)."""
-    return (pace.follow or pace.rising) and waiter.priority is not Priority.LAST
-
-
 class Pacer:
     """The slots of one client's attempts; see the module docstring. Not thread-safe: its
     owner holds a lock around every call. ``capped``: the ceiling is explicit, so it binds
@@ -169,8 +166,8 @@ class Pacer:
         under a learned one, which regrows steadily. The shell records where a wait shorter
         than the slot ends (``Waiter.look_at``), so that a look happens only after it."""
         wait = waiter.slot - now
-        if not _looks(waiter, pace):
-            return wait
+        if waiter.priority is Priority.LAST or not (pace.follow or pace.rising):
+            return wait  # a last chance, or a fixed ceiling: no slot it holds will come nearer
         if pace.follow:
             return min(wait, LOOK)
         # No slot comes before a pause ends: only one more than LOOK_FAR beyond it may move.
@@ -179,9 +176,9 @@ class Pacer:
     def next(self, now: float, waiter: Waiter, pace: Pace) -> Optional[float]:
         """After a wait: None, it goes now (counted out); else how long to wait again (inf:
         until woken by an answer)."""
-        looking = waiter.look_at > -INF and now >= waiter.look_at - EPSILON  # a nap ran its course
-        if not waiter.woken and waiter.slot > now + EPSILON and looking and _looks(waiter, pace):
-            # A look before its slot (``nap``): nearer if the pace has risen RISEN-fold since.
+        looking = waiter.look_at > -INF and now >= waiter.look_at - EARLY  # a nap ran its course
+        if not waiter.woken and waiter.slot > now + EPSILON and looking:
+            # A look before its slot (``nap``), whatever the pace is now: nearer if it has risen.
             if pace.rate >= RISEN * waiter.rate:  # never before a pause ends (SPEC.md 7a)
                 nearer = now + (waiter.slot - now) * waiter.rate / pace.rate
                 waiter.slot, waiter.rate = max(nearer, self.paused_until), pace.rate

@@ -69,7 +69,7 @@ import qa_min as qa
 from qa_min import _policy
 from qa_min._announced import Announcement
 from qa_min._limiter import ABSORBED, Limiter
-from qa_min._pacer import AFTER, ALONE, JUMPS, LOOK, LOOK_FAR, RISEN, Pace, Pacer, Priority, Waiter
+from qa_min._pacer import AFTER, ALONE, EARLY, JUMPS, LOOK, LOOK_FAR, RISEN, Pace, Pacer, Priority, Waiter
 from qa_min._policy import (
     CUBE,
     CUBE_SHORT,
@@ -1063,6 +1063,50 @@ def test_a_look_up_to_a_nanosecond_before_its_time_is_a_look(early: float, wait:
     third = waiters[2]
     third.look_at, third.due = 100.05, True
     assert pacer.next(100.05 - early, third, Pace(2.0, follow=True)) == pytest.approx(wait, rel=1e-6)
+
+
+def _napping_third() -> tuple[Pacer, Waiter]:
+    """Three calls at a learned 1/s from 100.0: the third's slot is 101.95; its nap (LOOK_FAR)
+    ends at 101.0, where the shell's ``step`` calls ``next`` with the waiter due."""
+    pacer, waiters = Pacer(None, False), [Waiter(Priority.NEW) for _ in range(3)]
+    for waiter in waiters:
+        pacer.reserve(100.0, None, waiter, Pace(1.0, rising=True))
+    third = waiters[2]
+    assert (third.slot, pacer.nap(100.0, third, Pace(1.0, rising=True))) == pytest.approx((101.95, LOOK_FAR))
+    third.look_at, third.due = 100.0 + LOOK_FAR, True
+    return pacer, third
+
+
+@pytest.mark.parametrize(("early", "look"), [(EARLY, True), (EARLY + 0.001, False)])
+def test_a_nap_that_ends_up_to_early_before_its_time_is_a_look(early: float, look: bool) -> None:
+    # asyncio fires a timer up to its clock's resolution early (15.6 ms on Windows before 3.13):
+    # such a nap is still a look, and the call waits on for its slot instead of going 0.95 s
+    # ahead of it. A nap ended sooner than that is a ``sleep=`` seam returning at once, which
+    # stands for the whole wait: the call goes, as after any wait a seam cut short.
+    assert EARLY < LOOK  # no nap is that short: a seam's instant return is never taken for a look
+    pacer, third = _napping_third()
+    now = 100.0 + LOOK_FAR - early
+    got = pacer.next(now, third, Pace(1.0, rising=True))
+    assert got == (pytest.approx(101.95 - now) if look else None)
+    assert pacer.out == (0 if look else 1)
+
+
+@pytest.mark.parametrize(
+    ("pace", "wait"),
+    [(Pace(1.0), 0.95), (Pace(3.0), 0.95 / 3), (Pace(0.5), 0.95), (Pace(math.inf), None)],
+    ids=["same-pace", "risen-3-fold", "lower", "no-ceiling"],
+)
+def test_a_look_under_a_pace_that_neither_follows_nor_rises_any_more_still_waits_for_its_slot(
+    pace: Pace, wait: Optional[float]
+) -> None:
+    # At the look the pace is no longer a learned one regrowing nor an announced one (a learned
+    # ceiling back at the explicit one, an announcement gone stale): the call waits on for its
+    # slot, nearer if the pace has risen RISEN-fold; with no ceiling left it goes. It went at
+    # once: every call napping toward a slot far ahead went within one LOOK_FAR.
+    pacer, third = _napping_third()
+    got = pacer.next(100.0 + LOOK_FAR, third, pace)
+    assert got == (None if wait is None else pytest.approx(wait))
+    assert pacer.out == (1 if wait is None else 0)
 
 
 @pytest.mark.parametrize(("interval", "wait"), [(2e-9, None), (4e-9, 2e-9)])
