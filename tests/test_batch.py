@@ -616,6 +616,20 @@ def test_torn_last_line_is_cut_off_and_asked_again(
     assert STATES[0] not in asked(svc)
 
 
+def test_scan_output_leaves_a_torn_file_at_its_new_end(tmp_path: Path) -> None:
+    # Cut at the torn line and left there: the next line written follows the whole ones, even in a
+    # file not opened for appending (no gap of NUL bytes where the torn line was).
+    path = tmp_path / "out.jsonl"
+    whole = json.dumps({"line": 1, "answers": {}}) + "\n"
+    path.write_text(whole + '{"line": 2, "answ')
+    with open(path, "r+b") as file:
+        done = _jsonl.scan_output(file, str(path), False)
+        assert (done.torn, done.has_line(1), done.wrote(2)) == (True, True, False)
+        assert file.tell() == len(whole)
+        file.write(b'{"line": 2, "answers": {}}\n')
+    assert path.read_text() == whole + '{"line": 2, "answers": {}}\n'
+
+
 SKIP_FAILED_ALONE = "qa-min batch: error: argument --skip-failed: needs --resume, the run whose failed lines"
 
 
@@ -991,6 +1005,35 @@ def test_a_pipe_line_that_arrives_in_pieces_is_read_whole(monkeypatch: pytest.Mo
         assert [source.read() for _ in range(3)] == [(1, '"first"\n'), (2, '"second"\n'), (3, '"third"')]
         assert source.read() is None
         assert source.eof
+    finally:
+        if feeder.w >= 0:
+            os.close(feeder.w)
+        source.close()
+        buffer.close()
+
+
+def test_a_pipe_line_in_pieces_is_searched_for_its_newline_once_from_where_the_last_search_stopped(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Each wait for the next piece resumes the search past the bytes already searched: a search
+    # from the line's start would cost the line's length per piece (a long line, many pieces).
+    r, w = os.pipe()
+    buffer = os.fdopen(r, "rb")
+    monkeypatch.setattr(sys, "stdin", _Piped(buffer))
+    source = _jsonl.InputLines(None)
+    searched: list[tuple[int, int]] = []
+
+    class Watched(_Feeder):
+        def poll(self, timeout: int) -> list[tuple[int, int]]:
+            searched.append((source._scanned, len(source._buffer)))
+            return super().poll(timeout)
+
+    feeder = Watched(w, [b'"ab', b"cd", b'ef"\n'])
+    try:
+        monkeypatch.setattr(source, "_poll", feeder)
+        assert source.read() == (1, '"abcdef"\n')
+        assert searched == [(0, 0), (3, 3), (5, 5)]
+        assert source._scanned == 0  # the next line is searched from its start
     finally:
         if feeder.w >= 0:
             os.close(feeder.w)
