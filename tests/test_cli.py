@@ -3,6 +3,7 @@ real subprocesses for the entry point, stdin and a signal."""
 
 from __future__ import annotations
 
+import errno
 import io
 import json
 import os
@@ -12,6 +13,8 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
+import types
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -826,6 +829,19 @@ def test_fake_serves_until_ctrl_c_then_closes_and_exits_130(
         client.list_models()
 
 
+def test_fake_says_where_it_listens_and_gives_a_command_to_try_it(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    shown: list[str] = []
+    show = _serve_then(lambda: shown.append(capsys.readouterr().out))
+    monkeypatch.setattr(_commands, "_serve_forever", show)
+    assert main(["fake", "--port", "0"]) == 130
+    url = shown[0].split()[4]
+    assert shown == [
+        f"fake service listening on {url} (Ctrl-C stops it)\n  try: SERVICE_BASE_URL={url} qa-min models\n"
+    ]
+
+
 @pytest.mark.parametrize(
     "argv",
     [
@@ -936,6 +952,48 @@ def test_fake_on_a_busy_port_exits_1(run: Any) -> None:
         result = run("fake", "--port", str(taken.getsockname()[1]))
     assert result.code == 1
     assert result.err.startswith("error: cannot listen on 127.0.0.1:")
+
+
+def test_fake_that_cannot_listen_gives_the_system_s_reason_or_else_the_whole_error(
+    run: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = run("fake", "--port", str(port))
+    assert result.err == f"error: cannot listen on 127.0.0.1:{port}: {os.strerror(errno.EADDRINUSE)}\n"
+
+    def refuse(self: FakeService) -> None:
+        raise OSError("no reason given")
+
+    monkeypatch.setattr(FakeService, "start", refuse)
+    result = run("fake", "--port", "0")
+    assert (result.code, result.err) == (1, "error: cannot listen on 127.0.0.1:0: no reason given\n")
+
+
+def test_fake_idles_in_long_sleeps_until_ctrl_c_rather_than_spinning(monkeypatch: pytest.MonkeyPatch) -> None:
+    slept: list[float] = []
+    asleep = threading.Event()
+
+    class Stop(Exception):
+        pass
+
+    def sleep(seconds: float) -> None:
+        slept.append(seconds)
+        asleep.set()
+        raise Stop  # as Ctrl-C would interrupt it
+
+    def serve() -> None:
+        with pytest.raises(Stop):
+            _commands._serve_forever()
+
+    monkeypatch.setattr(_commands, "time", types.SimpleNamespace(sleep=sleep))
+    thread = threading.Thread(target=serve, daemon=True)  # a loop that spins would never end
+    thread.start()
+    assert asleep.wait(5), "the serve loop never slept"
+    thread.join(5)
+    assert slept[0] >= 60  # not a short poll either
 
 
 # -- real processes --------------------------------------------------------------------------
