@@ -21,7 +21,7 @@ from typing import Any, NamedTuple
 import pytest
 
 import qa_min as qa
-from qa_min._cli import _commands, _output, main
+from qa_min._cli import _commands, _demo, _output, main
 from qa_min.testing import FakeService, expected_answer, hang, reply
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -135,6 +135,23 @@ def test_demo_help_offers_json_and_no_option_it_would_ignore(run: Any) -> None:
     refused = run("demo", "--timeout", "5")
     assert refused.code == 2
     assert "unrecognized arguments: --timeout 5" in refused.err
+
+
+def test_demo_opens_with_the_version_the_fake_s_address_the_state_and_how_the_fake_answers(run: Any) -> None:
+    lines = run("demo").out.splitlines()
+    assert lines[0].startswith(f"qa_min {qa.__version__} demo, against a fake service at http://127.0.0.1:")
+    assert lines[1] == f"state: {_demo._DEMO_STATE!r}"
+    assert lines[2].startswith("(the fake answers by a fixed hash of model, state and question id")
+    assert lines[3:5] == ["", "client.ask(state, Review): typed answers"]
+
+
+def test_demo_prints_each_section_as_a_title_aligned_rows_and_a_blank_line(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    out = _output.Output(False, [])
+    _demo._rows(out, "first", [("a", 1), ("longer", "x")])
+    _demo._rows(out, "second", [("b", 2)])
+    assert capsys.readouterr().out == "first\n  a       1\n  longer  x\n\nsecond\n  b  2\n\n"
 
 
 def test_demo_ignores_the_environment_and_sends_no_real_key(
