@@ -756,6 +756,37 @@ def test_ctrl_c_exits_130(run: Any, svc: FakeService, monkeypatch: pytest.Monkey
     assert result.err == "interrupted\n"
 
 
+def test_a_run_handles_sigterm_and_then_gives_the_caller_s_handler_back(
+    run: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    during: list[object] = []
+
+    class Watched(io.StringIO):
+        def read(self, size: int | None = -1) -> str:
+            during.append(signal.getsignal(signal.SIGTERM))
+            raise KeyboardInterrupt
+
+    def mine(signum: int, frame: object) -> None:  # pragma: no cover - never sent
+        pass
+
+    monkeypatch.setattr(sys, "stdin", Watched())
+    argv = ("--base-url", "http://127.0.0.1:1", "ask", "--yes-no", "t", "y", "n")
+    previous = signal.signal(signal.SIGTERM, mine)
+    try:
+        assert run(*argv).code == 130
+        assert signal.getsignal(signal.SIGTERM) is mine
+        # Off the main thread, where no handler can be set, main() leaves the caller's alone.
+        codes: list[int] = []
+        thread = threading.Thread(target=lambda: codes.append(main(list(argv))))
+        thread.start()
+        thread.join(5)
+        assert codes == [130]
+        assert signal.getsignal(signal.SIGTERM) is mine
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert during == [_output.on_sigterm, mine]
+
+
 def test_each_stdout_line_is_flushed_as_it_is_written(
     svc: FakeService, monkeypatch: pytest.MonkeyPatch
 ) -> None:
