@@ -602,6 +602,19 @@ def test_caps_are_checked_before_the_line_ends(data: bytes, error: type) -> None
     refused(read(data, limit=20, eof=False), error)
 
 
+@pytest.mark.parametrize(
+    ("size", "quoted"),
+    [(b"5x", "'5x'"), (b"x", "'x'"), (b";e=v", "';'"),
+     (b"1" * MAX_SIZE_DIGITS + b"x", repr("1" * MAX_SIZE_DIGITS + "x")),
+     (b"1" * (MAX_SIZE_DIGITS + 1), repr("1" * (MAX_SIZE_DIGITS + 1)))],
+    ids=["after-digit", "no-digit", "no-digit-extension", "after-max-digits", "one-digit-past-max"],
+)  # fmt: skip
+def test_a_bad_chunk_size_line_is_quoted_up_to_its_first_wrong_byte(size: bytes, quoted: str) -> None:
+    # The digits read and the byte that cannot follow them, not the digits alone.
+    outcome = read(ok(CHUNKED, size), eof=False)
+    assert outcome == (qa.BadFraming, f"bad chunk size line {quoted}")
+
+
 def test_the_reader_holds_the_final_head_and_counts_the_bytes_past_it() -> None:
     # ``head`` is None until the final head (an interim one is skipped); ``buffered`` counts the
     # bytes received and not read: none at first, the tunnel's first bytes after a 2xx to CONNECT.
