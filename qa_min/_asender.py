@@ -164,15 +164,16 @@ class AioSender:
             cut = min(seconds, max(0.0, call.deadline - time.monotonic()))
         started, early = time.monotonic(), True
         try:
-            if woken is not None and self._sleep is asyncio.sleep:
+            if woken is not None and (self._sleep is asyncio.sleep or woken[1].answer):
+                # A wait for another call's answer is not a seam's: through a seam returning at
+                # once, the held calls asked the limiter at every turn of the loop until it came.
                 early = await _until_woken(woken[0], woken[1], cut)
             else:
                 await self._sleep(cut)
                 early = False
                 if self._sleep is not asyncio.sleep:
                     # A seam that returns at once stands for time passing, in which the other
-                    # calls go on: without a turn of the loop, a call held for another's
-                    # answer would ask the limiter again and again, and the loop never run it.
+                    # calls go on: a turn of the loop lets them.
                     await asyncio.sleep(0)
         except asyncio.CancelledError as exc:
             raise scope.absorb(exc) from None

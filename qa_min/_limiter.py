@@ -139,6 +139,7 @@ class Limiter:
                 pacer.waiters[waiter] = None
             else:
                 pacer.waiters.pop(waiter, None)
+            waiter.answer = hold == INF  # no ``sleep=`` seam brings an answer sooner
             if hold == INF:  # at most until a last chance out alone is given up
                 hold = max(EPSILON, (pacer.alone_until if pacer.alone_until > now else now + ALONE) - now)
         self._tell(news)

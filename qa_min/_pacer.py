@@ -90,6 +90,7 @@ class Waiter:
     """
 
     __slots__ = (
+        "answer",
         "cell",
         "due",
         "held",
@@ -115,6 +116,7 @@ class Waiter:
         self.due = False  # its wait lasted until its slot
         self.look_at = -INF  # where a wait shorter than its slot ends (-inf: it lasts until it)
         self.held = self.queued = False  # held back by a last chance; counted among them
+        self.answer = False  # its wait is for an answer only (set by the shell's ``step``)
         self.wake: Optional[Callable[[], object]] = None
         self.woken = False
 

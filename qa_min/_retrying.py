@@ -136,6 +136,8 @@ class Sender:
             woken.append(wake)
             if waiter is not None and limiter is not None:
                 limiter.arm(waiter, wake.set)  # the limiter wakes it: no polling
+                if waiter.answer:  # for another call's answer, which no seam brings sooner
+                    return wake.wait(cut)
             return inner(cut, wake)
 
         started = time.monotonic()

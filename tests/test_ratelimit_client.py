@@ -509,6 +509,50 @@ def test_a_wait_held_for_an_answer_ends_when_the_answer_comes() -> None:
     assert tickets[0] >= second
 
 
+def test_a_wait_held_for_an_answer_is_not_a_sleep_seams() -> None:
+    # A sleep= seam that returns at once stands for time passing; an answer it cannot bring
+    # sooner. The held call waits on its event for the answer: through the seam it asked the
+    # limiter again and again, a thread spinning until the answer came.
+    from qa_min._pacer import Priority
+
+    token, seam = qa.CancelToken(), []
+    transport = MockTransport(lambda request: None)
+    with qa.Client(
+        base_url="http://qa.test", transport=transport, sleep=lambda seconds, wake: seam.append(seconds)
+    ) as client:
+        sender = client._sender
+        limiter = sender.limiter
+        assert limiter is not None
+
+        def acquire(wait: Optional[float], priority: Priority) -> float:
+            call = CallState(token, None)
+
+            def nap(seconds: float, held: float, waiter: Any = None) -> None:
+                sender._nap(seconds, call, held, waiter)
+
+            return limiter.acquire(wait, priority, nap)
+
+        first = acquire(None, Priority.NEW)
+        limiter.report(first, 429, 0.005)  # a short pause
+        second = acquire(None, Priority.NEW)  # out, not answered
+        tickets: list[float] = []
+        last = threading.Thread(target=lambda: tickets.append(acquire(0.005, Priority.LAST)))
+        last.start()
+        try:
+            armed = wait_until(lambda: any(w.wake is not None for w in limiter.pacer.waiters), PROMPT)
+            last.join(0.05)  # a window in which a spinning wait would call the seam again and again
+            held, asked = last.is_alive(), len(seam)
+            limiter.report(second, 200, None)  # the answer wakes it
+            last.join(PROMPT)
+        finally:
+            token.cancel()
+            last.join(BOUND)
+    assert armed
+    assert held
+    assert asked <= 3, seam  # the second call's wait for the pause, the last chance's own delay
+    assert len(tickets) == 1
+
+
 def test_a_wait_in_several_naps_is_summed_in_the_attempts_record() -> None:
     # An announced pace lets a waiting call sleep at most LOOK (50 ms) before it looks again:
     # its wait of about 0.4 s is many naps. The attempt's record said only the last one.
