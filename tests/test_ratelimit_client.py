@@ -466,59 +466,20 @@ def test_a_rate_limit_snapshot_survives_pickle_and_copy() -> None:
         )
 
 
-def test_a_wait_held_for_an_answer_ends_when_the_answer_comes() -> None:
+@pytest.mark.parametrize("seam", [False, True], ids=["default-sleep", "instant-seam"])
+def test_a_wait_held_for_an_answer_ends_when_the_answer_comes(seam: bool) -> None:
     # The pacer holds a throttled call's last attempt until every attempt out has answered (a
     # last chance goes alone): the threaded shell's sleep is armed for the limiter to wake, as the
-    # asyncio shell's future is (test_async_limiter.py), not left to its cap of seconds.
+    # asyncio shell's future is (test_async_limiter.py), not left to its cap of seconds. A sleep=
+    # seam returning at once stands for time passing, not for an answer it cannot bring sooner:
+    # the held call waits on its event all the same (through the seam it asked the limiter again
+    # and again, a thread spinning until the answer came).
     from qa_min._pacer import Priority
 
-    token = qa.CancelToken()
-    with qa.Client(base_url="http://qa.test", transport=MockTransport(lambda request: None)) as client:
-        sender = client._sender
-        limiter = sender.limiter
-        assert limiter is not None
-
-        def acquire(wait: Optional[float], priority: Priority) -> float:
-            call = CallState(token, None)
-
-            def nap(seconds: float, held: float, waiter: Any = None) -> None:
-                sender._nap(seconds, call, held, waiter)
-
-            return limiter.acquire(wait, priority, nap)
-
-        first = acquire(None, Priority.NEW)
-        limiter.report(first, 429, 0.005)  # a short pause
-        second = acquire(None, Priority.NEW)  # out, not answered
-        tickets: list[float] = []
-        last = threading.Thread(target=lambda: tickets.append(acquire(0.005, Priority.LAST)))
-        last.start()
-        try:
-            armed = wait_until(lambda: any(w.wake is not None for w in limiter.pacer.waiters), PROMPT)
-            held = last.is_alive()  # asleep, its wake armed: the second attempt has not answered
-            started = time.monotonic()
-            limiter.report(second, 200, None)  # the answer wakes it
-            last.join(PROMPT)
-            took = time.monotonic() - started
-        finally:
-            token.cancel()  # ends a wait nothing woke
-            last.join(BOUND)
-    assert armed
-    assert held
-    assert took < PROMPT
-    assert len(tickets) == 1
-    assert tickets[0] >= second
-
-
-def test_a_wait_held_for_an_answer_is_not_a_sleep_seams() -> None:
-    # A sleep= seam that returns at once stands for time passing; an answer it cannot bring
-    # sooner. The held call waits on its event for the answer: through the seam it asked the
-    # limiter again and again, a thread spinning until the answer came.
-    from qa_min._pacer import Priority
-
-    token, seam = qa.CancelToken(), []
-    transport = MockTransport(lambda request: None)
+    token, naps = qa.CancelToken(), []
+    options: dict[str, Any] = {"sleep": lambda seconds, wake: naps.append(seconds)} if seam else {}
     with qa.Client(
-        base_url="http://qa.test", transport=transport, sleep=lambda seconds, wake: seam.append(seconds)
+        base_url="http://qa.test", transport=MockTransport(lambda request: None), **options
     ) as client:
         sender = client._sender
         limiter = sender.limiter
@@ -540,17 +501,24 @@ def test_a_wait_held_for_an_answer_is_not_a_sleep_seams() -> None:
         last.start()
         try:
             armed = wait_until(lambda: any(w.wake is not None for w in limiter.pacer.waiters), PROMPT)
-            last.join(0.05)  # a window in which a spinning wait would call the seam again and again
-            held, asked = last.is_alive(), len(seam)
+            if seam:
+                last.join(0.05)  # a window in which a wait spinning through the seam would call it
+            held, asked = last.is_alive(), len(naps)  # asleep, armed: the second has not answered
+            started = time.monotonic()
             limiter.report(second, 200, None)  # the answer wakes it
             last.join(PROMPT)
+            took = time.monotonic() - started
         finally:
-            token.cancel()
+            token.cancel()  # ends a wait nothing woke
             last.join(BOUND)
     assert armed
     assert held
-    assert asked <= 3, seam  # the second call's wait for the pause, the last chance's own delay
+    assert took < PROMPT
     assert len(tickets) == 1
+    if seam:
+        assert asked <= 3, naps  # the second call's wait for the pause, the last chance's own delay
+    else:
+        assert tickets[0] >= second
 
 
 def test_a_wait_in_several_naps_is_summed_in_the_attempts_record() -> None:
