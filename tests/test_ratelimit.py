@@ -1027,14 +1027,20 @@ def test_the_schedules_last_cell_given_back_takes_the_end_back_over_the_holes_be
     assert pacer.reserve(101.5, None, Waiter(Priority.NEW), pace) == pytest.approx(101.5)
 
 
-def test_cells_given_back_latest_first_still_go_to_the_next_new_calls_earliest_first() -> None:
-    # At 4/s with no burst five calls hold 100.0 to 101.0; the third gives its cell back, then
-    # the second: the next new call takes the earlier (100.25), the one after it the later.
+def _five_calls_at_4_per_second() -> tuple[Pacer, Pace, list[Waiter]]:
+    """At 4/s with no burst, five calls hold the slots from 100.0 to 101.0."""
     pacer, pace = Pacer(1, True), Pace(4.0)
     waiters = [Waiter(Priority.NEW) for _ in range(5)]
     assert [pacer.reserve(100.0, None, w, pace) for w in waiters] == pytest.approx(
         [100.0, 100.25, 100.5, 100.75, 101.0]
     )
+    return pacer, pace, waiters
+
+
+def test_cells_given_back_latest_first_still_go_to_the_next_new_calls_earliest_first() -> None:
+    # At 4/s with no burst five calls hold 100.0 to 101.0; the third gives its cell back, then
+    # the second: the next new call takes the earlier (100.25), the one after it the later.
+    pacer, pace, waiters = _five_calls_at_4_per_second()
     pacer.gave_up(100.0, waiters[2])
     pacer.gave_up(100.0, waiters[1])
     slots = [pacer.reserve(100.0, None, Waiter(Priority.NEW), pace) for _ in range(3)]
@@ -1171,11 +1177,7 @@ def test_a_new_call_skips_every_cell_given_back_whose_time_passed_for_the_first_
     # At 4/s with no burst five calls hold 100.0 to 101.0; the second and fourth give their
     # cells back (100.25, 100.75). A new call at 100.3 finds the first passed: it takes the
     # second (100.75), not the passed one (going at once).
-    pacer, pace = Pacer(1, True), Pace(4.0)
-    waiters = [Waiter(Priority.NEW) for _ in range(5)]
-    assert [pacer.reserve(100.0, None, w, pace) for w in waiters] == pytest.approx(
-        [100.0, 100.25, 100.5, 100.75, 101.0]
-    )
+    pacer, pace, waiters = _five_calls_at_4_per_second()
     pacer.gave_up(100.0, waiters[1])
     pacer.gave_up(100.0, waiters[3])
     assert pacer.reserve(100.3, None, Waiter(Priority.NEW), pace) == pytest.approx(100.75)
