@@ -161,7 +161,7 @@ class ResponseReader:
                 self._scan = len(buf)
             # MAX_LINE bytes with no line end among them can only grow into a longer line.
             if len(buf) - pos >= MAX_LINE or end >= 0:
-                raise LimitExceeded(f"got more than {MAX_LINE} bytes when reading {what}")
+                raise LimitExceeded(f"a line of more than {MAX_LINE} bytes when reading {what}")
             return None
         self._pos = end + 1
         return buf[pos : end + 1] if type(buf) is bytes else bytes(buf[pos : end + 1])
