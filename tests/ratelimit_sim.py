@@ -296,3 +296,91 @@ def simulate_fleet(
     result.ceilings = members[0].ceilings
     result.failed_at = sorted(t for m in members for t in m.failed_at)
     return result
+
+
+# -- a seed sweep, for tuning: python tests/ratelimit_sim.py --------------------------------------
+
+# The fleets the sweep runs: name -> (clients, seconds between their starts); 8,000 calls in all.
+SWEPT = {"1": (1, 0.0), "2": (2, 0.0), "4": (4, 0.0), "8": (8, 0.0), "staggered": (4, 5.0)}
+
+
+def lost_seconds(result: Result, rate: float = 200.0) -> tuple[float, float, float]:
+    """The seconds a run lost against ``rate`` answers a second: in its first 5 s, between them and
+    the first member's last answer, and after it (a tail that fewer members served)."""
+    members = result.members
+    first_done = min(m.answered[-1] if m.answered else m.start for m in members)
+    end = max(m.answered[-1] if m.answered else m.start for m in members)
+
+    def lost(start: float, stop: float) -> float:
+        stop = max(start, stop)
+        return (stop - start) - result.served(start, stop) * (stop - start) / rate
+
+    return lost(0.0, 5.0), lost(5.0, first_done), lost(max(5.0, first_done), end)
+
+
+def sweep(seeds: int, whole_seconds: bool, fleets: Optional[list[str]] = None) -> list[str]:
+    """A Markdown table: each fleet's share of the rate, fairness and seconds lost over ``seeds``
+    seeds (1 to ``seeds``), with ``Retry-After`` in whole seconds or exact delays."""
+    lines = [
+        "| fleet | % of the rate, mean (min) | fairness, mean (min) | 429, most | lost calls "
+        "| seconds lost: start / middle / tail |",
+        "|---|--:|--:|--:|--:|---|",
+    ]
+    for name in fleets or list(SWEPT):
+        n, stagger = SWEPT[name]
+        shares, fairness, throttled, failed, lost = [], [], [], 0, [0.0, 0.0, 0.0]
+        for seed in range(1, seeds + 1):
+            members = [Member(8000 // n, 8, RateLimit(), start=i * stagger) for i in range(n)]
+            result = simulate_fleet(members, whole_seconds=whole_seconds, seed=seed)
+            shares.append(result.share_of_rate / 200)
+            fairness.append(result.fairness())
+            throttled.append(result.share_429)
+            failed += result.failed
+            lost = [a + b for a, b in zip(lost, lost_seconds(result))]
+        told = "-" if n == 1 else f"{sum(fairness) / seeds:.2f} ({min(fairness):.2f})"
+        label = f"N = {name}" if name.isdigit() else name
+        lines.append(
+            f"| {label} | {100 * sum(shares) / seeds:.1f}% ({100 * min(shares):.1f}%) | {told} | "
+            f"{100 * max(throttled):.2f}% | {failed} | " + " / ".join(f"{x / seeds:.1f}" for x in lost) + " |"
+        )
+    return lines
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    """Simulated fleets over several seeds; ``--set CUBE=0.4`` tries another value of one of
+    ``qa_min._policy``'s constants for this run (given back after it; no file is changed)."""
+    import argparse
+
+    from qa_min import _policy
+
+    parser = argparse.ArgumentParser(prog="python tests/ratelimit_sim.py", description=main.__doc__)
+    parser.add_argument("--seeds", type=int, default=12, help="seeds 1 to this (12)")
+    parser.add_argument(
+        "--exact", action="store_true", help="retry-after-ms (default: Retry-After in seconds)"
+    )
+    parser.add_argument("--fleets", nargs="+", choices=list(SWEPT), help="only these fleets")
+    parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help="a policy constant")
+    args = parser.parse_args(argv)
+    if args.seeds < 1:
+        parser.error("--seeds: at least 1")
+    saved: dict[str, float] = {}
+    for assignment in args.set:
+        name, _, value = assignment.partition("=")
+        if not name.isupper() or not isinstance(getattr(_policy, name, None), float):
+            parser.error(f"--set: {name!r} is not one of qa_min._policy's float constants")
+        try:
+            number = float(value)
+        except ValueError:
+            parser.error(f"--set: {value!r} is not a number")
+        saved.setdefault(name, getattr(_policy, name))
+        setattr(_policy, name, number)
+    try:
+        print("\n".join(sweep(args.seeds, not args.exact, args.fleets)))
+    finally:
+        for name, value in saved.items():
+            setattr(_policy, name, value)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
