@@ -16,6 +16,9 @@ exact time until a token is free (``retry-after-ms``) or that time rounded up to
 Each worker follows the retry loop's rules (``Sender.send``): acquire a slot when the limiter is
 engaged, hand every response's headers to ``hear`` and report it, wait the server's delay before
 retrying a 429, at most ``max_retries`` retries plus ``ABSORBED`` 429s that carried a delay while paced.
+
+Run as a script (``python tests/ratelimit_sim.py --help``), it prints a seed sweep of fleets
+(``sweep``), to weigh a change of the policy's constants before measuring real processes.
 """
 
 from __future__ import annotations
